@@ -1,0 +1,67 @@
+from opentinker.api.common.v1 import model_pb2 as _model_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class WeightsFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WEIGHTS_FORMAT_UNSPECIFIED: _ClassVar[WeightsFormat]
+    WEIGHTS_FORMAT_LORA_ADAPTER: _ClassVar[WeightsFormat]
+    WEIGHTS_FORMAT_FULL: _ClassVar[WeightsFormat]
+
+class TensorDtype(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TENSOR_DTYPE_UNSPECIFIED: _ClassVar[TensorDtype]
+    TENSOR_DTYPE_FLOAT32: _ClassVar[TensorDtype]
+    TENSOR_DTYPE_BFLOAT16: _ClassVar[TensorDtype]
+    TENSOR_DTYPE_FLOAT16: _ClassVar[TensorDtype]
+WEIGHTS_FORMAT_UNSPECIFIED: WeightsFormat
+WEIGHTS_FORMAT_LORA_ADAPTER: WeightsFormat
+WEIGHTS_FORMAT_FULL: WeightsFormat
+TENSOR_DTYPE_UNSPECIFIED: TensorDtype
+TENSOR_DTYPE_FLOAT32: TensorDtype
+TENSOR_DTYPE_BFLOAT16: TensorDtype
+TENSOR_DTYPE_FLOAT16: TensorDtype
+
+class WeightsHeader(_message.Message):
+    __slots__ = ("format", "policy_version", "adaptation", "tensors", "total_bytes", "sha256")
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ADAPTATION_FIELD_NUMBER: _ClassVar[int]
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    format: WeightsFormat
+    policy_version: int
+    adaptation: _model_pb2.Adaptation
+    tensors: _containers.RepeatedCompositeFieldContainer[TensorSpec]
+    total_bytes: int
+    sha256: str
+    def __init__(self, format: _Optional[_Union[WeightsFormat, str]] = ..., policy_version: _Optional[int] = ..., adaptation: _Optional[_Union[_model_pb2.Adaptation, _Mapping]] = ..., tensors: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., total_bytes: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
+
+class TensorSpec(_message.Message):
+    __slots__ = ("name", "dtype", "shape", "byte_length")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    BYTE_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    dtype: TensorDtype
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    byte_length: int
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[_Union[TensorDtype, str]] = ..., shape: _Optional[_Iterable[int]] = ..., byte_length: _Optional[int] = ...) -> None: ...
+
+class WeightsChunk(_message.Message):
+    __slots__ = ("tensor_name", "offset", "data")
+    TENSOR_NAME_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    tensor_name: str
+    offset: int
+    data: bytes
+    def __init__(self, tensor_name: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...

@@ -1,0 +1,15 @@
+"""Import the repository's scripts/ modules from tests."""
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_script(name: str) -> ModuleType:
+    path = REPO_ROOT / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"scripts_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
