@@ -1,0 +1,172 @@
+"""`opentinker` command line entry point (`opentinker.cli.main:main`)."""
+
+import argparse
+import json
+import logging
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import structlog
+
+from opentinker.cli import stack, state
+from opentinker.cli.errors import StackError, StartFailed
+from opentinker.cli.health_probe import SERVING
+from opentinker.cli.launcher import UpConfig
+from opentinker.cli.table import format_table
+from opentinker.cli.topology import DEFAULT_REDIS_PORT, REDIS, SERVICES, resolve_ports
+
+EXIT_NO_STACK = 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="opentinker", description="OpenTinker command line.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_up(commands.add_parser("up", help="start redis and the five services locally"))
+
+    status = commands.add_parser("status", help="show each process of the stack and its health")
+    _add_state_dir(status)
+    status.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    down = commands.add_parser("down", help="stop the local stack")
+    _add_state_dir(down)
+    down.add_argument("--timeout", type=float, default=10.0,
+                      help="seconds to wait after SIGTERM before SIGKILL (default 10)")
+    return parser
+
+
+def _add_up(up: argparse.ArgumentParser) -> None:
+    _add_state_dir(up)
+    up.add_argument("--redis-url", help="use this redis instead of starting the embedded one")
+    up.add_argument("--redis-port", type=int, default=DEFAULT_REDIS_PORT, metavar="N",
+                    help=f"port of the embedded redis-server (default {DEFAULT_REDIS_PORT})")
+    for service in SERVICES:
+        up.add_argument(f"--{service.name}-port", type=int, metavar="N",
+                        help=f"gRPC port of the {service.name} (default {service.default_port})")
+    up.add_argument("--base-port", type=int, metavar="N",
+                    help="give the services ports N..N+4, in the order "
+                         + ", ".join(s.name for s in SERVICES))
+    up.add_argument("--host", default="127.0.0.1",
+                    help="address the services bind (default 127.0.0.1)")
+    up.add_argument("--timeout", type=float, default=30.0,
+                    help="seconds to wait for everything to be SERVING (default 30)")
+    up.add_argument("--json", action="store_true",
+                    help="print the result as JSON (progress goes to stderr)")
+
+
+def _add_state_dir(parser: argparse.ArgumentParser) -> None:
+    """The options every stack command has."""
+    parser.add_argument("--state-dir", type=Path, default=Path(".opentinker"),
+                        help="where stack.json and logs/ live (default ./.opentinker)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log details (pids, signals) to stderr")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _configure_logging(args.verbose)
+    args.state_dir = args.state_dir.resolve()
+    handlers = {"up": cmd_up, "status": cmd_status, "down": cmd_down}
+    try:
+        return handlers[args.command](args)
+    except StackError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_code
+    except state.StateDirBusy:
+        print(f"error: another opentinker up/down is working on {args.state_dir}",
+              file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `opentinker status --json | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _configure_logging(verbose: bool) -> None:
+    level = logging.DEBUG if verbose else logging.WARNING
+    structlog.configure(
+        processors=[structlog.processors.add_log_level,
+                    structlog.processors.TimeStamper(fmt="iso"),
+                    structlog.dev.ConsoleRenderer(colors=False)],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    overrides = {s.name: getattr(args, f"{s.name}_port") for s in SERVICES}
+    flags = {s.name: f"--{s.name}-port (or --base-port)" for s in SERVICES}
+    config = UpConfig(
+        state_dir=args.state_dir, host=args.host, ports=resolve_ports(overrides, args.base_port),
+        port_flags=flags | {REDIS: "--redis-port"}, redis_port=args.redis_port,
+        redis_url=args.redis_url, timeout=args.timeout,
+    )
+    out = sys.stderr if args.json else sys.stdout
+
+    def on_launch() -> None:
+        print(f"starting the local stack in {args.state_dir} ...", file=out, flush=True)
+
+    def progress(name: str, address: str, status: str, elapsed: float) -> None:
+        print(f"  {name:<12} {address:<22} {status} ({elapsed:.1f}s)", file=out, flush=True)
+
+    try:
+        record = stack.up(config, progress, on_launch)
+    except StartFailed as failure:
+        for name, tail in failure.log_tails.items():
+            log_path = args.state_dir / "logs" / f"{name}.log"
+            print(f"--- last lines of {log_path} ---\n{tail or '(empty)'}\n---", file=sys.stderr)
+        print(f"error: {failure}; stopped everything that was started", file=sys.stderr)
+        return failure.exit_code
+    return _print_statuses(args, record, stack.inspect(record))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    record = state.load(args.state_dir)
+    if record is None:
+        if args.json:
+            print(json.dumps({"state_dir": str(args.state_dir), "running": False,
+                              "processes": []}))
+        else:
+            print(f"no stack recorded in {args.state_dir}")
+        return EXIT_NO_STACK
+    return _print_statuses(args, record, stack.inspect(record))
+
+
+def _print_statuses(args: argparse.Namespace, record: state.StackRecord,
+                    statuses: list[stack.ProcessStatus]) -> int:
+    """Print the table (or JSON); 0 when everything is SERVING, else 1."""
+    healthy = all(s.health == SERVING for s in statuses)
+    if args.json:
+        print(json.dumps({"state_dir": str(args.state_dir), "running": True, "healthy": healthy,
+                          "redis_url": record.redis_url,
+                          "processes": [asdict(s) for s in statuses]}, indent=2))
+    else:
+        rows = [(s.name, s.address, "-" if s.pid is None else s.pid, _alive_word(s.alive),
+                 s.health) for s in statuses]
+        print(format_table(("SERVICE", "ADDRESS", "PID", "ALIVE", "HEALTH"), rows))
+    return 0 if healthy else 1
+
+
+def _alive_word(alive: bool | None) -> str:
+    return "external" if alive is None else ("yes" if alive else "no")
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    record, remaining = stack.down(args.state_dir, args.timeout)
+    if record is None:
+        print(f"nothing to stop: no stack recorded in {args.state_dir}")
+        return 0
+    if remaining:
+        pids = ", ".join(f"{p.name} (pid {p.pid})" for p in remaining)
+        print(f"error: still running after SIGKILL: {pids}", file=sys.stderr)
+        return 1
+    stopped = ", ".join(f"{p.name} (pid {p.pid})" for p in record.processes)
+    print(f"stopped {len(record.processes)} processes: {stopped}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""What the local stack is made of: the five services, their default ports, who calls whom,
+and the environment each process gets (the same variables docker-compose.yml sets)."""
+
+from dataclasses import dataclass
+
+REDIS = "redis"
+DEFAULT_REDIS_PORT = 6390
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceDef:
+    name: str
+    """Service name; the process runs `python -m opentinker_<name>`."""
+    default_port: int
+    """gRPC port when neither --<name>-port nor --base-port is given."""
+    peers: tuple[str, ...] = ()
+    """Services this one calls; each gets `OPENTINKER_<NAME>_<PEER>_ADDRESS`."""
+
+    @property
+    def module(self) -> str:
+        return f"opentinker_{self.name}"
+
+    @property
+    def env_prefix(self) -> str:
+        return f"OPENTINKER_{self.name.upper()}_"
+
+
+SERVICES: tuple[ServiceDef, ...] = (
+    ServiceDef(name="scheduler", default_port=50051),
+    ServiceDef(name="trainer", default_port=50052, peers=("scheduler",)),
+    ServiceDef(name="rollout", default_port=50053, peers=("scheduler", "envhost")),
+    ServiceDef(name="envhost", default_port=50054, peers=("scheduler",)),
+    ServiceDef(name="coordinator", default_port=50055, peers=("scheduler", "trainer", "rollout")),
+)
+SERVICE_NAMES = tuple(s.name for s in SERVICES)
+
+
+def resolve_ports(
+    overrides: dict[str, int | None], base_port: int | None
+) -> dict[str, int]:
+    """Port per service: an explicit override wins, then base_port + index, then the default."""
+    ports = {}
+    for index, service in enumerate(SERVICES):
+        explicit = overrides.get(service.name)
+        if explicit is not None:
+            ports[service.name] = explicit
+        elif base_port is not None:
+            ports[service.name] = base_port + index
+        else:
+            ports[service.name] = service.default_port
+    return ports
+
+
+def connect_host(bind_host: str) -> str:
+    """The address peers use to reach a server bound to `bind_host`."""
+    return "127.0.0.1" if bind_host in ("", "0.0.0.0", "::", "[::]") else bind_host
+
+
+def service_env(
+    service: ServiceDef, *, host: str, ports: dict[str, int], redis_url: str
+) -> dict[str, str]:
+    """The OPENTINKER_* variables one service process needs."""
+    peer_host = connect_host(host)
+    env = {
+        "OPENTINKER_REDIS_URL": redis_url,
+        f"{service.env_prefix}HOST": host,
+        f"{service.env_prefix}PORT": str(ports[service.name]),
+    }
+    for peer in service.peers:
+        env[f"{service.env_prefix}{peer.upper()}_ADDRESS"] = f"{peer_host}:{ports[peer]}"
+    return env

@@ -1,0 +1,151 @@
+"""Redis connection and the one place that names every Redis key. No business logic here.
+
+Every key starts with `ot:` so an OpenTinker deployment can share a Redis with other software
+and `redis-cli --scan --pattern 'ot:*'` shows exactly our state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import redis.asyncio
+import redis.exceptions
+import structlog
+
+from opentinker.core.errors import RedisUnavailableError
+from opentinker.core.redaction import mask_url_credentials
+
+log = structlog.get_logger(__name__)
+
+REDIS_DOWN_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+
+
+def connect(url: str, *, socket_timeout: float | None = 5.0) -> redis.asyncio.Redis:
+    """A lazily connecting client for `url` (OPENTINKER_REDIS_URL) that returns bytes.
+
+    `socket_timeout` bounds every command; pass None (or more than the BLOCK time) for clients
+    that issue blocking reads such as XREAD BLOCK.
+    """
+    return redis.asyncio.Redis.from_url(url, decode_responses=False, socket_timeout=socket_timeout,
+                                        socket_connect_timeout=5.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Backoff:
+    """Exponential backoff between retries: initial, initial*factor, ... capped at max_seconds."""
+
+    initial_seconds: float = 0.1
+    factor: float = 2.0
+    max_seconds: float = 2.0
+
+    def delays(self) -> Iterator[float]:
+        """An endless sequence of delays in seconds."""
+        for attempt in itertools.count():
+            yield min(self.max_seconds, self.initial_seconds * self.factor**attempt)
+
+
+async def ping(client: redis.asyncio.Redis) -> bool:
+    """True when Redis answers PING, False when it is unreachable."""
+    try:
+        return bool(await client.ping())
+    except REDIS_DOWN_ERRORS:
+        return False
+
+
+async def ping_until_ready(client: redis.asyncio.Redis, *, backoff: Backoff = Backoff(),
+                           max_attempts: int | None = None) -> int:
+    """PING until Redis answers, logging a warning per failure; returns the attempts used.
+
+    Raises RedisUnavailableError after `max_attempts` failures (None: retry forever).
+    """
+    url = describe_connection(client)
+    for attempt, delay in enumerate(backoff.delays(), start=1):
+        if await ping(client):
+            return attempt
+        if max_attempts is not None and attempt >= max_attempts:
+            raise RedisUnavailableError(f"Redis at {url} did not answer PING after {attempt} attempts")
+        log.warning("redis_unreachable", redis=url, attempt=attempt, retry_in_seconds=delay)
+        await asyncio.sleep(delay)
+    raise AssertionError("unreachable: Backoff.delays() is endless")
+
+
+def describe_connection(client: redis.asyncio.Redis) -> str:
+    """`redis://host:port/db` of a client, without credentials, for log lines."""
+    kwargs = client.connection_pool.connection_kwargs
+    if "path" in kwargs:
+        return f"unix://{kwargs['path']}"
+    address = f"redis://{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
+    return mask_url_credentials(address)
+
+
+def _part(name: str, value: str | int) -> str:
+    text = str(value)
+    if not text or any(ch.isspace() for ch in text):
+        raise ValueError(f"Redis key part {name}={value!r} must be non-empty without whitespace")
+    return text
+
+
+@dataclass(frozen=True, kw_only=True)
+class Keys:
+    """Builders for every Redis key OpenTinker uses. `Keys()` uses the `ot:` prefix.
+
+    Layout (P = prefix, default `ot:`):
+      P job:{job_id}                          hash: the job record
+      P job:{job_id}:events                   stream: the job's events (WatchJob)
+      P jobs                                  sorted set: every job id by creation time
+      P tenant:{tenant}:jobs                  sorted set: a tenant's job ids by creation time
+      P tenant:{tenant}:request:{request_id}  string: idempotency record of a mutating call
+      P tenant:{tenant}                       hash: the tenant record
+      P tenants                               set: every tenant id
+      P apikey:{key_hash}                     hash: API key record, looked up by its hash
+      P worker:{worker_id}                    hash: a registered worker (TTL = liveness)
+      P workers                               sorted set: worker ids by last heartbeat
+      P lease:{worker_id}:{device}            hash: the lease on one device slot
+      P leases:job:{job_id}                   set: lease keys a job holds
+      P fencing                               counter: monotonically increasing fencing tokens
+    """
+
+    prefix: str = "ot:"
+
+    def job(self, job_id: str) -> str:
+        return f"{self.prefix}job:{_part('job_id', job_id)}"
+
+    def job_events(self, job_id: str) -> str:
+        return f"{self.job(job_id)}:events"
+
+    def job_index(self) -> str:
+        return f"{self.prefix}jobs"
+
+    def tenant_job_index(self, tenant_id: str) -> str:
+        return f"{self.tenant(tenant_id)}:jobs"
+
+    def idempotency(self, tenant_id: str, request_id: str) -> str:
+        return f"{self.tenant(tenant_id)}:request:{_part('request_id', request_id)}"
+
+    def tenant(self, tenant_id: str) -> str:
+        return f"{self.prefix}tenant:{_part('tenant_id', tenant_id)}"
+
+    def tenant_index(self) -> str:
+        return f"{self.prefix}tenants"
+
+    def api_key(self, key_hash: str) -> str:
+        """Keyed by a hash of the API key; the raw key is never stored or used in a key name."""
+        return f"{self.prefix}apikey:{_part('key_hash', key_hash)}"
+
+    def worker(self, worker_id: str) -> str:
+        return f"{self.prefix}worker:{_part('worker_id', worker_id)}"
+
+    def worker_index(self) -> str:
+        return f"{self.prefix}workers"
+
+    def device_lease(self, worker_id: str, device: str) -> str:
+        return f"{self.prefix}lease:{_part('worker_id', worker_id)}:{_part('device', device)}"
+
+    def job_leases(self, job_id: str) -> str:
+        return f"{self.prefix}leases:job:{_part('job_id', job_id)}"
+
+    def fencing_counter(self) -> str:
+        return f"{self.prefix}fencing"

@@ -1,0 +1,21 @@
+"""Settings of the Coordinator service, read from OPENTINKER_COORDINATOR_* variables."""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from opentinker.core.settings import ServiceSettings, address_setting, port_setting
+
+
+@dataclass(frozen=True, kw_only=True)
+class CoordinatorSettings(ServiceSettings):
+    """The Coordinator drives jobs: rollout, update, weight sync, eval/checkpoint phases."""
+
+    ENV_PREFIX: ClassVar[str] = "OPENTINKER_COORDINATOR_"
+
+    port: int = port_setting(50055)
+    scheduler_address: str = address_setting(
+        "127.0.0.1:50051", "Scheduler this worker registers with and reports job events to.")
+    trainer_address: str = address_setting(
+        "127.0.0.1:50052", "Trainer called for ForwardBackward, OptimStep and checkpoints.")
+    rollout_address: str = address_setting(
+        "127.0.0.1:50053", "Rollout called for RunEpisodes and weight updates.")

@@ -1,0 +1,29 @@
+"""Entry point of the Scheduler service: parse settings, build, serve, stop gracefully.
+
+The scheduler starts NOT_SERVING and becomes SERVING once Redis answers; it never exits
+because Redis is down, it keeps retrying with backoff and logs a warning per failed try.
+"""
+
+from functools import partial
+
+from opentinker.core.entrypoint import run_service
+from opentinker.core.redis_store import connect
+from opentinker.core.server import ServerPlan
+from opentinker_scheduler.redis_health import track_redis_health
+from opentinker_scheduler.servicer import scheduler_service_binding
+from opentinker_scheduler.settings import SchedulerSettings
+
+SERVICE_NAME = "scheduler"
+
+
+async def build_plan(settings: SchedulerSettings) -> ServerPlan:
+    """Host the SchedulerService; report SERVING only while Redis answers."""
+    client = connect(settings.redis_url)
+    watch_redis = partial(track_redis_health, client, check_seconds=settings.redis_check_seconds)
+    return ServerPlan(services=[scheduler_service_binding()], serving_at_start=False,
+                      start_hooks=[watch_redis], close_hooks=[client.aclose])
+
+
+def main() -> int:
+    """Run until SIGTERM/SIGINT; the process exit code."""
+    return run_service(SchedulerSettings, build_plan, service=SERVICE_NAME)

@@ -1,0 +1,47 @@
+"""Shared fixtures: one private redis-server per test session and a clean database per test."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from opentinker.core.embedded_redis import EmbeddedRedis
+
+SKIP_WITHOUT_GPU = "needs a CUDA GPU"
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[EmbeddedRedis]:
+    """A private redis-server on a free port, shared by the whole test session."""
+    with EmbeddedRedis(port=0, appendonly=False) as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: EmbeddedRedis) -> Iterator[str]:
+    """The session Redis's URL, with an empty database for this test (FLUSHDB before and after)."""
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()
+    yield redis_server.url
+    client.flushdb()
+    client.close()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip `@pytest.mark.gpu` tests unless torch sees a CUDA device."""
+    if not any(item.get_closest_marker("gpu") for item in items) or _cuda_available():
+        return
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(pytest.mark.skip(reason=SKIP_WITHOUT_GPU))
+
+
+def _cuda_available() -> bool:
+    if shutil.which("nvidia-smi") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()

@@ -1,0 +1,224 @@
+"""docker-compose.yml: valid for the docker-compose client, wired consistently with the
+`opentinker up` launcher, and runnable — every compose service is started here as a local
+process with its compose `command` and `environment` (hostnames and ports rewritten), an
+embedded redis-server standing in for the redis container."""
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from opentinker.cli.topology import SERVICES, service_env
+
+pytestmark = pytest.mark.timeout(180)
+
+REPO = Path(__file__).resolve().parents[1]
+COMPOSE_FILE = REPO / "docker-compose.yml"
+NAMES = tuple(s.name for s in SERVICES)
+REDIS_CONTAINER_PORT = 6379
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load(COMPOSE_FILE.read_text())
+
+
+def env_of(service: dict) -> dict[str, str]:
+    env = service.get("environment", {})
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {key: str(value) for key, value in env.items()}
+
+
+def command_of(service: dict) -> list[str]:
+    command = service["command"]
+    return command.split() if isinstance(command, str) else [str(c) for c in command]
+
+
+def healthcheck_of(service: dict) -> list[str]:
+    test = service["healthcheck"]["test"]
+    assert test[0] == "CMD", "healthchecks run a command directly (no shell)"
+    return [str(t) for t in test[1:]]
+
+
+def container_port(service: dict, name: str) -> int:
+    return int(env_of(service)[f"OPENTINKER_{name.upper()}_PORT"])
+
+
+# ---------------------------------------------------------------- the file itself
+
+
+def test_docker_compose_config_accepts_the_file():
+    exe = shutil.which("docker-compose")
+    if exe is None:
+        if os.environ.get("CI"):
+            pytest.fail("docker-compose is not installed; CI must have it")
+        pytest.skip("docker-compose is not installed")
+    result = subprocess.run(
+        [exe, "-f", str(COMPOSE_FILE), "config", "-q"],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_redis_service_keeps_an_append_only_file(compose):
+    redis = compose["services"]["redis"]
+    assert redis["image"] == "redis:7-alpine"
+    assert "--appendonly" in redis["command"]
+    assert redis["command"][redis["command"].index("--appendonly") + 1] == "yes"
+    assert healthcheck_of(redis) == ["redis-cli", "ping"]
+    assert set(compose["services"]) == {"redis", *NAMES}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_service_wiring_matches_the_launcher(compose, name):
+    service = compose["services"][name]
+    spec = next(s for s in SERVICES if s.name == name)
+    env = env_of(service)
+    port = container_port(service, name)
+
+    assert command_of(service) == ["python", "-m", f"opentinker_{name}"]
+    assert Path(service["build"]["context"]) == Path(".")
+    assert port == spec.default_port
+    assert env[f"OPENTINKER_{name.upper()}_HOST"] == "0.0.0.0"
+    assert env["OPENTINKER_REDIS_URL"] == f"redis://redis:{REDIS_CONTAINER_PORT}/0"
+    # the same variables `opentinker up` sets, peers reached by compose service name
+    default_ports = {s.name: s.default_port for s in SERVICES}
+    launcher_env = service_env(spec, host="0.0.0.0", ports=default_ports,
+                               redis_url="redis://redis:6379/0")
+    assert set(env) == set(launcher_env)
+    for peer in spec.peers:
+        peer_port = next(s.default_port for s in SERVICES if s.name == peer)
+        assert env[f"OPENTINKER_{name.upper()}_{peer.upper()}_ADDRESS"] == f"{peer}:{peer_port}"
+        assert service["depends_on"][peer] == {"condition": "service_healthy"}
+    assert service["depends_on"]["redis"] == {"condition": "service_healthy"}
+    assert f"{port}:{port}" in [str(p) for p in service["ports"]]
+    probe = ["python", "-m", "opentinker.cli.health_probe", f"127.0.0.1:{port}"]
+    assert healthcheck_of(service) == probe
+
+
+def test_dockerfile_installs_torch_cpu_and_every_package():
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.11-slim\s*$", dockerfile, re.M)
+    cpu_index = r"--index-url https://download\.pytorch\.org/whl/cpu"
+    assert re.search(cpu_index + r" torch==2\.13\.0", dockerfile)
+    packages = ["clients/python"] + sorted(
+        str(p.parent.relative_to(REPO)) for p in (REPO / "services").glob("*/pyproject.toml")
+    )
+    assert len(packages) == 1 + len(NAMES)
+    for package in packages:
+        assert f"./{package}" in dockerfile, f"the image does not install {package}"
+    kept = (REPO / ".dockerignore").read_text().splitlines()
+    assert "!clients/python/" in kept and "!services/" in kept
+
+
+def test_health_probe_fails_when_nothing_listens():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    result = subprocess.run(
+        [sys.executable, "-m", "opentinker.cli.health_probe", f"127.0.0.1:{port}",
+         "--timeout", "1"],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 1
+    assert "UNREACHABLE" in result.stdout
+
+
+# ---------------------------------------------------------------- compose as local processes
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+class Localizer:
+    """Rewrites compose hostnames to 127.0.0.1 and every container port to a free local port."""
+
+    def __init__(self, compose: dict, redis_port: int):
+        ports = [container_port(compose["services"][name], name) for name in NAMES]
+        local_ports = free_ports(len(ports))
+        self.port_map = {REDIS_CONTAINER_PORT: redis_port, **dict(zip(ports, local_ports))}
+        hosts = "|".join(re.escape(h) for h in compose["services"])
+        self.host_port = re.compile(rf"\b(?:{hosts}|127\.0\.0\.1):(\d+)\b")
+
+    def text(self, value: str) -> str:
+        return self.host_port.sub(lambda m: f"127.0.0.1:{self.port_map[int(m[1])]}", value)
+
+    def env(self, env: dict[str, str]) -> dict[str, str]:
+        local = {}
+        for key, value in env.items():
+            if key.endswith("_PORT"):
+                value = str(self.port_map[int(value)])
+            elif key.endswith("_HOST") and value == "0.0.0.0":
+                value = "127.0.0.1"
+            local[key] = self.text(value)
+        return local
+
+    def argv(self, argv: list[str]) -> list[str]:
+        argv = [self.text(a) for a in argv]
+        return [sys.executable, *argv[1:]] if argv[0] == "python" else argv
+
+
+def test_compose_services_run_as_local_processes(compose, tmp_path):
+    from opentinker.core.embedded_redis import EmbeddedRedis
+
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("OPENTINKER_")}
+    with EmbeddedRedis(data_dir=tmp_path / "redis") as redis_server:
+        local = Localizer(compose, redis_server.port)
+        processes: dict[str, subprocess.Popen] = {}
+        try:
+            for name in NAMES:
+                service = compose["services"][name]
+                env = local.env(env_of(service))
+                assert env["OPENTINKER_REDIS_URL"] == redis_server.url
+                with open(tmp_path / f"{name}.log", "wb") as log:
+                    processes[name] = subprocess.Popen(
+                        local.argv(command_of(service)), env={**base_env, **env},
+                        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    )
+            for name in NAMES:
+                probe = local.argv(healthcheck_of(compose["services"][name]))
+                wait_healthy(name, probe, processes[name], tmp_path / f"{name}.log")
+            for name, process in processes.items():
+                process.send_signal(signal.SIGTERM)
+            for name, process in processes.items():
+                code = process.wait(timeout=30)
+                log = (tmp_path / f"{name}.log").read_text(errors="replace")
+                assert code == 0, f"{name} exited {code} after SIGTERM:\n{log[-3000:]}"
+        finally:
+            for process in processes.values():
+                if process.poll() is None:
+                    process.kill()
+                    process.wait(timeout=10)
+
+
+def wait_healthy(name: str, probe: list[str], process: subprocess.Popen, log_path: Path) -> None:
+    """Run the service's healthcheck command until it passes (60 s at most)."""
+    deadline = time.monotonic() + 60
+    while True:
+        log = log_path.read_text(errors="replace")
+        assert process.poll() is None, f"{name} exited early:\n{log}"
+        result = subprocess.run(probe, capture_output=True, text=True, timeout=30)
+        if result.returncode == 0:
+            assert "SERVING" in result.stdout
+            return
+        assert time.monotonic() < deadline, f"{name} never healthy: {result.stdout}\n{log}"
+        time.sleep(0.2)
