@@ -77,7 +77,7 @@ LR_SCHEDULE_LINEAR: LrSchedule
 LR_SCHEDULE_COSINE: LrSchedule
 
 class LossConfig(_message.Message):
-    __slots__ = ("function", "aggregation", "clip_low", "clip_high", "dual_clip_c", "truncation_cap", "token_sum_divisor", "kl_coef", "kl_estimator", "kl_placement", "entropy_coef")
+    __slots__ = ("function", "aggregation", "clip_low", "clip_high", "dual_clip_c", "truncation_cap", "token_sum_divisor", "kl_coef", "kl_estimator", "kl_placement", "entropy_coef", "temperature")
     FUNCTION_FIELD_NUMBER: _ClassVar[int]
     AGGREGATION_FIELD_NUMBER: _ClassVar[int]
     CLIP_LOW_FIELD_NUMBER: _ClassVar[int]
@@ -89,6 +89,7 @@ class LossConfig(_message.Message):
     KL_ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
     KL_PLACEMENT_FIELD_NUMBER: _ClassVar[int]
     ENTROPY_COEF_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     function: LossFunction
     aggregation: LossAggregation
     clip_low: float
@@ -100,7 +101,8 @@ class LossConfig(_message.Message):
     kl_estimator: KlEstimator
     kl_placement: KlPlacement
     entropy_coef: float
-    def __init__(self, function: _Optional[_Union[LossFunction, str]] = ..., aggregation: _Optional[_Union[LossAggregation, str]] = ..., clip_low: _Optional[float] = ..., clip_high: _Optional[float] = ..., dual_clip_c: _Optional[float] = ..., truncation_cap: _Optional[float] = ..., token_sum_divisor: _Optional[float] = ..., kl_coef: _Optional[float] = ..., kl_estimator: _Optional[_Union[KlEstimator, str]] = ..., kl_placement: _Optional[_Union[KlPlacement, str]] = ..., entropy_coef: _Optional[float] = ...) -> None: ...
+    temperature: float
+    def __init__(self, function: _Optional[_Union[LossFunction, str]] = ..., aggregation: _Optional[_Union[LossAggregation, str]] = ..., clip_low: _Optional[float] = ..., clip_high: _Optional[float] = ..., dual_clip_c: _Optional[float] = ..., truncation_cap: _Optional[float] = ..., token_sum_divisor: _Optional[float] = ..., kl_coef: _Optional[float] = ..., kl_estimator: _Optional[_Union[KlEstimator, str]] = ..., kl_placement: _Optional[_Union[KlPlacement, str]] = ..., entropy_coef: _Optional[float] = ..., temperature: _Optional[float] = ...) -> None: ...
 
 class AdvantageConfig(_message.Message):
     __slots__ = ("estimator", "normalize_by_std", "gamma")

@@ -151,14 +151,16 @@ class OptimStepResponse(_message.Message):
     def __init__(self, step: _Optional[int] = ..., policy_version: _Optional[int] = ..., grad_norm: _Optional[float] = ..., learning_rate: _Optional[float] = ..., metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class ComputeLogprobsRequest(_message.Message):
-    __slots__ = ("session_id", "sequences", "reference")
+    __slots__ = ("session_id", "sequences", "reference", "temperature")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCES_FIELD_NUMBER: _ClassVar[int]
     REFERENCE_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     sequences: _containers.RepeatedCompositeFieldContainer[_datum_pb2.TokenSequence]
     reference: bool
-    def __init__(self, session_id: _Optional[str] = ..., sequences: _Optional[_Iterable[_Union[_datum_pb2.TokenSequence, _Mapping]]] = ..., reference: _Optional[bool] = ...) -> None: ...
+    temperature: float
+    def __init__(self, session_id: _Optional[str] = ..., sequences: _Optional[_Iterable[_Union[_datum_pb2.TokenSequence, _Mapping]]] = ..., reference: _Optional[bool] = ..., temperature: _Optional[float] = ...) -> None: ...
 
 class ComputeLogprobsResponse(_message.Message):
     __slots__ = ("logprobs",)
