@@ -21,7 +21,8 @@ RUN pip install \
         ./services/rollout \
         ./services/envhost \
         ./services/coordinator \
-    && useradd --create-home --uid 10001 opentinker
+    && useradd --create-home --uid 10001 opentinker \
+    && mkdir -p /data/checkpoints && chown opentinker /data/checkpoints
 
 USER opentinker
 WORKDIR /home/opentinker

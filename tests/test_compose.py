@@ -93,8 +93,12 @@ def test_service_wiring_matches_the_launcher(compose, name):
     # the same variables `opentinker up` sets, peers reached by compose service name
     default_ports = {s.name: s.default_port for s in SERVICES}
     launcher_env = service_env(spec, host="0.0.0.0", ports=default_ports,
-                               redis_url="redis://redis:6379/0")
+                               redis_url="redis://redis:6379/0", checkpoint_dir="/data/checkpoints",
+                               advertise_host=name)
     assert set(env) == set(launcher_env)
+    advertise = f"OPENTINKER_{name.upper()}_ADVERTISE_ADDRESS"
+    assert env.get(advertise) == launcher_env.get(advertise)  # workers advertise their compose hostname
+    assert env.get("OPENTINKER_CHECKPOINT_DIR") == launcher_env.get("OPENTINKER_CHECKPOINT_DIR")
     for peer in spec.peers:
         peer_port = next(s.default_port for s in SERVICES if s.name == peer)
         assert env[f"OPENTINKER_{name.upper()}_{peer.upper()}_ADDRESS"] == f"{peer}:{peer_port}"

@@ -1,4 +1,4 @@
-"""Each of the five services as a real process: health, reflection, UNIMPLEMENTED RPCs,
+"""Each of the five services as a real process: health, reflection, bad-input statuses,
 graceful SIGTERM, a taken port, and the scheduler waiting for Redis."""
 
 from __future__ import annotations
@@ -49,17 +49,38 @@ def test_reflection_lists_service_health_and_reflection(service: ServiceProcess)
                                     reflection.SERVICE_NAME])
 
 
-def test_every_rpc_answers_unimplemented_naming_the_method(service: ServiceProcess) -> None:
+# RPCs not built yet (README "Live RPCs"); every other RPC is live.
+NOT_YET_LIVE = {
+    "Coordinator": {"ResumeRun", "OpenMatch", "JoinMatch", "GetMatch", "AwaitTurn", "SubmitAction",
+                    "LeaveMatch", "ArriveAtBarrier"},
+    "Scheduler": {"CreateTenant", "GetTenant", "ListTenants", "UpdateTenantQuota", "CreateApiKey",
+                  "ListApiKeys", "RevokeApiKey"},
+}
+# An empty request is bad input: it must get one of these, never UNKNOWN or INTERNAL.
+CANONICAL_REFUSALS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
+                      grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNIMPLEMENTED}
+
+
+def test_empty_requests_get_canonical_errors_and_unbuilt_rpcs_say_so(service: ServiceProcess) -> None:
     descriptor = service.case.pb2().DESCRIPTOR.services_by_name[f"{service.case.area}Service"]
     assert descriptor.full_name == service.case.full_name
-    assert len(descriptor.methods) > 0
+    not_live = NOT_YET_LIVE.get(service.case.area, set())
     with grpc.insecure_channel(service.address) as channel:
         stub = service.case.stub(channel)
         for method in descriptor.methods:
             error = _call_expecting_error(stub, method)
-            assert error.code() == grpc.StatusCode.UNIMPLEMENTED, method.name
-            assert f"{service.case.full_name}/{method.name}" in error.details()
-            assert "not implemented yet" in error.details()
+            if error is None:  # valid as it is: a List with defaults, an empty stream
+                assert method.name not in not_live
+                continue
+            if method.name in not_live:
+                assert error.code() == grpc.StatusCode.UNIMPLEMENTED, method.name
+                assert f"{service.case.full_name}/{method.name} is not implemented yet" in error.details()
+            else:
+                assert error.code() in CANONICAL_REFUSALS - {grpc.StatusCode.UNIMPLEMENTED}, \
+                    (method.name, error.code(), error.details())
+                assert error.details(), method.name
+    assert service.health("") == "SERVING"
+    assert service.process.poll() is None
 
 
 def test_sigterm_stops_gracefully_with_exit_code_0(service: ServiceProcess) -> None:
@@ -131,7 +152,7 @@ def _assert_stays_not_serving(process: ServiceProcess, *, seconds: float) -> Non
         time.sleep(0.2)
 
 
-def _call_expecting_error(stub: object, method: MethodDescriptor) -> grpc.RpcError:
+def _call_expecting_error(stub: object, method: MethodDescriptor) -> grpc.RpcError | None:
     """Call `method` with an empty request the way its streaming kind requires."""
     request = message_factory.GetMessageClass(method.input_type)()
     call = getattr(stub, method.name)
@@ -142,4 +163,4 @@ def _call_expecting_error(stub: object, method: MethodDescriptor) -> grpc.RpcErr
             list(result)
     except grpc.RpcError as error:
         return error
-    raise AssertionError(f"{method.full_name} answered instead of failing")
+    return None  # the empty request was valid (a List with defaults, an empty Interact stream)

@@ -1,16 +1,44 @@
-"""Entry point of the Coordinator service: parse settings, build, serve, stop gracefully."""
+"""Entry point of the Coordinator service: parse settings, build, serve, stop gracefully.
 
+The coordinator registers with the Scheduler as a COORDINATOR worker; every assignment it
+receives through its heartbeat starts a run (the job's driver) in the background, and a
+stop (cancel, lease lost) stops that run at its next phase boundary.
+"""
+
+from __future__ import annotations
+
+from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.core.entrypoint import run_service
 from opentinker.core.server import ServerPlan
+from opentinker.core.worker_registration import WorkerRegistration
+from opentinker_coordinator.launch import JobLauncher, LaunchConfig
+from opentinker_coordinator.runs import RunRegistry
 from opentinker_coordinator.servicer import coordinator_service_binding
 from opentinker_coordinator.settings import CoordinatorSettings
 
 SERVICE_NAME = "coordinator"
 
 
+def registration(settings: CoordinatorSettings, registry: RunRegistry) -> WorkerRegistration:
+    async def on_assignment(assignment: job_pb2.Assignment) -> None:
+        registry.start(assignment.lease.job_id, assignment.lease.fencing_token)
+
+    async def on_stop(job_id: str) -> None:
+        registry.stop(job_id)
+
+    return WorkerRegistration.for_settings(settings, role="coordinator", on_assignment=on_assignment,
+                                           on_stop=on_stop)
+
+
 async def build_plan(settings: CoordinatorSettings) -> ServerPlan:
-    """What the server hosts; peers are not dialled yet (no RPC needs them)."""
-    return ServerPlan(services=[coordinator_service_binding()])
+    launcher = JobLauncher(LaunchConfig(
+        scheduler_address=settings.scheduler_address, trainer_address=settings.trainer_address,
+        rollout_address=settings.rollout_address, output_dir=settings.output_dir,
+        checkpoint_dir=settings.checkpoint_dir))
+    registry = RunRegistry(launcher)
+    worker = registration(settings, registry)
+    return ServerPlan(services=[coordinator_service_binding(registry)], start_hooks=[worker.start],
+                      close_hooks=[worker.stop, registry.close])
 
 
 def main() -> int:

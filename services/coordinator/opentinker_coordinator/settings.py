@@ -3,7 +3,10 @@
 from dataclasses import dataclass
 from typing import ClassVar
 
-from opentinker.core.settings import ServiceSettings, address_setting, port_setting
+from pathlib import Path
+
+from opentinker.core.settings import ServiceSettings, address_setting, port_setting, setting
+from opentinker.ml.checkpoints import checkpoint_dir_setting
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -16,6 +19,10 @@ class CoordinatorSettings(ServiceSettings):
     scheduler_address: str = address_setting(
         "127.0.0.1:50051", "Scheduler this worker registers with and reports job events to.")
     trainer_address: str = address_setting(
-        "127.0.0.1:50052", "Trainer called for ForwardBackward, OptimStep and checkpoints.")
+        "127.0.0.1:50052", "Trainer used when a job's assignment names none.")
     rollout_address: str = address_setting(
-        "127.0.0.1:50053", "Rollout called for RunEpisodes and weight updates.")
+        "127.0.0.1:50053", "Rollout used when a job's assignment names none.")
+    output_dir: str = setting(
+        ".opentinker/outputs", "Directory for INFERENCE job results that name no output_path.")
+    checkpoint_dir: Path = checkpoint_dir_setting(
+        "Directory of checkpoints shared with Trainer and Rollout (read for tokenizers of SFT data).")

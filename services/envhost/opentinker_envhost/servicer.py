@@ -1,15 +1,123 @@
-"""The EnvHostService servicer: converts protobuf <-> domain objects (no RPC is built yet)."""
+"""The EnvHostService servicer: converts protobuf <-> domain objects around the SessionManager.
 
-from opentinker.api.envhost.v1 import envhost_service_pb2, envhost_service_pb2_grpc
+Errors: a domain error becomes its canonical status code (NOT_FOUND unknown environment or
+session, INVALID_ARGUMENT bad config/kwargs/seat, RESOURCE_EXHAUSTED session limit,
+FAILED_PRECONDITION step before reset / after done / broken session, DEADLINE_EXCEEDED a game
+call past the timeout, INTERNAL a game that raised). Unary calls carry the ErrorReason name in
+trailing metadata `opentinker-reason` and a game's traceback in `opentinker-traceback-bin`;
+Interact answers the failed request with an ErrorDetail {code, message, reason, traceback}.
+
+Structs: numbers arrive as doubles; whole ones are passed to games as ints (3.0 -> 3).
+ResetRequest.seed 0 means "no seed" (put `seed` in kwargs to pass 0).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
+from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
 from opentinker.core.server import ServiceBinding
-from opentinker.core.unimplemented import unimplemented_servicer
+from opentinker_envhost import convert
+from opentinker_envhost.errors import EnvHostError, InvalidArgument
+from opentinker_envhost.interact import InteractPump
+from opentinker_envhost.sessions import SessionManager
 
-SERVICE_FULL_NAME = envhost_service_pb2.DESCRIPTOR.services_by_name["EnvHostService"].full_name
+SERVICE_FULL_NAME = pb.DESCRIPTOR.services_by_name["EnvHostService"].full_name
+
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+UnaryRpc = Callable[[Any, Request, grpc.aio.ServicerContext], Awaitable[Response]]
 
 
-def envhost_service_binding() -> ServiceBinding:
-    """The EnvHostService to host; every RPC answers UNIMPLEMENTED for now."""
-    base = envhost_service_pb2_grpc.EnvHostServiceServicer
-    servicer = unimplemented_servicer(base, SERVICE_FULL_NAME)
-    return ServiceBinding(full_name=SERVICE_FULL_NAME, servicer=servicer,
-                          add_to_server=envhost_service_pb2_grpc.add_EnvHostServiceServicer_to_server)
+def answers_domain_errors(rpc: UnaryRpc[Request, Response]) -> UnaryRpc[Request, Response]:
+    """Abort with the domain error's status code, message and trailing metadata."""
+    @functools.wraps(rpc)
+    async def wrapper(self: Any, request: Request, context: grpc.aio.ServicerContext) -> Response:
+        try:
+            return await rpc(self, request, context)
+        except EnvHostError as error:
+            await context.abort(convert.status_code(error), error.message,
+                                trailing_metadata=convert.error_metadata(error))
+            raise  # unreachable: abort raises
+    return wrapper
+
+
+class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
+    """Every EnvHostService RPC, over one SessionManager."""
+
+    def __init__(self, manager: SessionManager) -> None:
+        self.manager = manager
+
+    @answers_domain_errors
+    async def ListEnvironments(self, request: pb.ListEnvironmentsRequest,
+                               context: grpc.aio.ServicerContext) -> pb.ListEnvironmentsResponse:
+        specs, next_token = self.manager.catalog.page(request.page_size, request.page_token)
+        return pb.ListEnvironmentsResponse(environments=[convert.environment(s) for s in specs],
+                                           next_page_token=next_token)
+
+    @answers_domain_errors
+    async def OpenSession(self, request: pb.OpenSessionRequest,
+                          context: grpc.aio.ServicerContext) -> pb.OpenSessionResponse:
+        return await self.open_session(request)
+
+    @answers_domain_errors
+    async def Reset(self, request: pb.ResetRequest, context: grpc.aio.ServicerContext) -> pb.ResetResponse:
+        return await self.reset(request)
+
+    @answers_domain_errors
+    async def Step(self, request: pb.StepRequest, context: grpc.aio.ServicerContext) -> pb.StepResponse:
+        return await self.step(request)
+
+    @answers_domain_errors
+    async def CloseSession(self, request: pb.CloseSessionRequest,
+                           context: grpc.aio.ServicerContext) -> pb.CloseSessionResponse:
+        return await self.close_session(request)
+
+    async def Interact(self, request_iterator: AsyncIterable[pb.InteractRequest],
+                       context: grpc.aio.ServicerContext) -> AsyncIterator[pb.InteractResponse]:
+        async for response in InteractPump(self.interact_once, request_iterator).responses():
+            yield response
+
+    # -- shared by the unary RPCs and Interact ------------------------------------------------
+
+    async def open_session(self, request: pb.OpenSessionRequest) -> pb.OpenSessionResponse:
+        session = await self.manager.open(request.env_name, convert.struct_to_dict(request.config),
+                                          job_id=request.job_id, request_id=request.request_id)
+        return pb.OpenSessionResponse(session_id=session.session_id,
+                                      environment=convert.environment(session.spec))
+
+    async def reset(self, request: pb.ResetRequest) -> pb.ResetResponse:
+        outcome = await self.manager.reset(request.session_id, convert.struct_to_dict(request.kwargs),
+                                           seed=request.seed or None)
+        return convert.reset_response(outcome)
+
+    async def step(self, request: pb.StepRequest) -> pb.StepResponse:
+        result = await self.manager.step(request.session_id, request.action, seat=request.seat)
+        return convert.step_response(result)
+
+    async def close_session(self, request: pb.CloseSessionRequest) -> pb.CloseSessionResponse:
+        return pb.CloseSessionResponse(steps=await self.manager.close(request.session_id))
+
+    async def interact_once(self, request: pb.InteractRequest) -> pb.InteractResponse:
+        """One Interact request -> its response (an ErrorDetail on a domain error)."""
+        handlers = {"open_session": self.open_session, "reset": self.reset, "step": self.step,
+                    "close_session": self.close_session}
+        kind = request.WhichOneof("action")
+        try:
+            if kind is None:
+                raise InvalidArgument(f"action: set one of {', '.join(handlers)}")
+            result = await handlers[kind](getattr(request, kind))
+        except EnvHostError as error:
+            return pb.InteractResponse(sequence=request.sequence, error=convert.error_detail(error))
+        return pb.InteractResponse(sequence=request.sequence, **{kind: result})
+
+
+def envhost_service_binding(manager: SessionManager) -> ServiceBinding:
+    """The EnvHostService to host, serving `manager`'s sessions."""
+    return ServiceBinding(full_name=SERVICE_FULL_NAME, servicer=EnvHostServicer(manager),
+                          add_to_server=pb_grpc.add_EnvHostServiceServicer_to_server)

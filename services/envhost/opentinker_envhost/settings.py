@@ -4,6 +4,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from opentinker.core.settings import ServiceSettings, address_setting, port_setting, setting
+from opentinker.env import DEFAULT_MAX_OBSERVATION_CHARS
+from opentinker_envhost.catalog import NO_USER_GAMES, check_games_setting
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -17,3 +19,16 @@ class EnvHostSettings(ServiceSettings):
         "127.0.0.1:50051", "Scheduler this worker registers with and heartbeats to.")
     max_sessions: int = setting(
         256, "Most environment sessions this EnvHost keeps open at once.", min=1)
+    games: str = setting(
+        NO_USER_GAMES, "User games served besides the built-ins (math), as comma-separated "
+        "name=package.module:Class entries, e.g. mygame=mypkg.games:MyGame; each is imported "
+        "and checked at start-up. 'none': built-ins only.", check=check_games_setting,
+        type_name="name=module:Class,... or none")
+    call_timeout_seconds: float = setting(
+        30.0, "Longest a game's constructor, reset, step or close may run; past it the call "
+        "fails with ENVIRONMENT_TIMEOUT and the session must be closed.", positive=True)
+    session_ttl_seconds: float = setting(
+        600.0, "A session without calls for this long is closed.", positive=True)
+    max_observation_chars: int = setting(
+        DEFAULT_MAX_OBSERVATION_CHARS, "Longest observation or prompt a game may return; "
+        "a longer one fails the call with ENVIRONMENT_FAILED.", min=1)

@@ -1,16 +1,28 @@
 """Entry point of the Rollout service: parse settings, build, serve, stop gracefully."""
 
+from opentinker.core.devices import discover_devices
 from opentinker.core.entrypoint import run_service
 from opentinker.core.server import ServerPlan
-from opentinker_rollout.servicer import rollout_service_binding
+from opentinker.core.worker_registration import WorkerRegistration
+from opentinker_rollout.envhost_client import EnvHostChannels
+from opentinker_rollout.policies import PolicyRegistry
+from opentinker_rollout.servicer import RolloutServicer, rollout_service_binding
 from opentinker_rollout.settings import RolloutSettings
 
 SERVICE_NAME = "rollout"
 
 
 async def build_plan(settings: RolloutSettings) -> ServerPlan:
-    """What the server hosts; peers are not dialled yet (no RPC needs them)."""
-    return ServerPlan(services=[rollout_service_binding()])
+    """The RolloutService over a policy registry; EnvHost channels are dialled on first use."""
+    registry = PolicyRegistry(checkpoint_root=settings.checkpoint_dir,
+                              default_max_batch_size=settings.max_batch_size)
+    channels = EnvHostChannels()
+    servicer = RolloutServicer(registry, channels, default_envhost_address=settings.envhost_address,
+                               max_concurrent_episodes=settings.max_concurrent_episodes)
+    registration = WorkerRegistration.for_settings(
+        settings, role="rollout", devices=discover_devices(settings.cpu_slots))
+    return ServerPlan(services=[rollout_service_binding(servicer)], start_hooks=[registration.start],
+                      close_hooks=[registration.stop, registry.close, channels.close])
 
 
 def main() -> int:

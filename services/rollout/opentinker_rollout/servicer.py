@@ -1,15 +1,145 @@
-"""The RolloutService servicer: converts protobuf <-> domain objects (no RPC is built yet)."""
+"""The RolloutService servicer: converts protobuf <-> domain objects around the PolicyRegistry.
 
-from opentinker.api.rollout.v1 import rollout_service_pb2, rollout_service_pb2_grpc
+Errors: a domain error becomes its status code (INVALID_ARGUMENT, NOT_FOUND,
+FAILED_PRECONDITION) with a message naming the field and the ErrorReason name in trailing
+metadata `opentinker-reason` (as the EnvHost does). RunEpisodes reports a crashed episode as
+an `error` item and keeps streaming; environment failures arrive as trajectories with
+STOP_REASON_ENV_ERROR.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from typing import Any
+
+import grpc
+
+from opentinker.api.rollout.v1 import rollout_service_pb2 as pb
+from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as pb_grpc
 from opentinker.core.server import ServiceBinding
-from opentinker.core.unimplemented import unimplemented_servicer
+from opentinker_rollout import convert
+from opentinker_rollout.envhost_client import EnvHostChannels, EnvironmentTarget, envhost_environments
+from opentinker_rollout.errors import InvalidArgument, NotFound, RolloutError
+from opentinker_rollout.policies import LoadedPolicy, PolicyRegistry, WeightsChunk
+from opentinker_rollout.runner import EpisodeBatch, EpisodeServices, run_episodes
+from opentinker_rollout.sampler import sample
 
-SERVICE_FULL_NAME = rollout_service_pb2.DESCRIPTOR.services_by_name["RolloutService"].full_name
+SERVICE_FULL_NAME = pb.DESCRIPTOR.services_by_name["RolloutService"].full_name
+REASON_METADATA_KEY = "opentinker-reason"
 
 
-def rollout_service_binding() -> ServiceBinding:
-    """The RolloutService to host; every RPC answers UNIMPLEMENTED for now."""
-    base = rollout_service_pb2_grpc.RolloutServiceServicer
-    servicer = unimplemented_servicer(base, SERVICE_FULL_NAME)
+def status_code(error: RolloutError) -> grpc.StatusCode:
+    if isinstance(error, InvalidArgument):
+        return grpc.StatusCode.INVALID_ARGUMENT
+    if isinstance(error, NotFound):
+        return grpc.StatusCode.NOT_FOUND
+    return grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def abort_with(context: grpc.aio.ServicerContext, error: RolloutError) -> None:
+    await context.abort(status_code(error), str(error),
+                        trailing_metadata=((REASON_METADATA_KEY, f"ERROR_REASON_{error.reason}"),))
+
+
+def answers_domain_errors(rpc: Callable[..., Any]) -> Callable[..., Any]:
+    """Unary-response RPCs: abort with the domain error's code, message and reason."""
+    @functools.wraps(rpc)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await rpc(self, request, context)
+        except RolloutError as error:
+            await abort_with(context, error)
+    return wrapper
+
+
+class RolloutServicer(pb_grpc.RolloutServiceServicer):
+    def __init__(self, registry: PolicyRegistry, channels: EnvHostChannels, *,
+                 default_envhost_address: str, max_concurrent_episodes: int = 64) -> None:
+        self.registry = registry
+        self.channels = channels
+        self.default_envhost_address = default_envhost_address
+        self.max_concurrent_episodes = max_concurrent_episodes
+
+    @answers_domain_errors
+    async def LoadModel(self, request: pb.LoadModelRequest,
+                        context: grpc.aio.ServicerContext) -> pb.LoadModelResponse:
+        info = await self.registry.load(convert.load_request(request))
+        return pb.LoadModelResponse(policy=convert.policy(info))
+
+    @answers_domain_errors
+    async def UnloadModel(self, request: pb.UnloadModelRequest,
+                          context: grpc.aio.ServicerContext) -> pb.UnloadModelResponse:
+        info = await self.registry.unload(request.policy_id, convert.lease(request.lease))
+        return pb.UnloadModelResponse(policy=convert.policy(info))
+
+    @answers_domain_errors
+    async def UpdateWeights(self, request_iterator: AsyncIterable[pb.UpdateWeightsRequest],
+                            context: grpc.aio.ServicerContext) -> pb.UpdateWeightsResponse:
+        stream = aiter(request_iterator)
+        target = await _expect(stream, "target", "the first message must be a target")
+        header = await _expect(stream, "header", "the second message must be a header")
+        info, received = await self.registry.update_weights(
+            target.policy_id, convert.lease(target.lease), convert.weights_header(header),
+            _chunks(stream))
+        return pb.UpdateWeightsResponse(policy=convert.policy(info), bytes_received=received)
+
+    @answers_domain_errors
+    async def Sample(self, request: pb.SampleRequest,
+                     context: grpc.aio.ServicerContext) -> pb.SampleResponse:
+        policy = self.registry.get(request.policy_id)
+        results = await sample(policy, convert.prompts(request), convert.sampling_config(request.sampling))
+        return convert.sample_response(results)
+
+    async def RunEpisodes(self, request: pb.RunEpisodesRequest,
+                          context: grpc.aio.ServicerContext) -> AsyncIterator[pb.RunEpisodesResponse]:
+        try:
+            batch, services = self._episode_plan(request)
+        except RolloutError as error:
+            await abort_with(context, error)
+            return
+        async for result in run_episodes(batch, services):
+            yield convert.run_episodes_item(result)
+
+    def _episode_plan(self, request: pb.RunEpisodesRequest) -> tuple[EpisodeBatch, EpisodeServices]:
+        policy = self.registry.get(request.policy_id)
+        lease = convert.lease(request.lease)
+        self.registry.check_lease(policy, lease)
+        batch = EpisodeBatch(specs=convert.episode_specs(request), group_size=request.group_size or 1,
+                             sampling=convert.sampling_config(request.sampling),
+                             limits=convert.episode_limits(request.limits),
+                             max_concurrency=self.max_concurrent_episodes)
+        return batch, self._episode_services(policy, request, lease.job_id)
+
+    def _episode_services(self, policy: LoadedPolicy, request: pb.RunEpisodesRequest,
+                          job_id: str) -> EpisodeServices:
+        environment = request.environment
+        if not environment.env_name:
+            raise InvalidArgument("environment.env_name", "is required")
+        target = EnvironmentTarget(address=environment.envhost_address or self.default_envhost_address,
+                                   env_name=environment.env_name,
+                                   config=convert.from_struct(environment.config), job_id=job_id)
+        return EpisodeServices(generator=policy.batcher, renderer=policy.renderer,
+                               environments=envhost_environments(self.channels, target),
+                               max_context_length=policy.engine.max_context_length)
+
+
+async def _expect(stream: AsyncIterator[pb.UpdateWeightsRequest], kind: str, problem: str) -> Any:
+    message = await anext(stream, None)
+    if message is None or message.WhichOneof("item") != kind:
+        raise InvalidArgument(kind, problem)
+    return getattr(message, kind)
+
+
+async def _chunks(stream: AsyncIterator[pb.UpdateWeightsRequest]) -> AsyncIterator[WeightsChunk]:
+    async for message in stream:
+        if message.WhichOneof("item") != "chunk":
+            raise InvalidArgument("chunk", "after the header, every message must be a chunk")
+        yield WeightsChunk(tensor_name=message.chunk.tensor_name, offset=message.chunk.offset,
+                           data=message.chunk.data)
+
+
+def rollout_service_binding(servicer: RolloutServicer) -> ServiceBinding:
+    """The RolloutService to host."""
     return ServiceBinding(full_name=SERVICE_FULL_NAME, servicer=servicer,
-                          add_to_server=rollout_service_pb2_grpc.add_RolloutServiceServicer_to_server)
+                          add_to_server=pb_grpc.add_RolloutServiceServicer_to_server)

@@ -1,9 +1,11 @@
-"""Settings of the Rollout service, read from OPENTINKER_ROLLOUT_* variables."""
+"""Settings of the Rollout service, read from OPENTINKER_ROLLOUT_* and OPENTINKER_CHECKPOINT_DIR."""
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from opentinker.core.settings import ServiceSettings, address_setting, port_setting, setting
+from opentinker.ml.checkpoints import checkpoint_dir_setting
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -16,6 +18,14 @@ class RolloutSettings(ServiceSettings):
     scheduler_address: str = address_setting(
         "127.0.0.1:50051", "Scheduler this worker registers with and heartbeats to.")
     envhost_address: str = address_setting(
-        "127.0.0.1:50054", "EnvHost that runs environment steps for episodes.")
+        "127.0.0.1:50054", "EnvHost that runs environment steps for episodes whose "
+        "environment reference names no envhost_address.")
     cpu_slots: int = setting(
         1, "Device slots (cpu:0..N-1) offered to jobs when torch sees no GPU.", min=1)
+    checkpoint_dir: Path = checkpoint_dir_setting(
+        "Directory of checkpoints written by the Trainer; LoadModel reads checkpoint models here.")
+    max_batch_size: int = setting(
+        32, "Most sequences one batched generation step decodes together (per policy), unless "
+        "LoadModel asks for another size.", min=1, max=4096)
+    max_concurrent_episodes: int = setting(
+        256, "Most episodes of one RunEpisodes call that run at the same time.", min=1)

@@ -2,13 +2,16 @@
 
 The scheduler starts NOT_SERVING and becomes SERVING once Redis answers; it never exits
 because Redis is down, it keeps retrying with backoff and logs a warning per failed try.
+The allocator loop runs as a start hook beside the health tracker.
 """
 
 from functools import partial
 
 from opentinker.core.entrypoint import run_service
 from opentinker.core.redis_store import connect
-from opentinker.core.server import ServerPlan
+from opentinker.core.server import HealthReporter, ServerPlan
+from opentinker_scheduler.allocator import Allocator
+from opentinker_scheduler.app import build_scheduler
 from opentinker_scheduler.redis_health import track_redis_health
 from opentinker_scheduler.servicer import scheduler_service_binding
 from opentinker_scheduler.settings import SchedulerSettings
@@ -17,11 +20,19 @@ SERVICE_NAME = "scheduler"
 
 
 async def build_plan(settings: SchedulerSettings) -> ServerPlan:
-    """Host the SchedulerService; report SERVING only while Redis answers."""
+    """Host the SchedulerService and its allocator; report SERVING only while Redis answers."""
     client = connect(settings.redis_url)
+    blocking_client = connect(settings.redis_url, socket_timeout=None)  # WatchJob's XREAD BLOCK
+    scheduler = build_scheduler(client, blocking_client, config=settings.domain_config())
     watch_redis = partial(track_redis_health, client, check_seconds=settings.redis_check_seconds)
-    return ServerPlan(services=[scheduler_service_binding()], serving_at_start=False,
-                      start_hooks=[watch_redis], close_hooks=[client.aclose])
+    return ServerPlan(services=[scheduler_service_binding(scheduler)], serving_at_start=False,
+                      start_hooks=[watch_redis, partial(run_allocator, scheduler.allocator)],
+                      close_hooks=[client.aclose, blocking_client.aclose])
+
+
+async def run_allocator(allocator: Allocator, health: HealthReporter) -> None:
+    """A start hook: the allocator loop until shutdown cancels it."""
+    await allocator.run_forever()
 
 
 def main() -> int:

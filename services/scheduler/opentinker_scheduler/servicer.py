@@ -1,15 +1,123 @@
-"""The SchedulerService servicer: converts protobuf <-> domain objects (no RPC is built yet)."""
+"""The SchedulerService servicer: converts protobuf <-> domain objects and calls the domain.
 
-from opentinker.api.scheduler.v1 import scheduler_service_pb2, scheduler_service_pb2_grpc
+Tenant and API-key RPCs answer UNIMPLEMENTED until issue 4. Errors are mapped in grpc_errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+
+from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from opentinker.core.server import ServiceBinding
 from opentinker.core.unimplemented import unimplemented_servicer
+from opentinker_scheduler import grpc_errors
+from opentinker_scheduler.app import Scheduler
+from opentinker_scheduler.convert_common import duration
+from opentinker_scheduler.convert_jobs import (
+    event_to_proto,
+    facts_from_spec,
+    job_to_proto,
+    job_type_from_proto,
+    payload_from_proto,
+    spec_blob,
+    state_from_proto,
+)
+from opentinker_scheduler.convert_workers import (
+    assignment_to_proto,
+    lease_context_from_proto,
+    registration_from_proto,
+    role_from_proto,
+    worker_to_proto,
+)
 
-SERVICE_FULL_NAME = scheduler_service_pb2.DESCRIPTOR.services_by_name["SchedulerService"].full_name
+SERVICE_FULL_NAME = pb.DESCRIPTOR.services_by_name["SchedulerService"].full_name
+Context = grpc.aio.ServicerContext
+_Base = type(unimplemented_servicer(pb_grpc.SchedulerServiceServicer, SERVICE_FULL_NAME))
 
 
-def scheduler_service_binding() -> ServiceBinding:
-    """The SchedulerService to host; every RPC answers UNIMPLEMENTED for now."""
-    base = scheduler_service_pb2_grpc.SchedulerServiceServicer
-    servicer = unimplemented_servicer(base, SERVICE_FULL_NAME)
-    return ServiceBinding(full_name=SERVICE_FULL_NAME, servicer=servicer,
-                          add_to_server=scheduler_service_pb2_grpc.add_SchedulerServiceServicer_to_server)
+class SchedulerServicer(_Base):  # type: ignore[misc, valid-type]
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.jobs = scheduler.jobs
+        self.pool = scheduler.pool
+        self.interval = duration(scheduler.config.heartbeat_interval_ms)
+
+    @grpc_errors.unary
+    async def SubmitJob(self, request: pb.SubmitJobRequest, context: Context) -> pb.SubmitJobResponse:
+        job, created = await self.jobs.submit(facts_from_spec(request.spec), spec_blob(request.spec),
+                                              request_id=request.request_id,
+                                              validate_only=request.validate_only)
+        return pb.SubmitJobResponse(job=job_to_proto(job), created=created)
+
+    @grpc_errors.unary
+    async def GetJob(self, request: pb.GetJobRequest, context: Context) -> pb.GetJobResponse:
+        return pb.GetJobResponse(job=job_to_proto(await self.jobs.get(request.job_id)))
+
+    @grpc_errors.unary
+    async def ListJobs(self, request: pb.ListJobsRequest, context: Context) -> pb.ListJobsResponse:
+        states = [state_from_proto(s, field=f"states[{i}]") for i, s in enumerate(request.states)]
+        page = await self.jobs.list(size=request.page_size, token=request.page_token, states=states,
+                                    job_type=job_type_from_proto(request.type, field="type"))
+        return pb.ListJobsResponse(jobs=[job_to_proto(j) for j in page.items],
+                                   next_page_token=page.next_page_token)
+
+    @grpc_errors.unary
+    async def CancelJob(self, request: pb.CancelJobRequest, context: Context) -> pb.CancelJobResponse:
+        job = await self.jobs.cancel(request.job_id, reason=request.reason)
+        return pb.CancelJobResponse(job=job_to_proto(job))
+
+    @grpc_errors.streaming
+    async def WatchJob(self, request: pb.WatchJobRequest,
+                       context: Context) -> AsyncIterator[pb.WatchJobResponse]:
+        events = self.jobs.watch(request.job_id, after_sequence=request.after_sequence,
+                                 follow_after_end=request.follow_after_end)
+        async for event in events:
+            yield pb.WatchJobResponse(event=event_to_proto(event))
+
+    @grpc_errors.unary
+    async def RegisterWorker(self, request: pb.RegisterWorkerRequest,
+                             context: Context) -> pb.RegisterWorkerResponse:
+        worker = await self.pool.register(registration_from_proto(request))
+        return pb.RegisterWorkerResponse(worker=worker_to_proto(worker), heartbeat_interval=self.interval)
+
+    @grpc_errors.unary
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context: Context) -> pb.HeartbeatResponse:
+        result = await self.pool.heartbeat(request.worker_id)
+        return pb.HeartbeatResponse(assignments=[assignment_to_proto(a) for a in result.assignments],
+                                    stop_job_ids=result.stop_job_ids, heartbeat_interval=self.interval)
+
+    @grpc_errors.unary
+    async def DeregisterWorker(self, request: pb.DeregisterWorkerRequest,
+                               context: Context) -> pb.DeregisterWorkerResponse:
+        worker = await self.pool.deregister(request.worker_id, drain=request.drain)
+        return pb.DeregisterWorkerResponse(worker=worker_to_proto(worker))
+
+    @grpc_errors.unary
+    async def ListWorkers(self, request: pb.ListWorkersRequest, context: Context) -> pb.ListWorkersResponse:
+        page = await self.pool.list(size=request.page_size, token=request.page_token,
+                                    role=role_from_proto(request.role, field="role"))
+        return pb.ListWorkersResponse(workers=[worker_to_proto(w) for w in page.items],
+                                      next_page_token=page.next_page_token)
+
+    @grpc_errors.unary
+    async def ReportJobEvents(self, request: pb.ReportJobEventsRequest,
+                              context: Context) -> pb.ReportJobEventsResponse:
+        payloads = [payload_from_proto(e, field=f"events[{i}]") for i, e in enumerate(request.events)]
+        sequence = await self.jobs.report(lease_context_from_proto(request.lease), payloads,
+                                          request_id=request.request_id)
+        return pb.ReportJobEventsResponse(last_sequence=sequence)
+
+    @grpc_errors.unary
+    async def FinishJob(self, request: pb.FinishJobRequest, context: Context) -> pb.FinishJobResponse:
+        job = await self.jobs.finish(lease_context_from_proto(request.lease),
+                                     state_from_proto(request.final_state, field="final_state"),
+                                     message=request.message)
+        return pb.FinishJobResponse(job=job_to_proto(job))
+
+
+def scheduler_service_binding(scheduler: Scheduler) -> ServiceBinding:
+    """The SchedulerService backed by `scheduler`."""
+    return ServiceBinding(full_name=SERVICE_FULL_NAME, servicer=SchedulerServicer(scheduler),
+                          add_to_server=pb_grpc.add_SchedulerServiceServicer_to_server)

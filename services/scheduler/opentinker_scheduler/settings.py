@@ -3,7 +3,9 @@
 from dataclasses import dataclass
 from typing import ClassVar
 
+from opentinker.core.errors import SettingsError
 from opentinker.core.settings import ServiceSettings, port_setting, redis_url_setting, setting
+from opentinker_scheduler.config import SchedulerConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -19,3 +21,39 @@ class SchedulerSettings(ServiceSettings):
     redis_check_seconds: float = setting(
         5.0, "Seconds between Redis health pings; while Redis does not answer, the scheduler "
         "reports NOT_SERVING and retries with backoff.", positive=True)
+    heartbeat_interval_seconds: float = setting(
+        2.0, "How often workers are told to heartbeat; also bounds how fast a cancelled job's "
+        "workers learn to stop.", positive=True)
+    worker_ttl_seconds: float = setting(
+        10.0, "A worker with no heartbeat for this long is DEAD and its device leases expire "
+        "(their jobs fail). Must exceed the heartbeat interval.", positive=True)
+    allocator_interval_seconds: float = setting(
+        0.5, "Seconds between allocator passes (expire leases, start queued jobs).", positive=True)
+    coordinator_capacity: int = setting(
+        8, "Jobs one Coordinator worker (a worker without devices) serves at once.", min=1, max=1024)
+    dead_worker_retention_seconds: float = setting(
+        300.0, "How long ListWorkers still shows a DEAD worker before it is forgotten.", min=0)
+    request_id_ttl_seconds: int = setting(
+        86400, "How long a request_id is remembered for idempotent retries.", min=60)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.worker_ttl_seconds <= self.heartbeat_interval_seconds:
+            raise SettingsError(
+                f"invalid {type(self).__name__}: OPENTINKER_SCHEDULER_WORKER_TTL_SECONDS="
+                f"{self.worker_ttl_seconds} must exceed OPENTINKER_SCHEDULER_HEARTBEAT_INTERVAL_SECONDS="
+                f"{self.heartbeat_interval_seconds} (3x or more is advisable)")
+
+    def domain_config(self) -> SchedulerConfig:
+        """The domain's tunables in milliseconds."""
+        return SchedulerConfig(
+            heartbeat_interval_ms=_ms(self.heartbeat_interval_seconds),
+            worker_ttl_ms=_ms(self.worker_ttl_seconds),
+            dead_worker_retention_ms=_ms(self.dead_worker_retention_seconds),
+            coordinator_capacity=self.coordinator_capacity,
+            request_id_ttl_s=self.request_id_ttl_seconds,
+            allocator_interval_ms=_ms(self.allocator_interval_seconds))
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))

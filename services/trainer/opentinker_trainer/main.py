@@ -1,16 +1,25 @@
 """Entry point of the Trainer service: parse settings, build, serve, stop gracefully."""
 
+from opentinker.core.devices import discover_devices
 from opentinker.core.entrypoint import run_service
 from opentinker.core.server import ServerPlan
-from opentinker_trainer.servicer import trainer_service_binding
+from opentinker.core.worker_registration import WorkerRegistration
 from opentinker_trainer.settings import TrainerSettings
 
 SERVICE_NAME = "trainer"
 
 
 async def build_plan(settings: TrainerSettings) -> ServerPlan:
-    """What the server hosts; peers are not dialled yet (no RPC needs them)."""
-    return ServerPlan(services=[trainer_service_binding()])
+    """What the server hosts: the TrainerService over an empty session registry."""
+    from opentinker.ml.models import quiet_transformers  # torch loads here, after settings parse
+    from opentinker_trainer.servicer import build_registry, trainer_service_binding
+
+    quiet_transformers()
+    registry = build_registry(settings.checkpoint_dir, settings.device)
+    registration = WorkerRegistration.for_settings(
+        settings, role="trainer", devices=discover_devices(settings.cpu_slots))
+    return ServerPlan(services=[trainer_service_binding(registry)], start_hooks=[registration.start],
+                      close_hooks=[registration.stop])
 
 
 def main() -> int:

@@ -1,15 +1,189 @@
-"""The TrainerService servicer: converts protobuf <-> domain objects (no RPC is built yet)."""
+"""The TrainerService servicer: converts protobuf <-> domain objects and maps domain errors
+to status codes (in `_ERROR_STATUS`, the one place that does). The work happens in
+`SessionRegistry` and `TrainingSession`.
 
-from opentinker.api.trainer.v1 import trainer_service_pb2, trainer_service_pb2_grpc
+A refused call carries its `common.v1.ErrorReason` name in the trailing metadata key
+`opentinker-error-reason` (e.g. ERROR_REASON_STALE_FENCING_TOKEN).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import structlog
+import torch
+
+from opentinker.api.common.v1 import errors_pb2, weights_pb2
+from opentinker.api.trainer.v1 import trainer_service_pb2 as pb
+from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
 from opentinker.core.server import ServiceBinding
-from opentinker.core.unimplemented import unimplemented_servicer
+from opentinker_trainer import convert
+from opentinker_trainer.checkpointing import load_checkpoint, save_checkpoint
+from opentinker_trainer.errors import (CheckpointNotFoundError, NoGradientsError, NoReferenceError,
+                                       RequestIdReusedError, SessionNotFoundError, StaleFencingError,
+                                       TrainerError, ValidationError)
+from opentinker_trainer.export import export_weights
+from opentinker_trainer.sessions import SessionRegistry
 
-SERVICE_FULL_NAME = trainer_service_pb2.DESCRIPTOR.services_by_name["TrainerService"].full_name
+log = structlog.get_logger(__name__)
+
+SERVICE_FULL_NAME = pb.DESCRIPTOR.services_by_name["TrainerService"].full_name
+REASON_METADATA_KEY = "opentinker-error-reason"
+MAX_CHUNK_BYTES = 4 * 1024 * 1024 - 64 * 1024  # below gRPC's default 4 MiB message limit
+
+_ERROR_STATUS: tuple[tuple[type[TrainerError], grpc.StatusCode, int], ...] = (
+    (SessionNotFoundError, grpc.StatusCode.NOT_FOUND, errors_pb2.ERROR_REASON_SESSION_NOT_FOUND),
+    (CheckpointNotFoundError, grpc.StatusCode.NOT_FOUND, errors_pb2.ERROR_REASON_UNSPECIFIED),
+    (ValidationError, grpc.StatusCode.INVALID_ARGUMENT, errors_pb2.ERROR_REASON_INVALID_FIELD),
+    (RequestIdReusedError, grpc.StatusCode.INVALID_ARGUMENT, errors_pb2.ERROR_REASON_REQUEST_ID_REUSED),
+    (StaleFencingError, grpc.StatusCode.FAILED_PRECONDITION, errors_pb2.ERROR_REASON_STALE_FENCING_TOKEN),
+    (NoGradientsError, grpc.StatusCode.FAILED_PRECONDITION, errors_pb2.ERROR_REASON_UNSPECIFIED),
+    (NoReferenceError, grpc.StatusCode.FAILED_PRECONDITION, errors_pb2.ERROR_REASON_UNSPECIFIED),
+)
 
 
-def trainer_service_binding() -> ServiceBinding:
-    """The TrainerService to host; every RPC answers UNIMPLEMENTED for now."""
-    base = trainer_service_pb2_grpc.TrainerServiceServicer
-    servicer = unimplemented_servicer(base, SERVICE_FULL_NAME)
-    return ServiceBinding(full_name=SERVICE_FULL_NAME, servicer=servicer,
-                          add_to_server=trainer_service_pb2_grpc.add_TrainerServiceServicer_to_server)
+def status_of(error: TrainerError) -> tuple[grpc.StatusCode, int]:
+    """(status code, ErrorReason) of a domain error; INTERNAL for an unlisted class."""
+    for error_type, code, reason in _ERROR_STATUS:
+        if isinstance(error, error_type):
+            return code, reason
+    return grpc.StatusCode.INTERNAL, errors_pb2.ERROR_REASON_UNSPECIFIED
+
+
+async def _abort(context: grpc.aio.ServicerContext, method: str, error: TrainerError) -> None:
+    code, reason = status_of(error)
+    log.info("rpc_refused", method=method, code=code.name, error=str(error))
+    metadata = ((REASON_METADATA_KEY, errors_pb2.ErrorReason.Name(reason)),) if reason else ()
+    await context.abort(code, str(error), trailing_metadata=metadata)
+
+
+def maps_domain_errors(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn a TrainerError raised by a unary or server-streaming handler into its status."""
+    if inspect.isasyncgenfunction(handler):
+        @functools.wraps(handler)
+        async def streaming(self: Any, request: Any, context: Any) -> AsyncIterator[Any]:
+            try:
+                async for item in handler(self, request, context):
+                    yield item
+            except TrainerError as error:
+                await _abort(context, handler.__name__, error)
+        return streaming
+
+    @functools.wraps(handler)
+    async def unary(self: Any, request: Any, context: Any) -> Any:
+        try:
+            return await handler(self, request, context)
+        except TrainerError as error:
+            await _abort(context, handler.__name__, error)
+    return unary
+
+
+class TrainerServicer(pb_grpc.TrainerServiceServicer):
+    """Every TrainerService RPC over one SessionRegistry."""
+
+    def __init__(self, registry: SessionRegistry) -> None:
+        self.registry = registry
+
+    @maps_domain_errors
+    async def CreateSession(self, request: pb.CreateSessionRequest, context: Any) -> pb.CreateSessionResponse:
+        view = await self.registry.create(convert.session_spec(request), lease=convert.lease(request.lease),
+                                          request=convert.request_key("CreateSession", request))
+        log.info("session_created", session_id=view.session_id, job_id=view.job_id)
+        return pb.CreateSessionResponse(session=convert.session_message(view))
+
+    @maps_domain_errors
+    async def GetSession(self, request: pb.GetSessionRequest, context: Any) -> pb.GetSessionResponse:
+        return pb.GetSessionResponse(session=convert.session_message(self.registry.view(request.session_id)))
+
+    @maps_domain_errors
+    async def ForwardBackward(self, request: pb.ForwardBackwardRequest,
+                              context: Any) -> pb.ForwardBackwardResponse:
+        datums = [convert.datum(message) for message in request.datums]
+        loss = convert.loss_config(request.loss)
+        result = await self.registry.run(
+            request.session_id, convert.lease(request.lease),
+            lambda session: session.forward_backward(datums, loss),
+            request=convert.request_key("ForwardBackward", request))
+        return pb.ForwardBackwardResponse(
+            loss=result.loss, metrics=result.metrics, num_tokens=result.num_tokens,
+            logprobs=convert.token_logprobs_messages(result.logprobs))
+
+    @maps_domain_errors
+    async def OptimStep(self, request: pb.OptimStepRequest, context: Any) -> pb.OptimStepResponse:
+        result = await self.registry.run(
+            request.session_id, convert.lease(request.lease),
+            lambda session: session.optim_step(request.learning_rate),
+            request=convert.request_key("OptimStep", request))
+        return pb.OptimStepResponse(step=result.step, policy_version=result.policy_version,
+                                    grad_norm=result.grad_norm, learning_rate=result.learning_rate,
+                                    metrics=result.metrics)
+
+    @maps_domain_errors
+    async def ComputeLogprobs(self, request: pb.ComputeLogprobsRequest,
+                              context: Any) -> pb.ComputeLogprobsResponse:
+        sequences = [list(sequence.tokens) for sequence in request.sequences]
+        rows = await self.registry.run(request.session_id, None, lambda session: session.compute_logprobs(
+            sequences, reference=request.reference, temperature=request.temperature or 1.0))
+        return pb.ComputeLogprobsResponse(logprobs=convert.token_logprobs_messages(rows))
+
+    @maps_domain_errors
+    async def SaveCheckpoint(self, request: pb.SaveCheckpointRequest,
+                             context: Any) -> pb.SaveCheckpointResponse:
+        format = convert.checkpoint_format(request.format)
+        record = await self.registry.run(
+            request.session_id, convert.lease(request.lease),
+            lambda session: save_checkpoint(session, self.registry.checkpoint_root, format=format,
+                                            name=request.name, data_cursor=request.data_cursor),
+            request=convert.request_key("SaveCheckpoint", request))
+        log.info("checkpoint_saved", checkpoint_id=record.checkpoint_id, path=str(record.path))
+        return pb.SaveCheckpointResponse(checkpoint=convert.checkpoint_message(record))
+
+    @maps_domain_errors
+    async def LoadCheckpoint(self, request: pb.LoadCheckpointRequest,
+                             context: Any) -> pb.LoadCheckpointResponse:
+        def work(session: Any) -> tuple[bytes, Any]:
+            cursor = load_checkpoint(session, self.registry.checkpoint_root, request.checkpoint_id)
+            return cursor, session.view()
+        cursor, view = await self.registry.run(request.session_id, convert.lease(request.lease), work)
+        return pb.LoadCheckpointResponse(session=convert.session_message(view), data_cursor=cursor)
+
+    @maps_domain_errors
+    async def ExportWeights(self, request: pb.ExportWeightsRequest,
+                            context: Any) -> AsyncIterator[pb.ExportWeightsResponse]:
+        if request.chunk_bytes > MAX_CHUNK_BYTES:
+            raise ValidationError("chunk_bytes", f"must be <= {MAX_CHUNK_BYTES} (gRPC message limit)")
+        format = convert.weights_format(request.format)
+        export = await self.registry.run(request.session_id, None, lambda session: export_weights(
+            session, format, chunk_bytes=request.chunk_bytes))
+        yield pb.ExportWeightsResponse(header=convert.weights_header(export))
+        for chunk in export.package.chunks:
+            yield pb.ExportWeightsResponse(chunk=weights_pb2.WeightsChunk(
+                tensor_name=chunk.tensor_name, offset=chunk.offset, data=chunk.data))
+
+    @maps_domain_errors
+    async def CloseSession(self, request: pb.CloseSessionRequest, context: Any) -> pb.CloseSessionResponse:
+        view = await self.registry.close(request.session_id, convert.lease(request.lease))
+        log.info("session_closed", session_id=view.session_id, step=view.step)
+        return pb.CloseSessionResponse(session=convert.session_message(view))
+
+
+def trainer_service_binding(registry: SessionRegistry) -> ServiceBinding:
+    """The TrainerService to host, over `registry`."""
+    return ServiceBinding(full_name=SERVICE_FULL_NAME, servicer=TrainerServicer(registry),
+                          add_to_server=pb_grpc.add_TrainerServiceServicer_to_server)
+
+
+def build_registry(checkpoint_dir: Path, device: str = "auto") -> SessionRegistry:
+    """A registry writing checkpoints under `checkpoint_dir` (created on the first save).
+
+    device "auto" = the first CUDA device when torch sees one, else the CPU.
+    """
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return SessionRegistry(checkpoint_root=Path(checkpoint_dir).resolve(), device=device,
+                           device_ids=(f"{device}:0",))

@@ -1,9 +1,12 @@
-"""Settings of the Trainer service, read from OPENTINKER_TRAINER_* variables."""
+"""Settings of the Trainer service, read from OPENTINKER_TRAINER_* variables (and the shared
+OPENTINKER_CHECKPOINT_DIR)."""
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from opentinker.core.settings import ServiceSettings, address_setting, port_setting, setting
+from opentinker.ml.checkpoints import checkpoint_dir_setting
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -17,3 +20,8 @@ class TrainerSettings(ServiceSettings):
         "127.0.0.1:50051", "Scheduler this worker registers with and heartbeats to.")
     cpu_slots: int = setting(
         1, "Device slots (cpu:0..N-1) offered to jobs when torch sees no GPU.", min=1)
+    device: str = setting(
+        "auto", "Torch device sessions run on: auto (the first CUDA device when torch sees one, "
+        "else cpu), cpu or cuda.", choices=("auto", "cpu", "cuda"))
+    checkpoint_dir: Path = checkpoint_dir_setting(
+        "Directory the Trainer writes checkpoints to and loads them from; shared with Rollout.")

@@ -64,7 +64,8 @@ class Launcher:
         for service in SERVICES:
             env = self._base_env() | service_env(service, host=self.config.host,
                                                  ports=self.config.ports,
-                                                 redis_url=self.record.redis_url)
+                                                 redis_url=self.record.redis_url,
+                                                 checkpoint_dir=str(self.config.state_dir / "checkpoints"))
             address = f"{connect_host(self.config.host)}:{self.config.ports[service.name]}"
             self._start(service.name, [sys.executable, "-m", service.module], env, address)
         self._wait_services(progress)

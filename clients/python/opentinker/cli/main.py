@@ -10,7 +10,7 @@ from pathlib import Path
 
 import structlog
 
-from opentinker.cli import stack, state
+from opentinker.cli import jobs, stack, state
 from opentinker.cli.errors import StackError, StartFailed
 from opentinker.cli.health_probe import SERVING
 from opentinker.cli.launcher import UpConfig
@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_state_dir(down)
     down.add_argument("--timeout", type=float, default=10.0,
                       help="seconds to wait after SIGTERM before SIGKILL (default 10)")
+    jobs.register(commands)
     return parser
 
 
@@ -65,6 +66,9 @@ def _add_state_dir(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if hasattr(args, "handler"):
+        _configure_logging(False)
+        return jobs.handle(args)
     _configure_logging(args.verbose)
     args.state_dir = args.state_dir.resolve()
     handlers = {"up": cmd_up, "status": cmd_status, "down": cmd_down}

@@ -56,10 +56,19 @@ def connect_host(bind_host: str) -> str:
     return "127.0.0.1" if bind_host in ("", "0.0.0.0", "::", "[::]") else bind_host
 
 
+CHECKPOINT_USERS = ("trainer", "rollout", "coordinator")
+"""Services that share the checkpoint directory (OPENTINKER_CHECKPOINT_DIR)."""
+
+
 def service_env(
-    service: ServiceDef, *, host: str, ports: dict[str, int], redis_url: str
+    service: ServiceDef, *, host: str, ports: dict[str, int], redis_url: str, checkpoint_dir: str,
+    advertise_host: str | None = None,
 ) -> dict[str, str]:
-    """The OPENTINKER_* variables one service process needs."""
+    """The OPENTINKER_* variables one service process needs.
+
+    Workers (every service that talks to the scheduler) advertise `advertise_host:port`, the
+    address the coordinator dials for them; it defaults to the address peers use here.
+    """
     peer_host = connect_host(host)
     env = {
         "OPENTINKER_REDIS_URL": redis_url,
@@ -68,4 +77,8 @@ def service_env(
     }
     for peer in service.peers:
         env[f"{service.env_prefix}{peer.upper()}_ADDRESS"] = f"{peer_host}:{ports[peer]}"
+    if "scheduler" in service.peers:
+        env[f"{service.env_prefix}ADVERTISE_ADDRESS"] = f"{advertise_host or peer_host}:{ports[service.name]}"
+    if service.name in CHECKPOINT_USERS:
+        env["OPENTINKER_CHECKPOINT_DIR"] = checkpoint_dir
     return env

@@ -94,18 +94,27 @@ class Keys:
 
     Layout (P = prefix, default `ot:`):
       P job:{job_id}                          hash: the job record
-      P job:{job_id}:events                   stream: the job's events (WatchJob)
-      P jobs                                  sorted set: every job id by creation time
-      P tenant:{tenant}:jobs                  sorted set: a tenant's job ids by creation time
-      P tenant:{tenant}:request:{request_id}  string: idempotency record of a mutating call
+      P job:{job_id}:events                   stream: the job's events (WatchJob), ids `<seq>-0`
+      P job:{job_id}:metrics                  hash: latest value of each reported metric
+      P job:{job_id}:request:{request_id}     string: idempotency record of ReportJobEvents
+      P job:{job_id}:stopping                 set: workers still to be told to stop (cancel)
+      P jobs                                  sorted set: every job id by submission order
+      P jobs:counter                          counter: submission order of jobs
+      P queue                                 sorted set: QUEUED job ids by priority, then FIFO
+      P tenant:{tenant}:jobs                  sorted set: a tenant's job ids by submission order
+      P tenant:{tenant}:request:{request_id}  hash: idempotency record of a SubmitJob
       P tenant:{tenant}                       hash: the tenant record
       P tenants                               set: every tenant id
       P apikey:{key_hash}                     hash: API key record, looked up by its hash
-      P worker:{worker_id}                    hash: a registered worker (TTL = liveness)
-      P workers                               sorted set: worker ids by last heartbeat
+      P worker:{worker_id}                    hash: a registered worker (expire_at = liveness)
+      P workers                               sorted set: worker ids by heartbeat expiry
       P lease:{worker_id}:{device}            hash: the lease on one device slot
-      P leases:job:{job_id}                   set: lease keys a job holds
+      P lease-record:{lease_id}               hash: one lease (job, worker, slots, token, expiry)
+      P leases:job:{job_id}                   set: lease ids a job holds
+      P leases:worker:{worker_id}             set: lease ids held on a worker
+      P leases:expiry                         sorted set: lease ids by expiry time (ms)
       P fencing                               counter: monotonically increasing fencing tokens
+      P allocator:lock                        string: the one scheduler allowed to allocate
     """
 
     prefix: str = "ot:"
@@ -116,8 +125,23 @@ class Keys:
     def job_events(self, job_id: str) -> str:
         return f"{self.job(job_id)}:events"
 
+    def job_metrics(self, job_id: str) -> str:
+        return f"{self.job(job_id)}:metrics"
+
+    def job_request(self, job_id: str, request_id: str) -> str:
+        return f"{self.job(job_id)}:request:{_part('request_id', request_id)}"
+
+    def job_stopping(self, job_id: str) -> str:
+        return f"{self.job(job_id)}:stopping"
+
     def job_index(self) -> str:
         return f"{self.prefix}jobs"
+
+    def job_counter(self) -> str:
+        return f"{self.prefix}jobs:counter"
+
+    def job_queue(self) -> str:
+        return f"{self.prefix}queue"
 
     def tenant_job_index(self, tenant_id: str) -> str:
         return f"{self.tenant(tenant_id)}:jobs"
@@ -147,5 +171,17 @@ class Keys:
     def job_leases(self, job_id: str) -> str:
         return f"{self.prefix}leases:job:{_part('job_id', job_id)}"
 
+    def lease(self, lease_id: str) -> str:
+        return f"{self.prefix}lease-record:{_part('lease_id', lease_id)}"
+
+    def worker_leases(self, worker_id: str) -> str:
+        return f"{self.prefix}leases:worker:{_part('worker_id', worker_id)}"
+
+    def lease_expiry(self) -> str:
+        return f"{self.prefix}leases:expiry"
+
     def fencing_counter(self) -> str:
         return f"{self.prefix}fencing"
+
+    def allocator_lock(self) -> str:
+        return f"{self.prefix}allocator:lock"

@@ -116,6 +116,17 @@ class ServiceSettings:
                               "human-readable console output.", choices=LOG_FORMATS)
     grace_seconds: float = setting(5.0, "On SIGTERM/SIGINT, seconds in-flight RPCs get to finish "
                                    "before they are cancelled.", positive=True)
+    advertise_address: str = setting(
+        "auto", "host:port other services use to reach this one (what a worker registers with the "
+        "Scheduler); auto = host:port with 0.0.0.0 replaced by 127.0.0.1.")
+
+    @property
+    def reachable_address(self) -> str:
+        """The advertised address, resolving `auto`."""
+        if self.advertise_address != "auto":
+            return self.advertise_address
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::", "[::]") else self.host
+        return f"{host}:{self.port}"
 
     def __post_init__(self) -> None:
         problems = [_problem_line(type(self), f, getattr(self, f.name))

@@ -19,10 +19,15 @@ LIVE_RPCS_HINT = "see README 'Live RPCs'"
 
 def unimplemented_servicer(base_cls: type[ServicerT], service_full_name: str) -> ServicerT:
     """An instance of a `base_cls` subclass whose every RPC aborts with UNIMPLEMENTED."""
+    return unimplemented_base(base_cls, service_full_name)()
+
+
+def unimplemented_base(base_cls: type[ServicerT], service_full_name: str) -> type[ServicerT]:
+    """A `base_cls` subclass answering UNIMPLEMENTED everywhere; subclass it and override the
+    RPCs that are live, so a partly built service stays safe on an aio server."""
     methods = {name: _unimplemented_rpc(f"{service_full_name}/{name}")
                for name in rpc_method_names(base_cls)}
-    subclass = type(f"Unimplemented{base_cls.__name__}", (base_cls,), methods)
-    return subclass()
+    return type(f"Unimplemented{base_cls.__name__}", (base_cls,), methods)
 
 
 def rpc_method_names(base_cls: type) -> list[str]:

@@ -1,0 +1,92 @@
+"""ServiceClient.fit: the paper's training call, as one RL job watched to its end.
+
+    client = ServiceClient("127.0.0.1:50051")
+    result = client.fit(env="math", model={"builtin": {"name": "tiny-llama", "seed": 1}},
+                        num_steps=20, on_metrics=lambda step, m: print(step, m.get("reward/mean")))
+
+The job runs on the managed services (the Coordinator drives it); fit streams its events
+and calls back on metrics and progress, then returns the final job and metric history.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from opentinker.api.scheduler.v1 import job_pb2
+from opentinker.client.scheduler_client import SchedulerClient
+
+MetricsCallback = Callable[[int, dict[str, float]], None]
+EventCallback = Callable[[job_pb2.JobEvent], None]
+
+
+@dataclass(kw_only=True)
+class FitResult:
+    job: job_pb2.Job
+    history: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+    """(step, metrics) in the order they were reported."""
+    checkpoint_ids: list[str] = field(default_factory=list)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.job.state == job_pb2.Job.STATE_SUCCEEDED
+
+    @property
+    def final_checkpoint_id(self) -> str:
+        return self.checkpoint_ids[-1] if self.checkpoint_ids else ""
+
+    def series(self, name: str) -> list[tuple[int, float]]:
+        """(step, value) of one metric, e.g. series("eval/accuracy")."""
+        return [(step, values[name]) for step, values in self.history if name in values]
+
+
+def rl_spec(*, env: str | dict, model: dict, num_steps: int, batch_size: int, group_size: int,
+            adaptation: dict | None, algorithm: dict | None, sampling: dict | None,
+            training: dict | None) -> dict:
+    environment = {"env_name": env} if isinstance(env, str) else copy.deepcopy(env)
+    training_spec = {"total_steps": num_steps, "batch_size": batch_size, "group_size": group_size} | (training or {})
+    policy = {"model": model, "adaptation": adaptation or {"full": {}}, "algorithm": algorithm or {}}
+    if sampling:
+        policy["sampling"] = sampling
+    return {"type": "RL", "policy": policy, "environment": environment, "training": training_spec}
+
+
+class ServiceClient:
+    def __init__(self, scheduler_url: str = "127.0.0.1:50051", *, api_key: str | None = None) -> None:
+        self.scheduler = SchedulerClient(scheduler_url, api_key=api_key)
+
+    def fit(self, *, env: str | dict, model: dict, num_steps: int | None = None, num_epochs: int | None = None,
+            steps_per_epoch: int = 10, batch_size: int = 8, group_size: int = 8, adaptation: dict | None = None,
+            algorithm: dict | None = None, sampling: dict | None = None, training: dict | None = None,
+            on_metrics: MetricsCallback | None = None, on_event: EventCallback | None = None) -> FitResult:
+        """Train a policy with RL on `env`; blocks until the job ends (see FitResult)."""
+        steps = num_steps if num_steps is not None else (num_epochs or 1) * steps_per_epoch
+        spec = rl_spec(env=env, model=model, num_steps=steps, batch_size=batch_size, group_size=group_size,
+                       adaptation=adaptation, algorithm=algorithm, sampling=sampling, training=training)
+        job = self.scheduler.submit_job(spec)
+        return self.follow(job.job_id, on_metrics=on_metrics, on_event=on_event)
+
+    def follow(self, job_id: str, *, on_metrics: MetricsCallback | None = None,
+               on_event: EventCallback | None = None) -> FitResult:
+        """Watch an existing job to its end, collecting metrics and checkpoints."""
+        history: list[tuple[int, dict[str, float]]] = []
+        checkpoints: list[str] = []
+
+        def handle(event: job_pb2.JobEvent) -> None:
+            kind = event.WhichOneof("payload")
+            if kind == "metrics":
+                values = dict(event.metrics.values)
+                history.append((event.metrics.step, values))
+                if on_metrics:
+                    on_metrics(event.metrics.step, values)
+            elif kind == "checkpoint":
+                checkpoints.append(event.checkpoint.checkpoint_id)
+            if on_event:
+                on_event(event)
+
+        job = self.scheduler.wait(job_id, on_event=handle)
+        return FitResult(job=job, history=history, checkpoint_ids=checkpoints)
+
+    def close(self) -> None:
+        self.scheduler.close()

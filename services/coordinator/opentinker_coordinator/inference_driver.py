@@ -1,0 +1,57 @@
+"""INFERENCE jobs: the same episodes and FSM as training, with a fixed policy; JSONL out."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from opentinker_coordinator import episodes
+from opentinker_coordinator.episode_metrics import episode_metrics
+from opentinker_coordinator.plans import InferencePlan
+from opentinker_coordinator.ports import ReporterPort, RolloutPort
+from opentinker_coordinator.rl_driver import StopRequested
+from opentinker_coordinator.types import Trajectory
+
+
+@dataclass(kw_only=True)
+class InferencePorts:
+    rollout: RolloutPort
+    reporter: ReporterPort
+    stop: asyncio.Event
+
+
+def output_record(trajectory: Trajectory) -> dict:
+    return {
+        "group_id": trajectory.group_id,
+        "prompt": trajectory.prompt_text,
+        "transcript": trajectory.transcript,
+        "reward": trajectory.total_reward,
+        "correct": trajectory.correct,
+        "stop_reason": str(trajectory.stop_reason),
+        "policy_version": trajectory.policy_version,
+    }
+
+
+async def run_inference(plan: InferencePlan, ports: InferencePorts) -> None:
+    """Play num_episodes held-out problems greedily, write one JSON line each, report accuracy."""
+    await ports.reporter.progress(phase="SETUP", step=0, total_steps=1)
+    await ports.rollout.open()
+    await ports.reporter.progress(phase="EVAL", step=0, total_steps=1)
+    output = Path(plan.output_path)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    trajectories = []
+    with output.open("w") as sink:
+        requests = episodes.eval_requests(plan.num_episodes, plan.seed)
+        async for trajectory in ports.rollout.run_episodes(requests, 1, evaluation=True):
+            if ports.stop.is_set():
+                raise StopRequested()
+            sink.write(json.dumps(output_record(trajectory)) + "\n")
+            trajectories.append(trajectory)
+    metrics = episode_metrics(trajectories, prefix="eval/")
+    await ports.reporter.metrics(1, metrics)
+    await ports.reporter.progress(phase="FINISHED", step=1, total_steps=1, metrics=metrics)
+    accuracy = metrics.get("eval/accuracy")
+    summary = f"wrote {len(trajectories)} episodes to {output}"
+    await ports.reporter.finish(succeeded=True, message=summary + (f"; accuracy {accuracy:.3f}" if accuracy is not None else ""))

@@ -1,0 +1,51 @@
+"""Read a job's spec (protobuf) into the driver's plan (domain), with documented defaults."""
+
+from __future__ import annotations
+
+from opentinker.api.common.v1 import algorithm_pb2
+from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_coordinator.advantages import Estimator
+from opentinker_coordinator.plans import InferencePlan, RlPlan, SftPlan
+
+DEFAULT_BATCH_SIZE = 8
+DEFAULT_GROUP_SIZE = 8
+DEFAULT_EVAL_EPISODES = 32
+DEFAULT_INFERENCE_EPISODES = 32
+
+ESTIMATORS = {
+    algorithm_pb2.ADVANTAGE_ESTIMATOR_UNSPECIFIED: Estimator.GRPO,
+    algorithm_pb2.ADVANTAGE_ESTIMATOR_GRPO: Estimator.GRPO,
+    algorithm_pb2.ADVANTAGE_ESTIMATOR_RLOO: Estimator.RLOO,
+    algorithm_pb2.ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS: Estimator.REINFORCE_PLUS_PLUS,
+}
+
+
+class UnsupportedJob(ValueError):
+    """The spec asks for something this coordinator cannot drive yet."""
+
+
+def rl_plan(job: job_pb2.Job) -> RlPlan:
+    training, advantage = job.spec.training, job.spec.policy.algorithm.advantage
+    if advantage.estimator not in ESTIMATORS:
+        name = algorithm_pb2.AdvantageEstimator.Name(advantage.estimator)
+        raise UnsupportedJob(f"spec.policy.algorithm.advantage.estimator {name} is not supported yet")
+    return RlPlan(
+        job_id=job.job_id, total_steps=training.total_steps,
+        batch_size=training.batch_size or DEFAULT_BATCH_SIZE, group_size=training.group_size or DEFAULT_GROUP_SIZE,
+        eval_every_steps=training.eval_every_steps, eval_episodes=training.eval_episodes or DEFAULT_EVAL_EPISODES,
+        checkpoint_every_steps=training.checkpoint_every_steps, seed=training.seed,
+        estimator=ESTIMATORS[advantage.estimator], normalize_by_std=advantage.normalize_by_std)
+
+
+def sft_plan(job: job_pb2.Job) -> SftPlan:
+    training = job.spec.training
+    return SftPlan(job_id=job.job_id, total_steps=training.total_steps,
+                   batch_size=training.batch_size or DEFAULT_BATCH_SIZE,
+                   checkpoint_every_steps=training.checkpoint_every_steps, seed=training.seed)
+
+
+def inference_plan(job: job_pb2.Job, default_output_dir: str) -> InferencePlan:
+    inference = job.spec.inference
+    output = inference.output_path or f"{default_output_dir}/{job.job_id}.jsonl"
+    return InferencePlan(job_id=job.job_id, num_episodes=inference.num_episodes or DEFAULT_INFERENCE_EPISODES,
+                         output_path=output, seed=job.spec.training.seed)

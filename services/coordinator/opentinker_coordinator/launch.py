@@ -1,0 +1,121 @@
+"""Start driving one job: fetch it from the Scheduler, connect its workers, run its driver."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import structlog
+
+from opentinker.api.common.v1 import resources_pb2
+from opentinker.api.scheduler.v1 import job_pb2
+from opentinker.api.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
+from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as scheduler_grpc
+from opentinker_coordinator import job_plans
+from opentinker_coordinator.inference_driver import InferencePorts, run_inference
+from opentinker_coordinator.remote import RemoteRollout, RemoteTrainer, RemoteWeightSync, SchedulerReporter
+from opentinker_coordinator.rl_driver import RlPorts, StopRequested, run_rl
+from opentinker_coordinator.runs import RunState, RunStatus
+from opentinker_coordinator.sft_driver import SftPorts, run_sft
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchConfig:
+    scheduler_address: str
+    trainer_address: str
+    """Used when the job's assignments name no trainer address."""
+    rollout_address: str
+    output_dir: str
+    """Where INFERENCE jobs without an output_path write their JSONL."""
+    checkpoint_dir: Path
+    """Shared checkpoint root (tokenizers of checkpoint models for SFT data)."""
+
+
+def assignment_for(job: job_pb2.Job, role: int) -> job_pb2.Assignment | None:
+    return next((a for a in job.assignments if a.role == role), None)
+
+
+def lease_for(job: job_pb2.Job, role: int, fallback: resources_pb2.LeaseContext) -> resources_pb2.LeaseContext:
+    assignment = assignment_for(job, role)
+    return assignment.lease if assignment and assignment.lease.job_id else fallback
+
+
+def address_for(job: job_pb2.Job, role: int, default: str) -> str:
+    assignment = assignment_for(job, role)
+    return assignment.address if assignment and assignment.address else default
+
+
+class JobLauncher:
+    """The RunRegistry's launcher: one call drives one job to its end."""
+
+    def __init__(self, config: LaunchConfig) -> None:
+        self.config = config
+
+    async def __call__(self, run: RunState) -> None:
+        async with grpc.aio.insecure_channel(self.config.scheduler_address) as scheduler:
+            job = (await scheduler_grpc.SchedulerServiceStub(scheduler).GetJob(
+                scheduler_pb.GetJobRequest(job_id=run.job_id))).job
+            own_lease = lease_for(job, resources_pb2.ROLE_COORDINATOR, resources_pb2.LeaseContext(
+                job_id=job.job_id, fencing_token=run.fencing_token))
+            reporter = SchedulerReporter(scheduler, own_lease, run)
+            await self._drive_reporting_failure(job, run, reporter)
+
+    async def _drive_reporting_failure(self, job: job_pb2.Job, run: RunState, reporter: SchedulerReporter) -> None:
+        try:
+            await self._drive(job, run, reporter)
+            run.end(RunStatus.FINISHED, "succeeded")
+        except StopRequested:
+            run.end(RunStatus.FINISHED, "stopped")
+            log.info("run_stopped", job_id=job.job_id)
+        except Exception as error:  # noqa: BLE001 - report the failure to the Scheduler, then record it
+            message = _failure_message(error)
+            log.exception("run_failed", job_id=job.job_id, error=message)
+            with contextlib.suppress(grpc.RpcError):
+                await reporter.log("error", message)
+                await reporter.finish(succeeded=False, message=message)
+            run.end(RunStatus.FAILED, message)
+
+    async def _drive(self, job: job_pb2.Job, run: RunState, reporter: SchedulerReporter) -> None:
+        kind = job.spec.type
+        async with self._channel(job, resources_pb2.ROLE_TRAINER, self.config.trainer_address) as trainer_channel, \
+                self._channel(job, resources_pb2.ROLE_ROLLOUT, self.config.rollout_address) as rollout_channel:
+            trainer = RemoteTrainer(trainer_channel, job, lease_for(job, resources_pb2.ROLE_TRAINER, reporter.lease))
+            rollout = RemoteRollout(rollout_channel, job, lease_for(job, resources_pb2.ROLE_ROLLOUT, reporter.lease))
+            try:
+                if kind == job_pb2.JOB_TYPE_RL:
+                    ports = RlPorts(trainer=trainer, rollout=rollout, weights=RemoteWeightSync(trainer, rollout),
+                                    reporter=reporter, stop=run.stop)
+                    await run_rl(job_plans.rl_plan(job), ports)
+                elif kind == job_pb2.JOB_TYPE_SFT:
+                    from opentinker_coordinator.sft_data import load_sft_datums  # torch-free but heavy import
+
+                    examples = load_sft_datums(job.spec.dataset.path, job.spec.policy.model,
+                                                self.config.checkpoint_dir)
+                    await run_sft(job_plans.sft_plan(job), SftPorts(trainer=trainer, reporter=reporter, stop=run.stop),
+                                  examples)
+                elif kind == job_pb2.JOB_TYPE_INFERENCE:
+                    plan = job_plans.inference_plan(job, self.config.output_dir)
+                    await run_inference(plan, InferencePorts(rollout=rollout, reporter=reporter, stop=run.stop))
+                else:
+                    raise job_plans.UnsupportedJob(f"job type {job.spec.type} cannot be driven")
+            finally:
+                await _close_quietly(trainer, rollout)
+
+    def _channel(self, job: job_pb2.Job, role: int, default: str) -> grpc.aio.Channel:
+        return grpc.aio.insecure_channel(address_for(job, role, default), options=[("grpc.max_receive_message_length", 64 << 20)])
+
+
+async def _close_quietly(*ports) -> None:
+    for port in ports:
+        with contextlib.suppress(grpc.RpcError):
+            await port.close()
+
+
+def _failure_message(error: Exception) -> str:
+    if isinstance(error, grpc.aio.AioRpcError):
+        return f"{error.code().name}: {error.details()}"
+    return f"{type(error).__name__}: {error}"

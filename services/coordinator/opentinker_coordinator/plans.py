@@ -1,0 +1,42 @@
+"""What a job asks the driver to do, read from its spec by `remote.plan_from_job`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from opentinker_coordinator.advantages import Estimator
+
+
+@dataclass(frozen=True, kw_only=True)
+class RlPlan:
+    job_id: str
+    total_steps: int
+    batch_size: int
+    """Problems (environment resets) per step."""
+    group_size: int
+    """Episodes per problem."""
+    eval_every_steps: int = 0
+    """0 = evaluate only at the end."""
+    eval_episodes: int = 32
+    checkpoint_every_steps: int = 0
+    seed: int = 0
+    estimator: Estimator = Estimator.GRPO
+    normalize_by_std: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class SftPlan:
+    job_id: str
+    total_steps: int
+    batch_size: int
+    checkpoint_every_steps: int = 0
+    seed: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class InferencePlan:
+    job_id: str
+    num_episodes: int
+    output_path: str
+    """JSONL written by the coordinator: one line per episode."""
+    seed: int = 0

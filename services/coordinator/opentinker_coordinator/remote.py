@@ -1,0 +1,243 @@
+"""gRPC adapters of the driver's ports: Trainer, Rollout, weight sync, Scheduler reporting.
+
+This is the coordinator's service edge: it builds requests from the job's spec and
+converts responses into domain objects; the drivers never see protobuf.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+
+import grpc
+import structlog
+from google.protobuf import json_format, struct_pb2
+
+from opentinker.api.common.v1 import (
+    algorithm_pb2, datum_pb2, progress_pb2, resources_pb2, sampling_pb2, trajectory_pb2,
+    weights_pb2,
+)
+from opentinker.api.rollout.v1 import rollout_service_pb2 as rollout_pb
+from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as rollout_grpc
+from opentinker.api.scheduler.v1 import job_pb2
+from opentinker.api.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
+from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as scheduler_grpc
+from opentinker.api.trainer.v1 import trainer_service_pb2 as trainer_pb
+from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
+from opentinker_coordinator.types import CheckpointRef, Datum, EpisodeRequest, StopReason, Trajectory
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_SAMPLING = sampling_pb2.SamplingParams(max_new_tokens=32, temperature=1.0)
+RL_LOSS = algorithm_pb2.LossConfig(
+    function=algorithm_pb2.LOSS_FUNCTION_PPO_CLIP, aggregation=algorithm_pb2.LOSS_AGGREGATION_TOKEN_MEAN,
+    clip_low=0.2, clip_high=0.2)
+SFT_LOSS = algorithm_pb2.LossConfig(
+    function=algorithm_pb2.LOSS_FUNCTION_CROSS_ENTROPY, aggregation=algorithm_pb2.LOSS_AGGREGATION_TOKEN_MEAN)
+
+
+def training_sampling(policy: job_pb2.AgentSpec) -> sampling_pb2.SamplingParams:
+    """The job's sampling params, or the defaults when the spec sets none."""
+    return policy.sampling if policy.HasField("sampling") else DEFAULT_SAMPLING
+
+
+def eval_sampling(policy: job_pb2.AgentSpec) -> sampling_pb2.SamplingParams:
+    """Greedy, one sample, same token limits and stops as training."""
+    sampling = sampling_pb2.SamplingParams()
+    sampling.CopyFrom(training_sampling(policy))
+    sampling.temperature, sampling.top_p, sampling.top_k, sampling.n = 0.0, 0.0, 0, 1
+    return sampling
+
+
+def loss_config(job: job_pb2.Job) -> algorithm_pb2.LossConfig:
+    """The spec's loss, else the job type's default; temperature follows the sampling."""
+    policy = job.spec.policy
+    loss = algorithm_pb2.LossConfig()
+    if policy.algorithm.HasField("loss"):
+        loss.CopyFrom(policy.algorithm.loss)
+    else:
+        loss.CopyFrom(SFT_LOSS if job.spec.type == job_pb2.JOB_TYPE_SFT else RL_LOSS)
+    if loss.temperature == 0 and job.spec.type == job_pb2.JOB_TYPE_RL:
+        loss.temperature = training_sampling(policy).temperature or 1.0
+    return loss
+
+
+def datum_message(datum: Datum) -> datum_pb2.Datum:
+    return datum_pb2.Datum(tokens=datum.tokens, loss_mask=datum.loss_mask, advantages=datum.advantages,
+                           sampling_logprobs=datum.sampling_logprobs, group_id=datum.group_id)
+
+
+def is_lora(job: job_pb2.Job) -> bool:
+    return job.spec.policy.adaptation.WhichOneof("kind") == "lora"
+
+
+class RemoteTrainer:
+    """TrainerPort over gRPC: one session for the job."""
+
+    def __init__(self, channel: grpc.aio.Channel, job: job_pb2.Job, lease: resources_pb2.LeaseContext) -> None:
+        self.stub = trainer_grpc.TrainerServiceStub(channel)
+        self.job, self.lease = job, lease
+        self.session_id = ""
+
+    async def open(self) -> None:
+        policy, training = self.job.spec.policy, self.job.spec.training
+        request = trainer_pb.CreateSessionRequest(
+            request_id=f"{self.job.job_id}/session/{self.lease.fencing_token}", lease=self.lease,
+            base_model=policy.model, adaptation=policy.adaptation, optimizer=policy.algorithm.optimizer,
+            seed=training.seed, max_tokens_per_micro_batch=training.max_tokens_per_micro_batch)
+        self.session_id = (await self.stub.CreateSession(request)).session.session_id
+
+    async def forward_backward(self, datums: Sequence[Datum]) -> dict[str, float]:
+        request = trainer_pb.ForwardBackwardRequest(
+            session_id=self.session_id, lease=self.lease, datums=[datum_message(d) for d in datums],
+            loss=loss_config(self.job))
+        response = await self.stub.ForwardBackward(request)
+        return {"loss": response.loss, "loss_tokens": float(response.num_tokens), **dict(response.metrics)}
+
+    async def optim_step(self, step: int) -> dict[str, float]:
+        request = trainer_pb.OptimStepRequest(session_id=self.session_id, lease=self.lease,
+                                              request_id=f"{self.job.job_id}/optim/{step}")
+        response = await self.stub.OptimStep(request)
+        return {"grad_norm": response.grad_norm, "learning_rate": response.learning_rate, **dict(response.metrics)}
+
+    async def save_checkpoint(self, name: str, *, final: bool) -> CheckpointRef:
+        if final:
+            fmt = trainer_pb.CHECKPOINT_FORMAT_PEFT_ADAPTER if is_lora(self.job) else trainer_pb.CHECKPOINT_FORMAT_HF_MODEL
+        else:
+            fmt = trainer_pb.CHECKPOINT_FORMAT_TRAINING_STATE
+        request = trainer_pb.SaveCheckpointRequest(
+            session_id=self.session_id, lease=self.lease, format=fmt, name=name,
+            request_id=f"{self.job.job_id}/checkpoint/{name}")
+        checkpoint = (await self.stub.SaveCheckpoint(request)).checkpoint
+        return CheckpointRef(checkpoint_id=checkpoint.checkpoint_id, step=checkpoint.step)
+
+    async def close(self) -> None:
+        if self.session_id:
+            await self.stub.CloseSession(trainer_pb.CloseSessionRequest(session_id=self.session_id, lease=self.lease))
+
+
+def episode_spec(request: EpisodeRequest) -> rollout_pb.EpisodeSpec:
+    kwargs = struct_pb2.Struct()
+    kwargs.update(request.reset_kwargs)
+    return rollout_pb.EpisodeSpec(group_id=request.group_id, reset_kwargs=kwargs, seed=request.seed)
+
+
+def _verdict(message: trajectory_pb2.Trajectory) -> bool | None:
+    if not message.turns:
+        return None
+    info = json_format.MessageToDict(message.turns[-1].info)
+    return bool(info["correct"]) if "correct" in info else None
+
+
+def trajectory_from_message(message: trajectory_pb2.Trajectory) -> Trajectory:
+    reason = trajectory_pb2.StopReason.Name(message.stop_reason).removeprefix("STOP_REASON_")
+    return Trajectory(
+        group_id=message.group_id, token_ids=list(message.token_ids), loss_mask=list(message.loss_mask),
+        sampling_logprobs=list(message.sampling_logprobs), total_reward=message.total_reward,
+        stop_reason=StopReason(reason), policy_version=message.policy_version, correct=_verdict(message),
+        prompt_text=message.prompt_text,
+        transcript=[{"action": t.action_text, "observation": t.observation_text, "reward": t.reward}
+                    for t in message.turns])
+
+
+class RemoteRollout:
+    """RolloutPort over gRPC: the job's policy on one Rollout worker."""
+
+    def __init__(self, channel: grpc.aio.Channel, job: job_pb2.Job, lease: resources_pb2.LeaseContext) -> None:
+        self.stub = rollout_grpc.RolloutServiceStub(channel)
+        self.job, self.lease = job, lease
+        self.policy_id = ""
+
+    async def open(self) -> None:
+        policy = self.job.spec.policy
+        request = rollout_pb.LoadModelRequest(
+            request_id=f"{self.job.job_id}/policy/{self.lease.fencing_token}", lease=self.lease,
+            model=policy.model, adaptation=policy.adaptation)
+        self.policy_id = (await self.stub.LoadModel(request)).policy.policy_id
+
+    async def run_episodes(self, requests: Sequence[EpisodeRequest], group_size: int,
+                           *, evaluation: bool) -> AsyncIterator[Trajectory]:
+        policy = self.job.spec.policy
+        request = rollout_pb.RunEpisodesRequest(
+            policy_id=self.policy_id, lease=self.lease, environment=self.job.spec.environment,
+            episodes=[episode_spec(r) for r in requests], group_size=group_size,
+            sampling=eval_sampling(policy) if evaluation else training_sampling(policy), limits=policy.limits)
+        async for item in self.stub.RunEpisodes(request):
+            if item.HasField("trajectory"):
+                yield trajectory_from_message(item.trajectory)
+            elif item.HasField("error"):
+                log.warning("episode_failed", job_id=self.job.job_id, error=item.error.message)
+
+    async def close(self) -> None:
+        if self.policy_id:
+            await self.stub.UnloadModel(rollout_pb.UnloadModelRequest(policy_id=self.policy_id, lease=self.lease))
+
+
+class RemoteWeightSync:
+    """Streams Trainer.ExportWeights straight into Rollout.UpdateWeights (same message types)."""
+
+    def __init__(self, trainer: RemoteTrainer, rollout: RemoteRollout) -> None:
+        self.trainer, self.rollout = trainer, rollout
+
+    async def _requests(self) -> AsyncIterator[rollout_pb.UpdateWeightsRequest]:
+        target = rollout_pb.UpdateWeightsTarget(policy_id=self.rollout.policy_id, lease=self.rollout.lease)
+        yield rollout_pb.UpdateWeightsRequest(target=target)
+        fmt = weights_pb2.WEIGHTS_FORMAT_LORA_ADAPTER if is_lora(self.trainer.job) else weights_pb2.WEIGHTS_FORMAT_FULL
+        export = self.trainer.stub.ExportWeights(
+            trainer_pb.ExportWeightsRequest(session_id=self.trainer.session_id, format=fmt))
+        async for item in export:
+            if item.HasField("header"):
+                yield rollout_pb.UpdateWeightsRequest(header=item.header)
+            else:
+                yield rollout_pb.UpdateWeightsRequest(chunk=item.chunk)
+
+    async def sync(self) -> int:
+        response = await self.rollout.stub.UpdateWeights(self._requests())
+        return response.policy.policy_version
+
+
+class SchedulerReporter:
+    """ReporterPort: job events through Scheduler.ReportJobEvents, the outcome through FinishJob.
+
+    Request ids are `<job>/<fencing token>/<n>`, so a retried report appends once.
+    """
+
+    def __init__(self, channel: grpc.aio.Channel, lease: resources_pb2.LeaseContext, run_state) -> None:
+        self.stub = scheduler_grpc.SchedulerServiceStub(channel)
+        self.lease, self.run_state = lease, run_state
+        self.counter = 0
+
+    async def _report(self, event: job_pb2.JobEvent) -> None:
+        self.counter += 1
+        request_id = f"{self.lease.job_id}/{self.lease.fencing_token}/{self.counter}"
+        await self.stub.ReportJobEvents(scheduler_pb.ReportJobEventsRequest(
+            lease=self.lease, events=[event], request_id=request_id))
+
+    async def metrics(self, step: int, values: dict[str, float]) -> None:
+        self.run_state.record_metrics(values)
+        await self._report(job_pb2.JobEvent(metrics=job_pb2.MetricsReported(step=step, values=values)))
+
+    async def progress(self, *, phase: str, step: int, total_steps: int,
+                       metrics: dict[str, float] | None = None) -> None:
+        self.run_state.record_progress(phase=phase, step=step, total_steps=total_steps)
+        progress = progress_pb2.JobProgress(
+            phase=progress_pb2.Phase.Value(f"PHASE_{phase}"), step=step, total_steps=total_steps,
+            latest_metrics=self.run_state.latest_metrics, last_checkpoint_id=self.run_state.last_checkpoint_id)
+        await self._report(job_pb2.JobEvent(progress=job_pb2.ProgressUpdated(progress=progress)))
+
+    async def log(self, level: str, message: str) -> None:
+        line = job_pb2.LogLine(level=job_pb2.LogLine.Level.Value(f"LEVEL_{level.upper()}"),
+                               source="coordinator", message=message)
+        await self._report(job_pb2.JobEvent(log=line))
+
+    async def checkpoint(self, ref: CheckpointRef) -> None:
+        self.run_state.last_checkpoint_id = ref.checkpoint_id
+        await self._report(job_pb2.JobEvent(checkpoint=job_pb2.CheckpointSaved(
+            checkpoint_id=ref.checkpoint_id, step=ref.step)))
+
+    async def finish(self, *, succeeded: bool, message: str) -> None:
+        state = job_pb2.Job.STATE_SUCCEEDED if succeeded else job_pb2.Job.STATE_FAILED
+        await self.stub.FinishJob(scheduler_pb.FinishJobRequest(
+            lease=self.lease, final_state=state, message=message,
+            request_id=f"{self.lease.job_id}/{self.lease.fencing_token}/finish"))
+
+

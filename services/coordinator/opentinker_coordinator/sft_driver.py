@@ -1,0 +1,65 @@
+"""The SFT loop: shuffled batches of chat examples -> cross-entropy updates -> final model."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from opentinker_coordinator.plans import SftPlan
+from opentinker_coordinator.ports import ReporterPort, TrainerPort
+from opentinker_coordinator.rl_driver import StopRequested, due
+from opentinker_coordinator.types import Datum
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(kw_only=True)
+class SftPorts:
+    trainer: TrainerPort
+    reporter: ReporterPort
+    stop: asyncio.Event
+
+
+def batches(examples: Sequence[Datum], batch_size: int, seed: int) -> Iterator[list[Datum]]:
+    """Endless batches: each epoch a fresh seeded shuffle; the last short batch is kept."""
+    rng = random.Random(seed)
+    while True:
+        order = list(range(len(examples)))
+        rng.shuffle(order)
+        for start in range(0, len(order), batch_size):
+            yield [examples[i] for i in order[start:start + batch_size]]
+
+
+async def sft_step(plan: SftPlan, ports: SftPorts, step: int, batch: list[Datum]) -> dict:
+    started = time.perf_counter()
+    metrics = await ports.trainer.forward_backward(batch)
+    metrics |= await ports.trainer.optim_step(step + 1)
+    seconds = time.perf_counter() - started
+    tokens = sum(sum(d.loss_mask) for d in batch)
+    return metrics | {"time/update_s": seconds, "trained_tokens_per_second": tokens / seconds if seconds else 0.0}
+
+
+async def run_sft(plan: SftPlan, ports: SftPorts, examples: Sequence[Datum]) -> None:
+    """Train total_steps batches, checkpoint as asked, save the final model, report SUCCEEDED."""
+    if not examples:
+        raise ValueError("the SFT dataset has no usable examples (spec.dataset.path)")
+    await ports.reporter.progress(phase="SETUP", step=0, total_steps=plan.total_steps)
+    await ports.trainer.open()
+    stream = batches(examples, plan.batch_size, plan.seed)
+    for step in range(plan.total_steps):
+        if ports.stop.is_set():
+            raise StopRequested()
+        await ports.reporter.progress(phase="UPDATE", step=step, total_steps=plan.total_steps)
+        metrics = await sft_step(plan, ports, step, next(stream))
+        await ports.reporter.metrics(step + 1, metrics)
+        log.info("sft_step", job_id=plan.job_id, step=step + 1, loss=round(metrics.get("loss", 0.0), 4))
+        if due(plan.checkpoint_every_steps, step + 1) and step + 1 < plan.total_steps:
+            await ports.reporter.checkpoint(await ports.trainer.save_checkpoint(f"step-{step + 1}", final=False))
+    await ports.reporter.checkpoint(await ports.trainer.save_checkpoint("final", final=True))
+    await ports.reporter.progress(phase="FINISHED", step=plan.total_steps, total_steps=plan.total_steps)
+    await ports.reporter.finish(succeeded=True, message=f"trained {plan.total_steps} steps")

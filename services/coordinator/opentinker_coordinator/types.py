@@ -1,0 +1,76 @@
+"""Core domain types of the job driver (no grpc, no protobuf)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class StopReason(StrEnum):
+    """Why an episode ended (mirrors common.v1.StopReason without its prefix)."""
+
+    DONE = "DONE"
+    MAX_TURNS = "MAX_TURNS"
+    MAX_TURN_TOKENS = "MAX_TURN_TOKENS"
+    MAX_TOTAL_TOKENS = "MAX_TOTAL_TOKENS"
+    CONTEXT_LENGTH = "CONTEXT_LENGTH"
+    TIMEOUT = "TIMEOUT"
+    ENV_ERROR = "ENV_ERROR"
+    CANCELLED = "CANCELLED"
+    UNSPECIFIED = "UNSPECIFIED"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trajectory:
+    """One finished episode as the driver needs it for training and metrics."""
+
+    group_id: str
+    token_ids: list[int]
+    """Prompt, sampled actions and observations, exactly as the policy saw them."""
+    loss_mask: list[int]
+    """1 on sampled tokens, 0 on prompt and observation tokens; len == len(token_ids)."""
+    sampling_logprobs: list[float]
+    """Logprob of each sampled token under the sampling distribution; 0 where mask is 0."""
+    total_reward: float
+    stop_reason: StopReason
+    policy_version: int = 0
+    correct: bool | None = None
+    """The environment's verdict when it gives one (math: exact match)."""
+    prompt_text: str = ""
+    transcript: list[dict] = field(default_factory=list)
+    """[{"action": ..., "observation": ..., "reward": ...}] per turn, for inference output."""
+
+    @property
+    def failed(self) -> bool:
+        """Environment failures are excluded from advantages and training."""
+        return self.stop_reason is StopReason.ENV_ERROR
+
+    @property
+    def sampled_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Datum:
+    """One training sequence; per-token lists aligned with `tokens` (index 0 never trained)."""
+
+    tokens: list[int]
+    loss_mask: list[float]
+    advantages: list[float] = field(default_factory=list)
+    sampling_logprobs: list[float] = field(default_factory=list)
+    group_id: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpisodeRequest:
+    """One problem to play `group_size` times: passed to the game's reset(**reset_kwargs)."""
+
+    group_id: str
+    reset_kwargs: dict
+    seed: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointRef:
+    checkpoint_id: str
+    step: int

@@ -1,0 +1,82 @@
+"""Protobuf <-> domain conversions of the EnvHost servicer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from google.protobuf import json_format, struct_pb2
+
+from opentinker.api.common.v1 import errors_pb2
+from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
+from opentinker.env import StepResult
+from opentinker_envhost.catalog import GameSpec
+from opentinker_envhost.errors import EnvHostError, clip_middle
+from opentinker_envhost.sessions import ResetOutcome
+
+REASON_METADATA_KEY = "opentinker-reason"
+TRACEBACK_METADATA_KEY = "opentinker-traceback-bin"
+MAX_METADATA_TRACEBACK_CHARS = 3000  # grpc's default metadata limit is 8 KiB
+
+
+def struct_to_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
+    """A Struct as a dict; JSON numbers that are whole become ints (3.0 -> 3)."""
+    return _whole_numbers_as_ints(json_format.MessageToDict(struct))
+
+
+def dict_to_struct(values: dict[str, Any]) -> struct_pb2.Struct:
+    struct = struct_pb2.Struct()
+    struct.update(values)
+    return struct
+
+
+def _whole_numbers_as_ints(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _whole_numbers_as_ints(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_whole_numbers_as_ints(item) for item in value]
+    return value
+
+
+def environment(spec: GameSpec) -> pb.Environment:
+    return pb.Environment(name=spec.name, description=spec.description, source=spec.source,
+                          multi_turn=spec.multi_turn, seats=list(spec.seats),
+                          default_config=dict_to_struct(spec.default_config))
+
+
+def reset_response(outcome: ResetOutcome) -> pb.ResetResponse:
+    return pb.ResetResponse(system_prompt=outcome.system_prompt,
+                            initial_user_message=outcome.initial_user_message,
+                            observation=outcome.observation, info=dict_to_struct(outcome.info))
+
+
+def step_response(result: StepResult) -> pb.StepResponse:
+    return pb.StepResponse(observation=result.observation, reward=result.reward, done=result.done,
+                           info=dict_to_struct(result.info))
+
+
+def status_code(error: EnvHostError) -> grpc.StatusCode:
+    return grpc.StatusCode[error.kind.value]
+
+
+def reason_name(error: EnvHostError) -> str:
+    return f"ERROR_REASON_{error.reason}"
+
+
+def error_detail(error: EnvHostError) -> errors_pb2.ErrorDetail:
+    """The in-stream form of a domain error (Interact)."""
+    return errors_pb2.ErrorDetail(code=status_code(error).value[0], message=error.message,
+                                  reason=errors_pb2.ErrorReason.Value(reason_name(error)),
+                                  traceback=error.traceback)
+
+
+def error_metadata(error: EnvHostError) -> tuple[tuple[str, str | bytes], ...]:
+    """Trailing metadata of a failed unary call: the reason name, and the game's traceback
+    (UTF-8; head and tail of at most MAX_METADATA_TRACEBACK_CHARS characters) if there is one."""
+    pairs: list[tuple[str, str | bytes]] = [(REASON_METADATA_KEY, reason_name(error))]
+    if error.traceback:
+        clipped = clip_middle(error.traceback, MAX_METADATA_TRACEBACK_CHARS)
+        pairs.append((TRACEBACK_METADATA_KEY, clipped.encode("utf-8", errors="replace")))
+    return tuple(pairs)

@@ -1,0 +1,219 @@
+"""Protobuf <-> domain conversions of the Rollout API (service edge, used by the servicer).
+
+Request messages become validated domain objects (InvalidArgument names the field); domain
+results become response messages. Zero values follow the protos: sampling.n 0 = 1,
+sampling.max_new_tokens 0 = DEFAULT_MAX_NEW_TOKENS, temperature 0 = greedy, group_size 0 = 1,
+a zero limit = no limit of that kind.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import json_format, struct_pb2
+
+from opentinker.core import model_refs
+from opentinker.api.common.v1 import (
+    errors_pb2,
+    model_pb2,
+    resources_pb2,
+    sampling_pb2,
+    trajectory_pb2,
+    weights_pb2,
+)
+from opentinker.api.rollout.v1 import rollout_service_pb2 as rollout_pb2
+from opentinker.ml.sources import LoraSpec, ModelInfo, ModelSource
+from opentinker.ml.weights import TensorSpec
+from opentinker_rollout.engine import FinishReason, SamplingConfig
+from opentinker_rollout.episode import EpisodeLimits, StopReason, Trajectory, Turn
+from opentinker_rollout.errors import InvalidArgument, WeightsCorrupt
+from opentinker_rollout.fencing import Lease
+from opentinker_rollout.policies import LoadRequest, PolicyInfo, WeightsFormat, WeightsHeader
+from opentinker_rollout.runner import EpisodeError, EpisodeSpec
+from opentinker_rollout.sampler import Completion, Prompt, PromptCompletions
+
+DEFAULT_MAX_NEW_TOKENS = 256
+INTERNAL = 13  # google.rpc.Code.INTERNAL
+PRECISIONS = {model_pb2.PRECISION_UNSPECIFIED: "default", model_pb2.PRECISION_FLOAT32: "float32",
+              model_pb2.PRECISION_BFLOAT16: "bfloat16", model_pb2.PRECISION_FLOAT16: "float16"}
+DTYPES = {weights_pb2.TENSOR_DTYPE_FLOAT32: "float32", weights_pb2.TENSOR_DTYPE_BFLOAT16: "bfloat16",
+          weights_pb2.TENSOR_DTYPE_FLOAT16: "float16"}
+FORMATS = {weights_pb2.WEIGHTS_FORMAT_LORA_ADAPTER: WeightsFormat.LORA_ADAPTER,
+           weights_pb2.WEIGHTS_FORMAT_FULL: WeightsFormat.FULL}
+FINISH_STOP_REASONS = {FinishReason.STOP: StopReason.DONE,
+                       FinishReason.LENGTH: StopReason.MAX_TURN_TOKENS,
+                       FinishReason.CONTEXT: StopReason.CONTEXT_LENGTH}
+
+
+# ---- requests -> domain ----------------------------------------------------------------------
+
+def lease(message: resources_pb2.LeaseContext) -> Lease:
+    return Lease(job_id=message.job_id, lease_id=message.lease_id,
+                 fencing_token=message.fencing_token)
+
+
+def load_request(request: rollout_pb2.LoadModelRequest) -> LoadRequest:
+    if request.engine not in (rollout_pb2.ENGINE_UNSPECIFIED, rollout_pb2.ENGINE_TRANSFORMERS):
+        raise InvalidArgument("engine", "only ENGINE_TRANSFORMERS is available on this worker")
+    if request.max_batch_size < 0:
+        raise InvalidArgument("max_batch_size", "must be >= 0 (0 = the worker's default)")
+    return LoadRequest(request_id=request.request_id, lease=lease(request.lease),
+                       source=model_source(request.model), lora=lora_spec(request.adaptation),
+                       max_batch_size=request.max_batch_size)
+
+
+def model_source(message: model_pb2.ModelReference) -> ModelSource:
+    try:
+        return model_refs.model_source(message, "model")
+    except model_refs.ModelRefError as error:
+        raise InvalidArgument(error.field, error.message) from error
+
+
+def lora_spec(message: model_pb2.Adaptation) -> LoraSpec | None:
+    """The LoRA adapter to add, or None for full weights (defaults shared with the Trainer)."""
+    try:
+        return model_refs.lora_spec(message)
+    except model_refs.ModelRefError as error:
+        raise InvalidArgument(error.field, error.message) from error
+
+
+def sampling_config(message: sampling_pb2.SamplingParams) -> SamplingConfig:
+    checks = ((message.max_new_tokens < 0, "max_new_tokens", "must be >= 0"),
+              (message.temperature < 0, "temperature", "must be >= 0 (0 = greedy)"),
+              (not 0 <= message.top_p <= 1, "top_p", "must be in [0, 1]"),
+              (message.top_k < 0, "top_k", "must be >= 0"),
+              (message.n < 0, "n", "must be >= 0 (0 = 1)"))
+    for bad, field, problem in checks:
+        if bad:
+            raise InvalidArgument(f"sampling.{field}", problem)
+    return SamplingConfig(
+        max_new_tokens=message.max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
+        temperature=message.temperature, top_p=message.top_p, top_k=message.top_k,
+        stop_token_ids=tuple(message.stop_token_ids), stop_strings=tuple(s for s in message.stop if s),
+        n=message.n or 1, seed=message.seed)
+
+
+def episode_limits(message: sampling_pb2.AgentLoopLimits) -> EpisodeLimits:
+    for field in ("max_turns", "max_new_tokens_per_turn", "max_total_tokens"):
+        if getattr(message, field) < 0:
+            raise InvalidArgument(f"limits.{field}", "must be >= 0 (0 = no limit)")
+    timeout = message.episode_timeout.ToTimedelta().total_seconds()
+    if timeout < 0:
+        raise InvalidArgument("limits.episode_timeout", "must not be negative")
+    return EpisodeLimits(max_turns=message.max_turns,
+                         max_new_tokens_per_turn=message.max_new_tokens_per_turn,
+                         max_total_tokens=message.max_total_tokens, timeout_s=timeout or None)
+
+
+def episode_specs(request: rollout_pb2.RunEpisodesRequest) -> tuple[EpisodeSpec, ...]:
+    if not request.episodes:
+        raise InvalidArgument("episodes", "at least one EpisodeSpec is required")
+    if request.group_size < 0:
+        raise InvalidArgument("group_size", "must be >= 0 (0 = 1)")
+    return tuple(EpisodeSpec(group_id=spec.group_id, reset_kwargs=from_struct(spec.reset_kwargs),
+                             seed=spec.seed) for spec in request.episodes)
+
+
+def prompts(request: rollout_pb2.SampleRequest) -> list[Prompt]:
+    converted = []
+    for prompt in request.prompts:
+        if prompt.WhichOneof("input") == "messages":
+            messages = tuple({"role": m.role, "content": m.content} for m in prompt.messages.messages)
+            converted.append(Prompt(messages=messages))
+        else:
+            converted.append(Prompt(token_ids=tuple(prompt.tokens.tokens)))
+    return converted
+
+
+def weights_header(message: weights_pb2.WeightsHeader) -> WeightsHeader:
+    fmt = FORMATS.get(message.format)
+    if fmt is None:
+        raise InvalidArgument("header.format", "must be WEIGHTS_FORMAT_LORA_ADAPTER or WEIGHTS_FORMAT_FULL")
+    tensors = tuple(_tensor_spec(spec, f"header.tensors[{i}]") for i, spec in enumerate(message.tensors))
+    total = sum(spec.byte_length for spec in tensors)
+    if message.total_bytes and message.total_bytes != total:
+        raise WeightsCorrupt(f"header.total_bytes is {message.total_bytes} but the tensors add up to {total}")
+    return WeightsHeader(format=fmt, policy_version=message.policy_version, tensors=tensors,
+                         total_bytes=total, sha256=message.sha256)
+
+
+def _tensor_spec(message: weights_pb2.TensorSpec, where: str) -> TensorSpec:
+    if message.dtype not in DTYPES:
+        raise InvalidArgument(f"{where}.dtype", "must be FLOAT32, BFLOAT16 or FLOAT16")
+    return TensorSpec(name=message.name, dtype=DTYPES[message.dtype], shape=tuple(message.shape),
+                      byte_length=message.byte_length)
+
+
+# ---- domain -> responses ---------------------------------------------------------------------
+
+def policy(info: PolicyInfo) -> rollout_pb2.Policy:
+    return rollout_pb2.Policy(policy_id=info.policy_id, job_id=info.job_id,
+                              model_info=model_info(info.model_info),
+                              policy_version=info.policy_version,
+                              engine=rollout_pb2.ENGINE_TRANSFORMERS)
+
+
+def model_info(info: ModelInfo) -> model_pb2.ModelInfo:
+    return model_pb2.ModelInfo(architecture=info.architecture, parameter_count=info.parameter_count,
+                               trainable_parameter_count=info.trainable_parameter_count,
+                               vocab_size=info.vocab_size, max_context_length=info.max_context_length,
+                               stop_token_ids=list(info.stop_token_ids))
+
+
+def stop_reason(reason: StopReason) -> int:
+    return trajectory_pb2.StopReason.Value(f"STOP_REASON_{reason.name}")
+
+
+def trajectory(result: Trajectory) -> trajectory_pb2.Trajectory:
+    return trajectory_pb2.Trajectory(
+        trajectory_id=result.trajectory_id, group_id=result.group_id,
+        episode_index=result.episode_index, token_ids=list(result.token_ids),
+        loss_mask=list(result.loss_mask), sampling_logprobs=list(result.sampling_logprobs),
+        prompt_length=result.prompt_length, turns=[turn(t) for t in result.turns],
+        total_reward=result.total_reward, stop_reason=stop_reason(result.stop_reason),
+        policy_version=result.policy_version, env_error=result.env_error,
+        metrics=dict(result.metrics), prompt_text=result.prompt_text)
+
+
+def turn(value: Turn) -> trajectory_pb2.Turn:
+    return trajectory_pb2.Turn(
+        turn_index=value.turn_index, action_start=value.action_start, action_end=value.action_end,
+        observation_start=value.observation_start, observation_end=value.observation_end,
+        action_text=value.action_text, observation_text=value.observation_text,
+        reward=value.reward, policy_version=value.policy_version, info=to_struct(value.info))
+
+
+def episode_error(error: EpisodeError) -> errors_pb2.ErrorDetail:
+    return errors_pb2.ErrorDetail(
+        code=INTERNAL, traceback=error.traceback,
+        message=f"episode {error.group_id}:{error.episode_index} failed: {error.message}")
+
+
+def run_episodes_item(result: Trajectory | EpisodeError) -> rollout_pb2.RunEpisodesResponse:
+    if isinstance(result, EpisodeError):
+        return rollout_pb2.RunEpisodesResponse(error=episode_error(result))
+    return rollout_pb2.RunEpisodesResponse(trajectory=trajectory(result))
+
+
+def sample_response(results: list[PromptCompletions]) -> rollout_pb2.SampleResponse:
+    return rollout_pb2.SampleResponse(results=[
+        rollout_pb2.PromptCompletions(prompt_length=result.prompt_length,
+                                      completions=[completion(c) for c in result.completions])
+        for result in results])
+
+
+def completion(value: Completion) -> rollout_pb2.Completion:
+    return rollout_pb2.Completion(
+        tokens=list(value.token_ids), logprobs=list(value.logprobs), text=value.text,
+        stop_reason=stop_reason(FINISH_STOP_REASONS[value.finish_reason]),
+        policy_version=value.policy_version)
+
+
+def to_struct(values: Any) -> struct_pb2.Struct:
+    struct = struct_pb2.Struct()
+    struct.update(dict(values or {}))
+    return struct
+
+
+def from_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
+    return json_format.MessageToDict(struct)

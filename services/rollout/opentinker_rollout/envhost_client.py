@@ -1,0 +1,125 @@
+"""`EnvironmentSession` over the EnvHostService (the service edge: grpc and stubs live here).
+
+One session per episode: OpenSession, Reset, Step..., CloseSession, as unary calls on a
+channel shared by every episode that plays on the same EnvHost. Any RPC error becomes an
+`EnvironmentFailure`, so the episode ends with ENV_ERROR and the others go on.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from google.protobuf import json_format, struct_pb2
+
+from opentinker.api.envhost.v1 import envhost_service_pb2 as envhost_pb2
+from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
+from opentinker_rollout.environment import (
+    EnvironmentFactory,
+    EnvironmentFailure,
+    ResetResult,
+    StepOutcome,
+)
+
+DEFAULT_CALL_TIMEOUT_S = 120.0
+TRACEBACK_METADATA_KEY = "opentinker-traceback-bin"  # set by the EnvHost when a game raised
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvironmentTarget:
+    """Which game to play and where (domain twin of common.v1.EnvironmentReference)."""
+
+    address: str
+    env_name: str
+    config: Mapping[str, Any] = field(default_factory=dict)
+    job_id: str = ""
+
+
+class EnvHostChannels:
+    """One insecure aio channel per EnvHost address, closed together."""
+
+    def __init__(self) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def stub(self, address: str) -> envhost_grpc.EnvHostServiceStub:
+        if address not in self._channels:
+            self._channels[address] = grpc.aio.insecure_channel(address)
+        return envhost_grpc.EnvHostServiceStub(self._channels[address])
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+
+
+def envhost_environments(channels: EnvHostChannels, target: EnvironmentTarget, *,
+                         call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> EnvironmentFactory:
+    """A factory of fresh sessions on `target`, for the episode runner."""
+    def make() -> EnvHostSession:
+        return EnvHostSession(channels.stub(target.address), target, call_timeout_s=call_timeout_s)
+    return make
+
+
+class EnvHostSession:
+    """One EnvHost session, used by one episode."""
+
+    def __init__(self, stub: envhost_grpc.EnvHostServiceStub, target: EnvironmentTarget, *,
+                 call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> None:
+        self.stub = stub
+        self.target = target
+        self.call_timeout_s = call_timeout_s
+        self.session_id = ""
+
+    async def open(self) -> None:
+        request = envhost_pb2.OpenSessionRequest(
+            env_name=self.target.env_name, config=to_struct(self.target.config),
+            request_id=uuid.uuid4().hex, job_id=self.target.job_id)
+        response = await self._call("OpenSession", request)
+        self.session_id = response.session_id
+
+    async def reset(self, kwargs: Mapping[str, Any], seed: int) -> ResetResult:
+        request = envhost_pb2.ResetRequest(session_id=self.session_id, kwargs=to_struct(kwargs),
+                                           seed=seed)
+        response = await self._call("Reset", request)
+        return ResetResult(system_prompt=response.system_prompt,
+                           initial_user_message=response.initial_user_message,
+                           observation=response.observation, info=from_struct(response.info))
+
+    async def step(self, action: str) -> StepOutcome:
+        request = envhost_pb2.StepRequest(session_id=self.session_id, action=action)
+        response = await self._call("Step", request)
+        return StepOutcome(observation=response.observation, reward=response.reward,
+                           done=response.done, info=from_struct(response.info))
+
+    async def close(self) -> None:
+        if self.session_id:
+            session_id, self.session_id = self.session_id, ""
+            await self._call("CloseSession", envhost_pb2.CloseSessionRequest(session_id=session_id))
+
+    async def _call(self, method: str, request: Any) -> Any:
+        try:
+            return await getattr(self.stub, method)(request, timeout=self.call_timeout_s)
+        except grpc.aio.AioRpcError as error:
+            raise EnvironmentFailure(
+                f"EnvHost {self.target.address} {method} failed: {error.code().name}: "
+                f"{error.details()}", traceback=_game_traceback(error)) from error
+
+
+def _game_traceback(error: grpc.aio.AioRpcError) -> str:
+    for key, value in error.trailing_metadata() or ():
+        if key == TRACEBACK_METADATA_KEY:
+            return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    return ""
+
+
+def to_struct(values: Mapping[str, Any]) -> struct_pb2.Struct:
+    struct = struct_pb2.Struct()
+    struct.update(dict(values))
+    return struct
+
+
+def from_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
+    return json_format.MessageToDict(struct)

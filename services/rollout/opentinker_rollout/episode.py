@@ -1,0 +1,141 @@
+"""Core types of the agent loop: states, stop reasons, limits, turns, the episode and its trajectory.
+
+Per-token lists of an `Episode` always have the length of `token_ids`; index t describes
+token t: `loss_mask[t]` is 1 where the policy sampled the token (0 on prompt and observation
+tokens) and `sampling_logprobs[t]` is its logprob under the sampling distribution (0 where
+the mask is 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum, StrEnum
+from typing import Any
+
+
+class AgentState(Enum):
+    PENDING = "pending"            # open the environment, render the prompt
+    GENERATING = "generating"      # the policy samples one action (loss mask 1)
+    INTERACTING = "interacting"    # the environment answers (observation, loss mask 0)
+    TERMINATED = "terminated"
+
+
+class StopReason(StrEnum):
+    DONE = "done"                            # the environment said done
+    MAX_TURNS = "max_turns"
+    MAX_TURN_TOKENS = "max_turn_tokens"      # an action hit the per-turn token limit
+    MAX_TOTAL_TOKENS = "max_total_tokens"    # the episode hit its total token limit
+    CONTEXT_LENGTH = "context_length"        # the model's context window is full
+    TIMEOUT = "timeout"                      # the episode's wall-clock limit
+    ENV_ERROR = "env_error"                  # the environment failed; do not train on it
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpisodeLimits:
+    """Limits of one episode; 0 (or None) means no limit of that kind."""
+
+    max_turns: int = 0
+    max_new_tokens_per_turn: int = 0
+    """Also capped by the sampling config's max_new_tokens (the smaller one applies)."""
+    max_total_tokens: int = 0
+    """Prompt + actions + observations; the model's context window always applies too."""
+    timeout_s: float | None = None
+
+
+@dataclass(kw_only=True)
+class Turn:
+    """One action and the environment's answer, as half-open spans of the token sequence.
+
+    The observation span is empty when no observation tokens followed (the episode ended).
+    """
+
+    turn_index: int
+    action_start: int
+    action_end: int
+    action_text: str
+    policy_version: int
+    observation_start: int = 0
+    observation_end: int = 0
+    observation_text: str = ""
+    reward: float = 0.0
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class Episode:
+    """All state of one episode; the agent loop's handlers read and extend it."""
+
+    group_id: str
+    episode_index: int
+    reset_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    env_seed: int = 0
+    sampling_seed: int = 0
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    sampling_logprobs: list[float] = field(default_factory=list)
+    prompt_length: int = 0
+    prompt_text: str = ""
+    turns: list[Turn] = field(default_factory=list)
+    stop_reason: StopReason | None = None
+    env_error: str = ""
+    env_traceback: str = ""
+    policy_version_now: int = 0
+    """Policy version of the most recent generation (used when no turn finished)."""
+
+    @property
+    def trajectory_id(self) -> str:
+        return f"{self.group_id}:{self.episode_index}"
+
+    def append_context(self, token_ids: list[int]) -> None:
+        """Prompt or observation tokens: not trained on."""
+        self.token_ids.extend(token_ids)
+        self.loss_mask.extend([0] * len(token_ids))
+        self.sampling_logprobs.extend([0.0] * len(token_ids))
+
+    def append_sampled(self, token_ids: list[int], logprobs: list[float]) -> None:
+        """Tokens the policy sampled, with their sampling logprobs."""
+        if len(token_ids) != len(logprobs):
+            raise ValueError("sampled tokens and logprobs differ in length")
+        self.token_ids.extend(token_ids)
+        self.loss_mask.extend([1] * len(token_ids))
+        self.sampling_logprobs.extend(logprobs)
+
+    def finish(self, reason: StopReason) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trajectory:
+    """A finished episode, ready for training (see the module docstring for the lists)."""
+
+    trajectory_id: str
+    group_id: str
+    episode_index: int
+    token_ids: tuple[int, ...]
+    loss_mask: tuple[int, ...]
+    sampling_logprobs: tuple[float, ...]
+    prompt_length: int
+    prompt_text: str
+    turns: tuple[Turn, ...]
+    total_reward: float
+    stop_reason: StopReason
+    policy_version: int
+    """Lowest policy version among the turns."""
+    env_error: str = ""
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+def to_trajectory(episode: Episode, metrics: Mapping[str, float] | None = None) -> Trajectory:
+    """Freeze a terminated episode."""
+    versions = [turn.policy_version for turn in episode.turns]
+    return Trajectory(
+        trajectory_id=episode.trajectory_id, group_id=episode.group_id,
+        episode_index=episode.episode_index, token_ids=tuple(episode.token_ids),
+        loss_mask=tuple(episode.loss_mask), sampling_logprobs=tuple(episode.sampling_logprobs),
+        prompt_length=episode.prompt_length, prompt_text=episode.prompt_text, turns=tuple(episode.turns),
+        total_reward=sum(turn.reward for turn in episode.turns),
+        stop_reason=episode.stop_reason or StopReason.DONE,
+        policy_version=min(versions, default=episode.policy_version_now),
+        env_error=episode.env_error, metrics=dict(metrics or {}))

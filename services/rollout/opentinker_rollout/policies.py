@@ -1,0 +1,265 @@
+"""Loaded policies keyed by policy_id: load, unload, and atomic weight updates.
+
+A policy is a model (optionally wrapped with a LoRA adapter so adapter weights can be loaded
+later), its engine, its batcher and its chat renderer. `policy_version` starts at 0 (the base
+weights) and only grows: UpdateWeights with a version <= the current one is refused with
+WEIGHTS_VERSION_CONFLICT. New weights are assembled and verified (sizes, sha256, names and
+shapes) before anything is touched, then applied while the batcher is held between two engine
+calls, so no generation ever sees half-updated weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+import structlog
+import torch
+
+from opentinker.ml.errors import MLError, WeightsError
+from opentinker.ml.models import apply_lora, load_model
+from opentinker.ml.sources import LoraSpec, ModelInfo, ModelSource
+from opentinker.ml.weights import TensorSpec, WeightsAssembler, load_lora_state_dict, lora_state_dict
+from opentinker_rollout.batcher import GenerationBatcher
+from opentinker_rollout.engine_thread import run_in_engine_thread
+from opentinker_rollout.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    WeightsCorrupt,
+    WeightsVersionConflict,
+)
+from opentinker_rollout.fencing import FencingGuard, Lease
+from opentinker_rollout.rendering import TokenizerRenderer
+from opentinker_rollout.transformers_engine import TransformersEngine
+
+log = structlog.get_logger(__name__)
+
+
+class WeightsFormat(StrEnum):
+    LORA_ADAPTER = "lora_adapter"
+    FULL = "full"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadRequest:
+    request_id: str = ""
+    lease: Lease = Lease()
+    source: ModelSource
+    lora: LoraSpec | None = None
+    """Wrap the model with this (zero-initialised) adapter; later updates fill it."""
+    max_batch_size: int = 0
+    """0 = the registry default."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyInfo:
+    policy_id: str
+    job_id: str
+    model_info: ModelInfo
+    policy_version: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeightsHeader:
+    """What a weight transfer announces before its chunks."""
+
+    format: WeightsFormat
+    policy_version: int
+    tensors: tuple[TensorSpec, ...]
+    total_bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeightsChunk:
+    tensor_name: str
+    offset: int
+    data: bytes
+
+
+@dataclass(kw_only=True)
+class LoadedPolicy:
+    policy_id: str
+    job_id: str
+    model: torch.nn.Module
+    engine: TransformersEngine
+    batcher: GenerationBatcher
+    renderer: TokenizerRenderer
+    model_info: ModelInfo
+    lora: LoraSpec | None
+
+    @property
+    def version(self) -> int:
+        return self.batcher.policy_version
+
+    def info(self) -> PolicyInfo:
+        return PolicyInfo(policy_id=self.policy_id, job_id=self.job_id,
+                          model_info=self.model_info, policy_version=self.version)
+
+
+class PolicyRegistry:
+    """The policies this worker serves, and the fencing tokens it has seen."""
+
+    def __init__(self, *, checkpoint_root: Path, default_max_batch_size: int = 32,
+                 gather_window_s: float = 0.002) -> None:
+        self.checkpoint_root = checkpoint_root
+        self.default_max_batch_size = default_max_batch_size
+        self.gather_window_s = gather_window_s
+        self.fencing = FencingGuard()
+        self._policies: dict[str, LoadedPolicy] = {}
+        self._by_request: dict[str, tuple[LoadRequest, str]] = {}
+        self._load_lock = asyncio.Lock()
+
+    def get(self, policy_id: str) -> LoadedPolicy:
+        if not policy_id:
+            raise InvalidArgument("policy_id", "is required")
+        policy = self._policies.get(policy_id)
+        if policy is None:
+            raise NotFound(f"policy_id: no policy {policy_id!r} is loaded on this worker")
+        return policy
+
+    def check_lease(self, policy: LoadedPolicy, lease: Lease) -> None:
+        """Fencing, and a job may only drive its own policy."""
+        self.fencing.check(lease)
+        if policy.job_id and lease.job_id and lease.job_id != policy.job_id:
+            raise FailedPrecondition(f"lease.job_id: policy {policy.policy_id!r} belongs to job "
+                                     f"{policy.job_id!r}, not {lease.job_id!r}")
+
+    async def load(self, request: LoadRequest) -> PolicyInfo:
+        """Load a policy (idempotent per request_id)."""
+        self.fencing.check(request.lease)
+        async with self._load_lock:
+            existing = self._replay(request)
+            if existing is not None:
+                return existing.info()
+            policy = await run_in_engine_thread(self._build, request)
+            self._policies[policy.policy_id] = policy
+            if request.request_id:
+                self._by_request[request.request_id] = (request, policy.policy_id)
+        log.info("policy_loaded", policy_id=policy.policy_id, job_id=policy.job_id,
+                 source=request.source.to_dict(), lora=request.lora is not None)
+        return policy.info()
+
+    async def unload(self, policy_id: str, lease: Lease) -> PolicyInfo:
+        policy = self.get(policy_id)
+        self.check_lease(policy, lease)
+        del self._policies[policy_id]
+        await policy.batcher.close()
+        log.info("policy_unloaded", policy_id=policy_id)
+        return policy.info()
+
+    async def close(self) -> None:
+        for policy in list(self._policies.values()):
+            await policy.batcher.close()
+        self._policies.clear()
+
+    async def update_weights(self, policy_id: str, lease: Lease, header: WeightsHeader,
+                             chunks: AsyncIterator[WeightsChunk]) -> tuple[PolicyInfo, int]:
+        """Receive, verify and apply new weights; (the policy afterwards, bytes received)."""
+        policy = self.get(policy_id)
+        self.check_lease(policy, lease)
+        _check_header(policy, header)
+        state_dict, received = await _assemble(header, chunks)
+        _check_shapes(_expected_tensors(policy, header.format), state_dict)
+        async with policy.batcher.exclusive():
+            _check_version(policy, header.policy_version)
+            await run_in_engine_thread(_apply, policy, header.format, state_dict)
+            policy.batcher.policy_version = header.policy_version
+        log.info("weights_updated", policy_id=policy_id, version=policy.version, bytes=received)
+        return policy.info(), received
+
+    def _replay(self, request: LoadRequest) -> LoadedPolicy | None:
+        if not request.request_id or request.request_id not in self._by_request:
+            return None
+        earlier, policy_id = self._by_request[request.request_id]
+        if earlier != request:
+            raise InvalidArgument("request_id", f"{request.request_id!r} was used for a "
+                                  "different LoadModel request", reason="REQUEST_ID_REUSED")
+        return self._policies.get(policy_id)
+
+    def _build(self, request: LoadRequest) -> LoadedPolicy:
+        try:
+            loaded = load_model(request.source, self.checkpoint_root)
+            model = apply_lora(loaded.model, request.lora) if request.lora else loaded.model
+        except MLError as error:
+            raise InvalidArgument("model", str(error)) from error
+        model.eval()
+        engine = TransformersEngine(model, loaded.tokenizer,
+                                    max_context_length=loaded.info.max_context_length)
+        batcher = GenerationBatcher(
+            engine, max_batch_size=request.max_batch_size or self.default_max_batch_size,
+            gather_window_s=self.gather_window_s)
+        return LoadedPolicy(
+            policy_id=f"{request.lease.job_id or 'policy'}-{uuid.uuid4().hex[:12]}",
+            job_id=request.lease.job_id, model=model, engine=engine, batcher=batcher,
+            renderer=TokenizerRenderer(loaded.tokenizer), model_info=_info(loaded.info, engine),
+            lora=request.lora)
+
+
+def _info(info: ModelInfo, engine: TransformersEngine) -> ModelInfo:
+    stops = tuple(dict.fromkeys((*info.stop_token_ids, *engine.eos_token_ids)))
+    return ModelInfo(architecture=info.architecture, parameter_count=info.parameter_count,
+                     trainable_parameter_count=info.trainable_parameter_count,
+                     vocab_size=info.vocab_size, max_context_length=engine.max_context_length,
+                     stop_token_ids=stops)
+
+
+def _check_header(policy: LoadedPolicy, header: WeightsHeader) -> None:
+    if header.format is WeightsFormat.LORA_ADAPTER and policy.lora is None:
+        raise FailedPrecondition("header.format: LORA_ADAPTER weights need a policy loaded with "
+                                 "a LoRA adaptation; load it with adaptation.lora set")
+    if header.format is WeightsFormat.FULL and policy.lora is not None:
+        raise FailedPrecondition("header.format: FULL weights cannot replace a LoRA policy's "
+                                 "base; send LORA_ADAPTER weights")
+    _check_version(policy, header.policy_version)
+
+
+def _check_version(policy: LoadedPolicy, version: int) -> None:
+    if version <= policy.version:
+        raise WeightsVersionConflict(f"header.policy_version: {version} is not newer than the "
+                                     f"policy's current version {policy.version}")
+
+
+async def _assemble(header: WeightsHeader,
+                    chunks: AsyncIterator[WeightsChunk]) -> tuple[dict[str, torch.Tensor], int]:
+    received = 0
+    try:
+        assembler = WeightsAssembler(list(header.tensors), header.sha256)
+        async for chunk in chunks:
+            assembler.add(chunk.tensor_name, chunk.offset, chunk.data)
+            received += len(chunk.data)
+        return assembler.finish(), received
+    except WeightsError as error:
+        raise WeightsCorrupt(str(error)) from error
+
+
+def _expected_tensors(policy: LoadedPolicy, fmt: WeightsFormat) -> dict[str, torch.Tensor]:
+    if fmt is WeightsFormat.LORA_ADAPTER:
+        return lora_state_dict(policy.model)
+    return policy.model.state_dict()
+
+
+def _check_shapes(expected: dict[str, torch.Tensor], received: dict[str, torch.Tensor]) -> None:
+    """Every expected tensor arrives with its shape, and nothing else: checked before applying."""
+    unknown = sorted(set(received) - set(expected))
+    missing = sorted(set(expected) - set(received))
+    wrong = sorted(name for name in set(received) & set(expected)
+                   if tuple(received[name].shape) != tuple(expected[name].shape))
+    problems = [f"{label}: {', '.join(names[:5])}" for label, names in
+                (("unknown tensors", unknown), ("missing tensors", missing),
+                 ("wrong shapes", wrong)) if names]
+    if problems:
+        raise WeightsCorrupt("; ".join(problems))
+
+
+def _apply(policy: LoadedPolicy, fmt: WeightsFormat, state_dict: dict[str, torch.Tensor]) -> None:
+    with torch.no_grad():
+        if fmt is WeightsFormat.LORA_ADAPTER:
+            load_lora_state_dict(policy.model, state_dict)
+        else:
+            policy.model.load_state_dict(state_dict, strict=True)

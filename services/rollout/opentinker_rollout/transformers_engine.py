@@ -1,0 +1,186 @@
+"""A transformers causal LM as an `Engine`, with its own batched sampling loop.
+
+One `generate` call decodes every row (request x sample) together: prompts are left-padded,
+the attention mask marks real tokens and position ids count real tokens only, so a padded
+row computes what it would alone. The prompt is encoded once; each following step feeds one
+token per row and reuses the KV cache (`past_key_values`). Rows stop independently (stop
+token, stop string, max_new_tokens, context window); finished rows are dropped from the
+batch and from the cache, and the loop ends when no row is left.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache
+
+from opentinker_rollout.engine import FinishReason, Generation, GenerationRequest, derive_seed
+from opentinker_rollout.sampling import row_params, sample_tokens
+
+
+@dataclass(kw_only=True)
+class _Row:
+    """Decoding state of one sample."""
+
+    prompt_ids: tuple[int, ...]
+    budget: int
+    budget_reason: FinishReason
+    temperature: float
+    top_k: int
+    top_p: float
+    stop_ids: frozenset[int]
+    stop_strings: tuple[str, ...]
+    generator: torch.Generator
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish: FinishReason | None = None
+
+    def result(self) -> Generation:
+        return Generation(token_ids=tuple(self.token_ids), logprobs=tuple(self.logprobs),
+                          finish_reason=self.finish or self.budget_reason)
+
+
+class TransformersEngine:
+    """Engine over a (possibly peft-wrapped) transformers causal LM and its tokenizer."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: object, *,
+                 max_context_length: int | None = None,
+                 eos_token_ids: tuple[int, ...] | None = None) -> None:
+        """`eos_token_ids` None = the tokenizer's and the generation config's eos ids."""
+        self.model = model
+        self.tokenizer = tokenizer
+        config = _base_config(model)
+        self._max_context = max_context_length or int(config.max_position_embeddings)
+        self._eos_ids = _eos_ids(model, tokenizer) if eos_token_ids is None else eos_token_ids
+        self._pad_id = _pad_id(tokenizer, self._eos_ids)
+
+    @property
+    def max_context_length(self) -> int:
+        return self._max_context
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        return self._eos_ids
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Generation]]:
+        rows_per_request = [self._rows(request) for request in requests]
+        rows = [row for group in rows_per_request for row in group]
+        live = [row for row in rows if row.budget > 0]
+        if live:
+            with torch.inference_mode():
+                self._decode(live)
+        return [[row.result() for row in group] for group in rows_per_request]
+
+    def _rows(self, request: GenerationRequest) -> list[_Row]:
+        sampling = request.sampling
+        room = self._max_context - len(request.prompt_ids)
+        budget = max(0, min(sampling.max_new_tokens, room))
+        reason = FinishReason.LENGTH if sampling.max_new_tokens <= room else FinishReason.CONTEXT
+        base_seed = sampling.seed or secrets.randbits(63)
+        return [_Row(prompt_ids=request.prompt_ids, budget=budget, budget_reason=reason,
+                     temperature=sampling.temperature, top_k=sampling.top_k,
+                     top_p=sampling.top_p, stop_strings=sampling.stop_strings,
+                     stop_ids=frozenset(self._eos_ids + sampling.stop_token_ids),
+                     generator=torch.Generator().manual_seed(derive_seed(base_seed, j)))
+                for j in range(sampling.n)]
+
+    def _decode(self, rows: list[_Row]) -> None:
+        """The sampling loop: prefill the padded prompts, then one token per live row a step."""
+        input_ids, attention, positions = _left_pad([r.prompt_ids for r in rows], self._pad_id)
+        cache = DynamicCache()
+        logits = self._forward(input_ids, attention, positions, cache)
+        while True:
+            tokens = self._sample(rows, logits)
+            keep = [i for i, row in enumerate(rows) if row.finish is None]
+            if not keep:
+                return
+            if len(keep) < len(rows):
+                rows, tokens, attention, positions = _select(keep, rows, tokens, attention,
+                                                             positions, cache)
+            attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
+            positions = positions[:, -1:] + 1
+            logits = self._forward(tokens[:, None], attention, positions, cache)
+
+    def _forward(self, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor,
+                 cache: DynamicCache) -> torch.Tensor:
+        device = self.model.device
+        output = self.model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                            position_ids=positions.to(device), past_key_values=cache,
+                            use_cache=True, logits_to_keep=1)
+        return output.logits[:, -1, :].float().cpu()
+
+    def _sample(self, rows: list[_Row], logits_B_V: torch.Tensor) -> torch.Tensor:
+        params = row_params([r.temperature for r in rows], [r.top_k for r in rows],
+                            [r.top_p for r in rows])
+        tokens_B, logprobs_B = sample_tokens(logits_B_V, params, [r.generator for r in rows])
+        for row, token, logprob in zip(rows, tokens_B.tolist(), logprobs_B.tolist(), strict=True):
+            self._append(row, token, logprob)
+        return tokens_B
+
+    def _append(self, row: _Row, token: int, logprob: float) -> None:
+        row.token_ids.append(token)
+        row.logprobs.append(logprob)
+        if token in row.stop_ids or self._hit_stop_string(row):
+            row.finish = FinishReason.STOP
+        elif len(row.token_ids) >= row.budget:
+            row.finish = row.budget_reason
+
+    def _hit_stop_string(self, row: _Row) -> bool:
+        if not row.stop_strings:
+            return False
+        text = self.decode(row.token_ids)
+        return any(stop in text for stop in row.stop_strings)
+
+
+def _left_pad(prompts: Sequence[Sequence[int]],
+              pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """input_ids, attention mask and position ids of left-padded prompts, each [B, T]."""
+    width = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, prompt in enumerate(prompts):
+        if prompt:
+            input_ids[i, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
+            attention[i, width - len(prompt):] = 1
+    positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
+    return input_ids, attention, positions
+
+
+def _select(keep: list[int], rows: list[_Row], tokens: torch.Tensor, attention: torch.Tensor,
+            positions: torch.Tensor, cache: DynamicCache):
+    """Drop finished rows from the batch tensors and the KV cache."""
+    index = torch.tensor(keep, dtype=torch.long)
+    cache.batch_select_indices(index.to(_cache_device(cache, attention)))
+    return [rows[i] for i in keep], tokens[index], attention[index], positions[index]
+
+
+def _cache_device(cache: DynamicCache, fallback: torch.Tensor) -> torch.device:
+    layers = getattr(cache, "layers", None)
+    keys = getattr(layers[0], "keys", None) if layers else None
+    return keys.device if isinstance(keys, torch.Tensor) else fallback.device
+
+
+def _base_config(model: torch.nn.Module) -> object:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.config
+
+
+def _eos_ids(model: torch.nn.Module, tokenizer: object) -> tuple[int, ...]:
+    ids: list[int] = []
+    for value in (getattr(tokenizer, "eos_token_id", None),
+                  getattr(getattr(model, "generation_config", None), "eos_token_id", None)):
+        ids.extend(value if isinstance(value, list) else [] if value is None else [value])
+    return tuple(dict.fromkeys(int(i) for i in ids))
+
+
+def _pad_id(tokenizer: object, eos_ids: tuple[int, ...]) -> int:
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if pad is not None:
+        return int(pad)
+    return eos_ids[0] if eos_ids else 0

@@ -1,0 +1,48 @@
+"""Wiring: the scheduler's domain objects built on two Redis clients (one for blocking reads)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis.asyncio
+
+from opentinker.core.redis_store import Keys
+from opentinker_scheduler.allocator import Allocator
+from opentinker_scheduler.clock import Clock, SystemClock
+from opentinker_scheduler.config import SchedulerConfig
+from opentinker_scheduler.event_log import EventLog
+from opentinker_scheduler.job_store import JobStore
+from opentinker_scheduler.jobs import JobService
+from opentinker_scheduler.leases import LeaseTable
+from opentinker_scheduler.lifecycle import Lifecycle
+from opentinker_scheduler.lua import Scripts
+from opentinker_scheduler.pool import WorkerPool
+from opentinker_scheduler.workers import WorkerRegistry
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scheduler:
+    config: SchedulerConfig
+    jobs: JobService
+    pool: WorkerPool
+    allocator: Allocator
+
+
+def build_scheduler(client: redis.asyncio.Redis, blocking_client: redis.asyncio.Redis, *,
+                    config: SchedulerConfig, clock: Clock | None = None,
+                    keys: Keys | None = None) -> Scheduler:
+    """`blocking_client` must have no socket timeout (it serves WatchJob's XREAD BLOCK)."""
+    clock, keys = clock or SystemClock(), keys or Keys()
+    scripts = Scripts.register(client)
+    store = JobStore(client=client, keys=keys, scripts=scripts, clock=clock,
+                     request_id_ttl_s=config.request_id_ttl_s)
+    leases = LeaseTable(client=client, keys=keys, scripts=scripts, clock=clock)
+    registry = WorkerRegistry(client=client, keys=keys, scripts=scripts, clock=clock)
+    lifecycle = Lifecycle(store=store, leases=leases)
+    events = EventLog(client=client, blocking_client=blocking_client, keys=keys,
+                      block_ms=config.watch_block_ms)
+    jobs = JobService(config=config, store=store, events=events, leases=leases, lifecycle=lifecycle)
+    pool = WorkerPool(config=config, registry=registry, store=store, leases=leases, lifecycle=lifecycle)
+    allocator = Allocator(config=config, store=store, leases=leases, workers=registry,
+                          lifecycle=lifecycle)
+    return Scheduler(config=config, jobs=jobs, pool=pool, allocator=allocator)

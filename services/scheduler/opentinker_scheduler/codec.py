@@ -1,0 +1,124 @@
+"""How domain records are laid out in Redis hashes (JSON for nested values, strings for scalars)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from opentinker_scheduler.events import decode_progress
+from opentinker_scheduler.model import (
+    Assignment,
+    Device,
+    DeviceKind,
+    Job,
+    JobState,
+    JobType,
+    Lease,
+    LeaseContext,
+    ResourceRequest,
+    Role,
+    Worker,
+    WorkerState,
+)
+
+RawHash = Mapping[bytes, bytes]
+
+
+def text(raw: RawHash, name: str, default: str = "") -> str:
+    value = raw.get(name.encode())
+    return value.decode() if value is not None else default
+
+
+def number(raw: RawHash, name: str) -> int:
+    return int(text(raw, name, "0"))
+
+
+def encode_resources(resources: tuple[ResourceRequest, ...]) -> str:
+    return json.dumps([{"role": r.role, "device_count": r.device_count, "device_kind": r.device_kind,
+                        "min_memory_bytes": r.min_memory_bytes} for r in resources])
+
+
+def decode_resources(data: str) -> tuple[ResourceRequest, ...]:
+    return tuple(ResourceRequest(role=Role(r["role"]), device_count=r["device_count"],
+                                 device_kind=DeviceKind(r["device_kind"]),
+                                 min_memory_bytes=r["min_memory_bytes"]) for r in json.loads(data))
+
+
+def encode_assignments(assignments: tuple[Assignment, ...]) -> str:
+    return json.dumps([{"role": a.role, "worker_id": a.worker_id, "address": a.address,
+                        "device_ids": list(a.device_ids), "lease_id": a.lease.lease_id,
+                        "fencing_token": a.lease.fencing_token} for a in assignments])
+
+
+def decode_assignments(job_id: str, data: str) -> tuple[Assignment, ...]:
+    return tuple(Assignment(
+        role=Role(a["role"]), worker_id=a["worker_id"], address=a["address"],
+        device_ids=tuple(a["device_ids"]),
+        lease=LeaseContext(job_id=job_id, lease_id=a["lease_id"], fencing_token=a["fencing_token"]))
+        for a in json.loads(data or "[]"))
+
+
+def job_fields(job: Job, *, spec_hash: str) -> dict[str, str | bytes | int]:
+    """The hash fields a new job is stored with (the scripts add `order` and the sequence)."""
+    return {"job_id": job.job_id, "tenant_id": job.tenant_id, "type": job.type,
+            "priority": job.priority, "spec": job.spec_blob, "spec_hash": spec_hash,
+            "resources": encode_resources(job.resources), "state": job.state,
+            "create_time": job.create_time_ms, "update_time": job.update_time_ms,
+            "attempt": job.attempt, "cancel_requested": "0", "assignments": "[]"}
+
+
+def decode_job(raw: RawHash, *, metrics: Mapping[bytes, bytes], queue_rank: int | None) -> Job:
+    job_id = text(raw, "job_id")
+    progress = decode_progress(raw.get(b"progress"))
+    latest = {**progress.latest_metrics, **{k.decode(): float(v) for k, v in metrics.items()}}
+    state = JobState(text(raw, "state"))
+    return Job(
+        job_id=job_id, tenant_id=text(raw, "tenant_id"), type=JobType(text(raw, "type")),
+        priority=number(raw, "priority"), spec_blob=raw.get(b"spec", b""),
+        resources=decode_resources(text(raw, "resources", "[]")), state=state,
+        create_time_ms=number(raw, "create_time"), update_time_ms=number(raw, "update_time"),
+        start_time_ms=number(raw, "start_time"), end_time_ms=number(raw, "end_time"),
+        progress=dataclasses.replace(progress, latest_metrics=latest),
+        status_message=text(raw, "status_message"),
+        queue_position=queue_rank + 1 if queue_rank is not None and state is JobState.QUEUED else 0,
+        attempt=number(raw, "attempt"),
+        assignments=decode_assignments(job_id, text(raw, "assignments", "[]")),
+        last_event_sequence=number(raw, "last_event_sequence"),
+        cancel_requested=text(raw, "cancel_requested") == "1")
+
+
+def encode_devices(devices: tuple[Device, ...]) -> str:
+    return json.dumps([{"device_id": d.device_id, "kind": d.kind, "memory_bytes": d.memory_bytes,
+                        "name": d.name} for d in devices])
+
+
+def decode_devices(data: str) -> tuple[Device, ...]:
+    return tuple(Device(device_id=d["device_id"], kind=DeviceKind(d["kind"]),
+                        memory_bytes=d["memory_bytes"], name=d["name"]) for d in json.loads(data))
+
+
+def decode_worker(raw: RawHash, *, now_ms: int, leases: tuple[Lease, ...] = ()) -> Worker:
+    draining = text(raw, "draining") == "1"
+    alive = number(raw, "expire_at") > now_ms
+    state = WorkerState.DEAD if not alive else WorkerState.DRAINING if draining else WorkerState.ALIVE
+    return Worker(
+        worker_id=text(raw, "worker_id"), role=Role(text(raw, "role")), address=text(raw, "address"),
+        devices=decode_devices(text(raw, "devices", "[]")), state=state,
+        register_time_ms=number(raw, "register_time"),
+        last_heartbeat_time_ms=number(raw, "last_heartbeat"),
+        heartbeat_ttl_ms=number(raw, "ttl_ms"), draining=draining, leases=leases,
+        labels=json.loads(text(raw, "labels", "{}")), version=text(raw, "version"))
+
+
+def decode_lease(raw: RawHash) -> Lease:
+    return Lease(lease_id=text(raw, "lease_id"), job_id=text(raw, "job_id"),
+                 worker_id=text(raw, "worker_id"), role=Role(text(raw, "role")),
+                 slots=tuple(json.loads(text(raw, "slots", "[]"))),
+                 device_ids=tuple(json.loads(text(raw, "device_ids", "[]"))),
+                 fencing_token=number(raw, "fencing_token"), expire_time_ms=number(raw, "expire_at"))
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)

@@ -1,0 +1,29 @@
+"""Tunables of the scheduler's domain, built from SchedulerSettings by `main` (or by tests)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_TENANT = "default"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerConfig:
+    """Times in milliseconds unless named otherwise."""
+
+    heartbeat_interval_ms: int = 2_000
+    worker_ttl_ms: int = 10_000
+    """A worker with no heartbeat for this long is DEAD; leases use the same TTL."""
+    dead_worker_retention_ms: int = 300_000
+    """How long a DEAD worker is still listed by ListWorkers before it is forgotten."""
+    coordinator_capacity: int = 8
+    """Jobs one device-less worker (a Coordinator) serves at once."""
+    request_id_ttl_s: int = 86_400
+    """How long a request_id is remembered for idempotent retries."""
+    allocator_interval_ms: int = 500
+    watch_block_ms: int = 5_000
+    """Longest single XREAD BLOCK of a WatchJob stream before it loops."""
+    queue_scan_limit: int = 200
+    """Queued jobs the allocator considers per pass (highest priority first)."""
+    tenant_id: str = DEFAULT_TENANT
+    """Every job belongs to this tenant until authentication (issue 4) names the caller's."""

@@ -1,0 +1,197 @@
+"""Protobuf <-> domain for jobs, specs and events.
+
+The JobSpec crosses into the domain twice: as `JobSpecFacts` (what the scheduler validates and
+schedules on) and as its deterministic serialization (`spec_blob`, stored and returned as is).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+
+from opentinker.api.common.v1 import progress_pb2, resources_pb2
+from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_scheduler.convert_common import enum_from_proto, enum_to_proto, timestamp
+from opentinker_scheduler.convert_workers import assignment_to_proto, role_from_proto, role_to_proto
+from opentinker_scheduler.events import (
+    CheckpointSaved,
+    JobEvent,
+    LogLine,
+    MetricsReported,
+    Payload,
+    ProgressUpdated,
+    StateChanged,
+    WorkerLost,
+)
+from opentinker_scheduler.model import (
+    AgentFacts,
+    DeviceKind,
+    Job,
+    JobSpecFacts,
+    JobState,
+    JobType,
+    NumericField,
+    Progress,
+    ResourceRequest,
+)
+
+NUMERIC_TYPES = frozenset({FieldDescriptor.CPPTYPE_DOUBLE, FieldDescriptor.CPPTYPE_FLOAT,
+                           FieldDescriptor.CPPTYPE_INT32, FieldDescriptor.CPPTYPE_INT64})
+OPAQUE_MESSAGES = frozenset({"google.protobuf.Struct"})  # user config: any numbers allowed
+
+
+def spec_blob(spec: job_pb2.JobSpec) -> bytes:
+    """Deterministic bytes: equal specs give equal blobs (idempotent SubmitJob compares them)."""
+    return spec.SerializeToString(deterministic=True)
+
+
+def facts_from_spec(spec: job_pb2.JobSpec) -> JobSpecFacts:
+    training = spec.training
+    return JobSpecFacts(
+        type=job_type_from_proto(spec.type, field="spec.type"), priority=spec.priority,
+        policy=agent_facts(spec.policy, "spec.policy") if spec.HasField("policy") else None,
+        agents=tuple(agent_facts(a, f"spec.agents[{i}]") for i, a in enumerate(spec.agents)),
+        env_name=spec.environment.env_name, dataset_path=spec.dataset.path,
+        total_steps=training.total_steps, batch_size=training.batch_size,
+        group_size=training.group_size,
+        resources=tuple(resource_from_proto(r, f"spec.resources[{i}]") for i, r in enumerate(spec.resources)),
+        numbers=tuple(numeric_fields(spec, "spec")), label_count=len(spec.labels))
+
+
+def agent_facts(agent: job_pb2.AgentSpec, path: str) -> AgentFacts:
+    has_model = agent.HasField("model") and agent.model.WhichOneof("source") is not None
+    return AgentFacts(path=path, agent_id=agent.agent_id, has_model=has_model)
+
+
+def resource_from_proto(request: resources_pb2.ResourceRequest, path: str) -> ResourceRequest:
+    kind = enum_from_proto(DeviceKind, resources_pb2.DeviceKind, "DEVICE_KIND_", request.device_kind,
+                           field=f"{path}.device_kind")
+    return ResourceRequest(role=role_from_proto(request.role, field=f"{path}.role"),
+                           device_count=request.device_count, device_kind=kind,
+                           min_memory_bytes=request.min_memory_bytes)
+
+
+def numeric_fields(message: Message, path: str) -> Iterator[NumericField]:
+    """Every set numeric field below `message`, with its path (maps and Structs skipped)."""
+    for descriptor, value in message.ListFields():
+        name = f"{path}.{descriptor.name}"
+        if descriptor.cpp_type == FieldDescriptor.CPPTYPE_MESSAGE:
+            yield from _nested_numbers(descriptor, value, name)
+        elif descriptor.cpp_type in NUMERIC_TYPES:
+            values = value if descriptor.is_repeated else [value]
+            for index, item in enumerate(values):
+                item_path = f"{name}[{index}]" if descriptor.is_repeated else name
+                yield NumericField(path=item_path, value=float(item))
+
+
+def _nested_numbers(descriptor: FieldDescriptor, value: object, name: str) -> Iterator[NumericField]:
+    if descriptor.message_type.GetOptions().map_entry or descriptor.message_type.full_name in OPAQUE_MESSAGES:
+        return
+    if descriptor.is_repeated:
+        for index, item in enumerate(value):  # type: ignore[arg-type]
+            yield from numeric_fields(item, f"{name}[{index}]")
+    else:
+        yield from numeric_fields(value, name)  # type: ignore[arg-type]
+
+
+def job_type_from_proto(value: int, *, field: str) -> JobType:
+    return enum_from_proto(JobType, job_pb2.JobType, "JOB_TYPE_", value, field=field)
+
+
+def state_from_proto(value: int, *, field: str) -> JobState:
+    return enum_from_proto(JobState, job_pb2.Job.State, "STATE_", value, field=field)
+
+
+def state_to_proto(state: JobState) -> int:
+    return enum_to_proto(job_pb2.Job.State, "STATE_", state)
+
+
+def job_to_proto(job: Job) -> job_pb2.Job:
+    return job_pb2.Job(
+        job_id=job.job_id, tenant_id=job.tenant_id, spec=job_pb2.JobSpec.FromString(job.spec_blob),
+        state=state_to_proto(job.state), create_time=timestamp(job.create_time_ms),
+        update_time=timestamp(job.update_time_ms), start_time=timestamp(job.start_time_ms),
+        end_time=timestamp(job.end_time_ms), progress=progress_to_proto(job.progress),
+        status_message=job.status_message, queue_position=job.queue_position, attempt=job.attempt,
+        assignments=[assignment_to_proto(a) for a in job.assignments],
+        last_event_sequence=job.last_event_sequence, cancel_requested=job.cancel_requested)
+
+
+def progress_to_proto(progress: Progress) -> progress_pb2.JobProgress:
+    return progress_pb2.JobProgress(
+        phase=progress_pb2.Phase.Value(f"PHASE_{progress.phase}"), step=progress.step,
+        total_steps=progress.total_steps, phase_done=progress.phase_done,
+        phase_total=progress.phase_total, last_checkpoint_id=progress.last_checkpoint_id,
+        update_time=timestamp(progress.update_time_ms), latest_metrics=progress.latest_metrics)
+
+
+def _name_or(enum_type: Any, value: int, prefix: str, default: str) -> str:
+    """The value's name without prefix; `default` for numbers newer than our protos."""
+    try:
+        name = enum_type.Name(value).removeprefix(prefix)
+    except ValueError:
+        return default
+    return default if name == "UNSPECIFIED" else name
+
+
+def progress_from_proto(progress: progress_pb2.JobProgress) -> Progress:
+    phase = _name_or(progress_pb2.Phase, progress.phase, "PHASE_", "UNSPECIFIED")
+    return Progress(phase=phase, step=progress.step, total_steps=progress.total_steps,
+                    phase_done=progress.phase_done, phase_total=progress.phase_total,
+                    last_checkpoint_id=progress.last_checkpoint_id,
+                    update_time_ms=progress.update_time.ToMilliseconds() if progress.HasField("update_time") else 0,
+                    latest_metrics=dict(progress.latest_metrics))
+
+
+def event_to_proto(event: JobEvent) -> job_pb2.JobEvent:
+    message = job_pb2.JobEvent(job_id=event.job_id, sequence=event.sequence,
+                               time=timestamp(event.time_ms))
+    _set_payload(message, event.payload)
+    return message
+
+
+def _set_payload(message: job_pb2.JobEvent, payload: Payload) -> None:
+    if isinstance(payload, StateChanged):
+        message.state_changed.CopyFrom(job_pb2.StateChanged(
+            from_state=state_to_proto(payload.from_state), to_state=state_to_proto(payload.to_state),
+            reason=payload.reason))
+    elif isinstance(payload, MetricsReported):
+        message.metrics.CopyFrom(job_pb2.MetricsReported(step=payload.step, agent_id=payload.agent_id,
+                                                         values=payload.values))
+    elif isinstance(payload, LogLine):
+        message.log.CopyFrom(job_pb2.LogLine(level=job_pb2.LogLine.Level.Value(f"LEVEL_{payload.level}"),
+                                             source=payload.source, message=payload.message))
+    elif isinstance(payload, ProgressUpdated):
+        message.progress.CopyFrom(job_pb2.ProgressUpdated(progress=progress_to_proto(payload.progress)))
+    elif isinstance(payload, CheckpointSaved):
+        message.checkpoint.CopyFrom(job_pb2.CheckpointSaved(checkpoint_id=payload.checkpoint_id,
+                                                            step=payload.step))
+    else:
+        message.worker_lost.CopyFrom(job_pb2.WorkerLost(worker_id=payload.worker_id,
+                                                        role=role_to_proto(payload.role), reason=payload.reason))
+
+
+def payload_from_proto(event: job_pb2.JobEvent, *, field: str) -> Payload | None:
+    """The domain payload of a reported event; None when no payload is set."""
+    kind = event.WhichOneof("payload")
+    if kind == "metrics":
+        return MetricsReported(step=event.metrics.step, agent_id=event.metrics.agent_id,
+                               values=dict(event.metrics.values))
+    if kind == "log":
+        level = _name_or(job_pb2.LogLine.Level, event.log.level, "LEVEL_", "INFO")
+        return LogLine(level=level, source=event.log.source,
+                       message=event.log.message)
+    if kind == "progress":
+        return ProgressUpdated(progress=progress_from_proto(event.progress.progress))
+    if kind == "checkpoint":
+        return CheckpointSaved(checkpoint_id=event.checkpoint.checkpoint_id, step=event.checkpoint.step)
+    if kind == "worker_lost":
+        return WorkerLost(worker_id=event.worker_lost.worker_id, reason=event.worker_lost.reason,
+                          role=role_from_proto(event.worker_lost.role, field=f"{field}.worker_lost.role"))
+    if kind == "state_changed":
+        return StateChanged(from_state=state_from_proto(event.state_changed.from_state, field=field),
+                            to_state=state_from_proto(event.state_changed.to_state, field=field))
+    return None

@@ -1,0 +1,143 @@
+"""Jobs in Redis: the record (a hash), its event stream, the queue and the per-tenant index.
+
+Every state change goes through `transition` (compare-and-set on the state plus the StateChanged
+event, one Lua script), so two writers (the allocator, CancelJob, FinishJob) can never both win.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import redis.asyncio
+
+from opentinker.core.redis_store import Keys
+from opentinker_scheduler.clock import Clock
+from opentinker_scheduler.codec import decode_job, job_fields
+from opentinker_scheduler.events import Payload, StateChanged, encode_payload
+from opentinker_scheduler.lua import Scripts
+from opentinker_scheduler.model import Job, JobState, LeaseContext
+
+
+class Created(enum.StrEnum):
+    CREATED = "created"
+    EXISTING = "existing"  # same request_id, same spec: the earlier job
+    REUSED = "reused"      # same request_id, different spec: refused
+
+
+class AppendStatus(enum.StrEnum):
+    OK = "ok"
+    DUPLICATE = "duplicate"
+    STALE = "stale"
+    MISSING = "missing"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Transition:
+    ok: bool
+    current: str  # the state found when refused ('' = no such job, or 'cancel_requested')
+    sequence: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Report:
+    """Events reported by a worker: checked against `lease`, deduplicated by `request_id`."""
+
+    payloads: Sequence[Payload]
+    lease: LeaseContext | None = None
+    request_id: str = ""
+    progress_json: str = ""
+    metrics: Mapping[str, float] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobStore:
+    client: redis.asyncio.Redis
+    keys: Keys
+    scripts: Scripts
+    clock: Clock
+    request_id_ttl_s: int
+
+    async def create(self, job: Job, *, request_id: str, spec_hash: str) -> tuple[Created, str]:
+        """Store a QUEUED job with its first event, once per (tenant, request_id)."""
+        event = encode_payload(StateChanged(from_state=JobState.UNSPECIFIED,
+                                            to_state=JobState.QUEUED, reason="submitted"))
+        fields = [part for pair in job_fields(job, spec_hash=spec_hash).items() for part in pair]
+        keys = [self.keys.idempotency(job.tenant_id, request_id), self.keys.job(job.job_id),
+                self.keys.job_events(job.job_id), self.keys.tenant_job_index(job.tenant_id),
+                self.keys.job_index(), self.keys.job_queue(), self.keys.job_counter()]
+        args = [spec_hash, job.job_id, job.create_time_ms, self.request_id_ttl_s, job.priority,
+                event, *fields]
+        status, job_id = await self.scripts.submit(keys=keys, args=args)
+        return Created(status.decode()), job_id.decode()
+
+    async def get(self, job_id: str) -> Job | None:
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.hgetall(self.keys.job(job_id)).hgetall(self.keys.job_metrics(job_id))
+            pipe.zrank(self.keys.job_queue(), job_id)
+            raw, metrics, rank = await pipe.execute()
+        return decode_job(raw, metrics=metrics, queue_rank=rank) if raw else None
+
+    async def transition(self, job_id: str, *, expected: JobState, to: JobState, reason: str,
+                         fields: Mapping[str, str | int] | None = None,
+                         refuse_if_cancel_requested: bool = False) -> Transition:
+        """Move `expected` -> `to` and append the StateChanged event, or refuse."""
+        event = encode_payload(StateChanged(from_state=expected, to_state=to, reason=reason))
+        pairs = [part for pair in (fields or {}).items() for part in pair]
+        keys = [self.keys.job(job_id), self.keys.job_events(job_id), self.keys.job_queue()]
+        args = [self.clock.now_ms(), expected, to, event, int(refuse_if_cancel_requested), *pairs]
+        ok, current = await self.scripts.transition(keys=keys, args=args)
+        if ok:
+            return Transition(ok=True, current=str(to), sequence=int(current))
+        return Transition(ok=False, current=current.decode() if current else "")
+
+    async def request_cancel(self, job_id: str, *, expected: JobState, event: Payload,
+                             workers: Sequence[str]) -> tuple[int, str]:
+        """Set cancel_requested on a RUNNING/ALLOCATING job and note the workers to tell.
+
+        (1, state) when set now, (2, state) when it was already set, (0, state) when the state
+        was not `expected`."""
+        keys = [self.keys.job(job_id), self.keys.job_events(job_id), self.keys.job_stopping(job_id)]
+        args = [self.clock.now_ms(), expected, encode_payload(event), *workers]
+        code, current = await self.scripts.request_cancel(keys=keys, args=args)
+        return int(code), current.decode()
+
+    async def append(self, job_id: str, report: Report) -> tuple[AppendStatus, int]:
+        """Append events (and progress/metrics) atomically; (status, last sequence)."""
+        lease = report.lease
+        metric_pairs = [part for pair in (report.metrics or {}).items() for part in (pair[0], repr(pair[1]))]
+        keys = [self.keys.job(job_id), self.keys.job_events(job_id),
+                self.keys.job_request(job_id, report.request_id or "none"),
+                self.keys.lease(lease.lease_id if lease else "none"), self.keys.job_metrics(job_id)]
+        args = [self.clock.now_ms(), self.request_id_ttl_s, int(bool(report.request_id)), job_id,
+                lease.fencing_token if lease else 0, int(lease is not None), report.progress_json,
+                len(metric_pairs) // 2, *metric_pairs, *map(encode_payload, report.payloads)]
+        status, sequence = await self.scripts.append_events(keys=keys, args=args)
+        return AppendStatus(status.decode()), int(sequence or 0)
+
+    async def set_status_message(self, job_id: str, message: str) -> None:
+        await self.client.hset(self.keys.job(job_id), "status_message", message)
+
+    async def queued_ids(self, limit: int) -> list[str]:
+        """QUEUED job ids, highest priority first, FIFO within a priority."""
+        return [i.decode() for i in await self.client.zrange(self.keys.job_queue(), 0, limit - 1)]
+
+    async def index_page(self, tenant_id: str, *, before_order: int | None,
+                         count: int) -> list[tuple[str, int]]:
+        """(job_id, order) newest first, strictly older than `before_order` when given."""
+        top = f"({before_order}" if before_order is not None else "+inf"
+        rows = await self.client.zrevrangebyscore(self.keys.tenant_job_index(tenant_id), top, "-inf",
+                                                  start=0, num=count, withscores=True)
+        return [(job_id.decode(), int(score)) for job_id, score in rows]
+
+    async def stop_told(self, job_id: str, worker_id: str) -> int:
+        """Note that `worker_id` was told to stop `job_id`; how many workers remain to be told."""
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.srem(self.keys.job_stopping(job_id), worker_id)
+            pipe.scard(self.keys.job_stopping(job_id))
+            _, remaining = await pipe.execute()
+        return int(remaining)
+
+    async def clear_stopping(self, job_id: str) -> None:
+        await self.client.delete(self.keys.job_stopping(job_id))

@@ -1,0 +1,206 @@
+"""Job use cases: submit, get, list, cancel, watch, report events, finish."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+from opentinker_scheduler.config import SchedulerConfig
+from opentinker_scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, StaleLease
+from opentinker_scheduler.event_log import EventLog
+from opentinker_scheduler.events import JobEvent, LogLine, Payload
+from opentinker_scheduler.job_store import AppendStatus, Created, JobStore
+from opentinker_scheduler.leases import LeaseTable
+from opentinker_scheduler.lifecycle import Lifecycle
+from opentinker_scheduler.model import Job, JobSpecFacts, JobState, JobType, LeaseContext, Page
+from opentinker_scheduler.paging import decode_token, encode_token, page_size
+from opentinker_scheduler.reports import build_report
+from opentinker_scheduler.validation import default_resources, effective_priority, validate_spec
+
+MAX_REQUEST_ID_LENGTH = 128
+CAS_RETRIES = 5
+FINAL_STATES = (JobState.SUCCEEDED, JobState.FAILED)
+
+
+def check_id(field: str, value: str, *, required: bool = True) -> None:
+    """Ids become parts of Redis keys: non-empty (when required), no whitespace, bounded."""
+    if not value and required:
+        raise InvalidArgument(field, "must be set")
+    if any(ch.isspace() for ch in value) or len(value) > MAX_REQUEST_ID_LENGTH:
+        raise InvalidArgument(field, f"must be at most {MAX_REQUEST_ID_LENGTH} characters "
+                              "without whitespace")
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobService:
+    config: SchedulerConfig
+    store: JobStore
+    events: EventLog
+    leases: LeaseTable
+    lifecycle: Lifecycle
+
+    async def submit(self, facts: JobSpecFacts, spec_blob: bytes, *, request_id: str,
+                     validate_only: bool = False) -> tuple[Job, bool]:
+        """Validate and queue; (job, created). A reused request_id returns the first job."""
+        check_id("request_id", request_id, required=False)
+        validate_spec(facts)
+        job = self._new_job(facts, spec_blob)
+        if validate_only:
+            return dataclasses.replace(job, job_id=""), False
+        created, job_id = await self.store.create(
+            job, request_id=request_id or job.job_id, spec_hash=hashlib.sha256(spec_blob).hexdigest())
+        if created is Created.REUSED:
+            raise InvalidArgument("request_id", f"was already used for job {job_id} with a "
+                                  "different spec; use a new request_id", reason="REQUEST_ID_REUSED")
+        return await self.get(job_id), created is Created.CREATED
+
+    def _new_job(self, facts: JobSpecFacts, spec_blob: bytes) -> Job:
+        now = self.store.clock.now_ms()
+        return Job(job_id=f"job-{uuid.uuid4().hex}", tenant_id=self.config.tenant_id,
+                   type=facts.type, priority=effective_priority(facts), spec_blob=spec_blob,
+                   resources=facts.resources or default_resources(facts.type),
+                   state=JobState.QUEUED, create_time_ms=now, update_time_ms=now)
+
+    async def get(self, job_id: str) -> Job:
+        check_id("job_id", job_id)
+        job = await self.store.get(job_id)
+        if job is None or job.tenant_id != self.config.tenant_id:
+            raise NotFound(f"job {job_id} not found")
+        return job
+
+    async def list(self, *, size: int, token: str, states: Sequence[JobState],
+                   job_type: JobType) -> Page[Job]:
+        """Newest first, filtered by state (any of) and type; `token` resumes a previous page."""
+        limit = page_size(size)
+        position = decode_token("jobs", token)
+        before = int(position) if position and position.isdigit() else None
+        if position and before is None:
+            raise InvalidArgument("page_token", "is not a next_page_token returned by ListJobs")
+        found = await self._collect(limit + 1, before, set(states), job_type)
+        more = len(found) > limit
+        page = found[:limit]
+        next_token = encode_token("jobs", str(page[-1][1])) if more else ""
+        return Page(items=[job for job, _ in page], next_page_token=next_token)
+
+    async def _collect(self, wanted: int, before: int | None, states: set[JobState],
+                       job_type: JobType) -> list[tuple[Job, int]]:
+        found: list[tuple[Job, int]] = []
+        while len(found) < wanted:
+            rows = await self.store.index_page(self.config.tenant_id, before_order=before,
+                                               count=max(wanted, 100))
+            if not rows:
+                break
+            for job_id, order in rows:
+                job = await self.store.get(job_id)
+                if job and (not states or job.state in states) and job_type in (JobType.UNSPECIFIED, job.type):
+                    found.append((job, order))
+            before = rows[-1][1]
+        return found[:wanted]
+
+    async def cancel(self, job_id: str, *, reason: str = "") -> Job:
+        """QUEUED: CANCELLED now. ALLOCATING/RUNNING: cancel_requested; CANCELLED once every
+        assigned worker was told (Heartbeat stop_job_ids) or lost. Idempotent."""
+        for _ in range(CAS_RETRIES):
+            job = await self.get(job_id)
+            if job.state is JobState.CANCELLED or job.cancel_requested:
+                return job
+            if job.state.terminal:
+                raise FailedPrecondition(f"job {job_id} already ended {job.state}; only queued, "
+                                         "allocating or running jobs can be cancelled")
+            if await self._try_cancel(job, reason or "cancelled by the user"):
+                return await self.get(job_id)
+        raise FailedPrecondition(f"job {job_id} kept changing state; retry the cancel",
+                                 reason="UNSPECIFIED")
+
+    async def _try_cancel(self, job: Job, reason: str) -> bool:
+        if job.state is JobState.QUEUED:
+            result = await self.lifecycle.end(job.job_id, expected=job.state,
+                                              to=JobState.CANCELLED, reason=reason)
+            return result.ok
+        workers = sorted({a.worker_id for a in job.assignments})
+        event = LogLine(level="WARNING", source="scheduler", message=f"cancel requested: {reason}")
+        code, _ = await self.store.request_cancel(job.job_id, expected=job.state, event=event,
+                                                  workers=workers)
+        if code == 1 and job.state is JobState.RUNNING and not workers:
+            await self.lifecycle.end(job.job_id, expected=job.state, to=JobState.CANCELLED,
+                                     reason=reason)
+        return code != 0
+
+    async def watch(self, job_id: str, *, after_sequence: int,
+                    follow_after_end: bool) -> AsyncIterator[JobEvent]:
+        """Stored events after `after_sequence`, then live ones; ends after the terminal event
+        (unless follow_after_end), or at once when the job already ended before it."""
+        if after_sequence < 0:
+            raise InvalidArgument("after_sequence", f"must be >= 0, got {after_sequence}")
+        job = await self.get(job_id)
+        last = after_sequence
+        async for event in self.events.replay(job_id, last):
+            yield event
+            last = event.sequence
+            if event.is_terminal and not follow_after_end:
+                return
+        job = await self.get(job_id)
+        if job.state.terminal and not follow_after_end:
+            return
+        while True:
+            for event in await self.events.wait_after(job_id, last):
+                yield event
+                last = event.sequence
+                if event.is_terminal and not follow_after_end:
+                    return
+
+    async def report(self, lease: LeaseContext, payloads: Sequence[Payload | None], *,
+                     request_id: str) -> int:
+        """Append events for a job the caller holds a current lease on; the last sequence."""
+        check_lease_context(lease)
+        check_id("request_id", request_id, required=False)
+        report = build_report(payloads, lease=lease, request_id=request_id,
+                              now_ms=self.store.clock.now_ms())
+        status, sequence = await self.store.append(lease.job_id, report)
+        if status is AppendStatus.STALE:
+            await self.get(lease.job_id)  # NOT_FOUND beats a stale lease for an unknown job
+            raise stale_lease(lease)
+        if status is AppendStatus.MISSING:
+            raise NotFound(f"job {lease.job_id} not found")
+        return sequence
+
+    async def finish(self, lease: LeaseContext, final_state: JobState, *, message: str) -> Job:
+        """The Coordinator ends a RUNNING job: SUCCEEDED, or FAILED (CANCELLED when a cancel was
+        requested). Retrying with the same final state returns the ended job."""
+        check_lease_context(lease)
+        if final_state not in FINAL_STATES:
+            raise InvalidArgument("final_state", f"must be STATE_SUCCEEDED or STATE_FAILED, got {final_state}")
+        for _ in range(CAS_RETRIES):
+            job = await self.get(lease.job_id)
+            if job.state.terminal:
+                return self._already_ended(job, final_state)
+            if not await self.leases.is_current(lease):
+                raise stale_lease(lease)
+            to = JobState.CANCELLED if job.cancel_requested and final_state is JobState.FAILED else final_state
+            result = await self.lifecycle.end(job.job_id, expected=job.state, to=to,
+                                              reason=message or f"finished: {to.lower()}")
+            if result.ok:
+                return await self.get(job.job_id)
+        raise FailedPrecondition(f"job {lease.job_id} kept changing state; retry", reason="UNSPECIFIED")
+
+    @staticmethod
+    def _already_ended(job: Job, final_state: JobState) -> Job:
+        cancelled_failure = job.state is JobState.CANCELLED and final_state is JobState.FAILED
+        if job.state is final_state or cancelled_failure:
+            return job
+        raise FailedPrecondition(f"job {job.job_id} already ended {job.state}")
+
+
+def check_lease_context(lease: LeaseContext) -> None:
+    check_id("lease.job_id", lease.job_id)
+    check_id("lease.lease_id", lease.lease_id)
+    if lease.fencing_token <= 0:
+        raise InvalidArgument("lease.fencing_token", "must be the positive token of the assignment")
+
+
+def stale_lease(lease: LeaseContext) -> StaleLease:
+    return StaleLease(f"lease {lease.lease_id} (fencing token {lease.fencing_token}) is not a "
+                      f"current lease of job {lease.job_id}: it expired, was released or was superseded")

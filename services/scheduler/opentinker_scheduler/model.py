@@ -1,0 +1,218 @@
+"""The scheduler's domain types: jobs, workers, leases. No grpc, no protobuf.
+
+Enum member names equal the protobuf value names without their prefix (`JobState.QUEUED` is
+`Job.STATE_QUEUED`), so `convert.py` maps them by name. Times are integer milliseconds since the
+Unix epoch (0 = unset), taken from the scheduler's `Clock`.
+
+The job's spec is kept as `spec_blob`: the deterministic protobuf serialization of the JobSpec the
+user sent, opaque to the domain. The scheduler reasons only about the few spec facts it needs
+(type, priority, resources: `JobSpecFacts`); storing the blob returns every other field exactly as
+submitted (and lets idempotent retries compare specs) without a domain twin of ~40 nested messages
+that only the Coordinator, Trainer and Rollout interpret.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+
+class JobType(enum.StrEnum):
+    UNSPECIFIED = "UNSPECIFIED"
+    RL = "RL"
+    SFT = "SFT"
+    INFERENCE = "INFERENCE"
+
+
+class JobState(enum.StrEnum):
+    UNSPECIFIED = "UNSPECIFIED"
+    QUEUED = "QUEUED"
+    ALLOCATING = "ALLOCATING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+
+
+class Role(enum.StrEnum):
+    UNSPECIFIED = "UNSPECIFIED"
+    TRAINER = "TRAINER"
+    ROLLOUT = "ROLLOUT"
+    ENVHOST = "ENVHOST"
+    COORDINATOR = "COORDINATOR"
+
+
+class DeviceKind(enum.StrEnum):
+    UNSPECIFIED = "UNSPECIFIED"  # in a request: any kind
+    CPU = "CPU"
+    CUDA = "CUDA"
+
+
+class WorkerState(enum.StrEnum):
+    UNSPECIFIED = "UNSPECIFIED"
+    ALIVE = "ALIVE"
+    DRAINING = "DRAINING"
+    DEAD = "DEAD"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResourceRequest:
+    """`device_count` devices of one kind on ONE worker of `role`."""
+
+    role: Role
+    device_count: int = 1
+    device_kind: DeviceKind = DeviceKind.UNSPECIFIED
+    min_memory_bytes: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class NumericField:
+    """One numeric value set somewhere in a spec, with its field path (`spec.training.batch_size`)."""
+
+    path: str
+    value: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentFacts:
+    """What validation needs to know about one AgentSpec (`spec.policy` or `spec.agents[i]`)."""
+
+    path: str
+    agent_id: str = ""
+    has_model: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSpecFacts:
+    """The parts of a JobSpec the scheduler validates and schedules on."""
+
+    type: JobType
+    priority: int = 0
+    policy: AgentFacts | None = None
+    agents: tuple[AgentFacts, ...] = ()
+    env_name: str = ""
+    dataset_path: str = ""
+    total_steps: int = 0
+    batch_size: int = 0
+    group_size: int = 0
+    resources: tuple[ResourceRequest, ...] = ()
+    numbers: tuple[NumericField, ...] = ()
+    label_count: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaseContext:
+    job_id: str
+    lease_id: str
+    fencing_token: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Assignment:
+    """A worker bound to a job for one role."""
+
+    role: Role
+    worker_id: str
+    address: str
+    device_ids: tuple[str, ...]
+    lease: LeaseContext
+
+
+@dataclass(frozen=True, kw_only=True)
+class Progress:
+    phase: str = "UNSPECIFIED"
+    step: int = 0
+    total_steps: int = 0
+    phase_done: int = 0
+    phase_total: int = 0
+    last_checkpoint_id: str = ""
+    update_time_ms: int = 0
+    latest_metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    job_id: str
+    tenant_id: str
+    type: JobType
+    priority: int
+    spec_blob: bytes
+    resources: tuple[ResourceRequest, ...]
+    state: JobState
+    create_time_ms: int
+    update_time_ms: int
+    start_time_ms: int = 0
+    end_time_ms: int = 0
+    progress: Progress = field(default_factory=Progress)
+    status_message: str = ""
+    queue_position: int = 0
+    attempt: int = 0
+    assignments: tuple[Assignment, ...] = ()
+    last_event_sequence: int = 0
+    cancel_requested: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Device:
+    device_id: str
+    kind: DeviceKind = DeviceKind.CPU
+    memory_bytes: int = 0
+    name: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lease:
+    """Slots of one worker held by one job. For workers without devices (a Coordinator) the
+    slots are capacity slots `slot:N` and `device_ids` is empty."""
+
+    lease_id: str
+    job_id: str
+    worker_id: str
+    role: Role
+    slots: tuple[str, ...]
+    device_ids: tuple[str, ...]
+    fencing_token: int
+    expire_time_ms: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerRegistration:
+    worker_id: str
+    role: Role
+    address: str
+    devices: tuple[Device, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+    version: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Worker:
+    worker_id: str
+    role: Role
+    address: str
+    devices: tuple[Device, ...]
+    state: WorkerState
+    register_time_ms: int
+    last_heartbeat_time_ms: int
+    heartbeat_ttl_ms: int
+    draining: bool = False
+    leases: tuple[Lease, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+    version: str = ""
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Page(Generic[T]):
+    items: list[T]
+    next_page_token: str = ""

@@ -1,0 +1,111 @@
+"""Worker use cases: register, heartbeat (renew + learn assignments), deregister, list."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from opentinker_scheduler.config import SchedulerConfig
+from opentinker_scheduler.errors import InvalidArgument, NotFound
+from opentinker_scheduler.job_store import JobStore
+from opentinker_scheduler.jobs import check_id
+from opentinker_scheduler.leases import LeaseTable
+from opentinker_scheduler.lifecycle import Lifecycle
+from opentinker_scheduler.model import Assignment, JobState, Lease, Page, Role, Worker, WorkerRegistration, WorkerState
+from opentinker_scheduler.paging import decode_token, encode_token, page_size
+from opentinker_scheduler.workers import WorkerRegistry
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeartbeatResult:
+    assignments: list[Assignment] = field(default_factory=list)
+    stop_job_ids: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerPool:
+    config: SchedulerConfig
+    registry: WorkerRegistry
+    store: JobStore
+    leases: LeaseTable
+    lifecycle: Lifecycle
+
+    async def register(self, registration: WorkerRegistration) -> Worker:
+        """Join (or re-join after a restart: the old registration's leases are lost)."""
+        check_registration(registration)
+        await self._drop_leases(registration.worker_id, reason="the worker registered again (restarted)")
+        return await self.registry.put(registration, ttl_ms=self.config.worker_ttl_ms)
+
+    async def heartbeat(self, worker_id: str) -> HeartbeatResult:
+        """Renew the worker and its leases; its assignments and the jobs it must stop.
+
+        NOT_FOUND when the worker is unknown or was declared dead: it must register again."""
+        check_id("worker_id", worker_id)
+        if not await self.registry.touch(worker_id, ttl_ms=self.config.worker_ttl_ms):
+            raise NotFound(f"worker {worker_id} is not registered or missed heartbeats past its "
+                           "TTL; register again", reason="UNSPECIFIED")
+        result = HeartbeatResult()
+        for lease in await self.leases.of_worker(worker_id):
+            if await self.leases.renew(lease.lease_id, ttl_ms=self.config.worker_ttl_ms):
+                await self._collect(lease, result)
+        return result
+
+    async def _collect(self, lease: Lease, result: HeartbeatResult) -> None:
+        job = await self.store.get(lease.job_id)
+        if job is None or job.state.terminal:
+            await self.leases.release(lease.lease_id)
+            return
+        if job.cancel_requested:
+            result.stop_job_ids.append(job.job_id)
+            if await self.store.stop_told(job.job_id, lease.worker_id) == 0:
+                await self.lifecycle.end(job.job_id, expected=job.state, to=JobState.CANCELLED,
+                                         reason="cancelled: every worker was told to stop")
+            return
+        if job.state is JobState.RUNNING:
+            result.assignments.extend(a for a in job.assignments if a.lease.lease_id == lease.lease_id)
+
+    async def deregister(self, worker_id: str, *, drain: bool) -> Worker:
+        """drain: DRAINING (no new jobs, current ones continue); else leave now, ending its jobs."""
+        check_id("worker_id", worker_id)
+        worker = await self.registry.get(worker_id)
+        if worker is None:
+            raise NotFound(f"worker {worker_id} not found", reason="UNSPECIFIED")
+        if drain:
+            await self.registry.set_draining(worker_id)
+            return await self.registry.get(worker_id) or worker
+        await self._drop_leases(worker_id, reason="the worker deregistered")
+        await self.registry.remove(worker_id)
+        return dataclasses.replace(worker, state=WorkerState.DEAD, leases=())
+
+    async def _drop_leases(self, worker_id: str, *, reason: str) -> None:
+        for lease in await self.leases.of_worker(worker_id):
+            released = await self.leases.release(lease.lease_id)
+            if released is not None:
+                await self.lifecycle.lease_lost(released, reason=reason)
+
+    async def list(self, *, size: int, token: str, role: Role) -> Page[Worker]:
+        """Workers by id, optionally of one role, with their leases."""
+        limit = page_size(size)
+        after = decode_token("workers", token) or ""
+        workers = [w for w in await self.registry.all()
+                   if w.worker_id > after and role in (Role.UNSPECIFIED, w.role)]
+        page = [dataclasses.replace(w, leases=tuple(await self.leases.of_worker(w.worker_id)))
+                for w in workers[:limit]]
+        next_token = encode_token("workers", page[-1].worker_id) if len(workers) > limit else ""
+        return Page(items=page, next_page_token=next_token)
+
+
+def check_registration(registration: WorkerRegistration) -> None:
+    check_id("worker_id", registration.worker_id)
+    if registration.role is Role.UNSPECIFIED:
+        raise InvalidArgument("role", "must be set (ROLE_TRAINER, ROLE_ROLLOUT, ROLE_ENVHOST or "
+                              "ROLE_COORDINATOR)")
+    if not registration.address:
+        raise InvalidArgument("address", "must be the host:port other services reach the worker at")
+    seen: set[str] = set()
+    for index, device in enumerate(registration.devices):
+        check_id(f"devices[{index}].device_id", device.device_id)
+        if device.device_id in seen or device.device_id.startswith("slot:"):
+            raise InvalidArgument(f"devices[{index}].device_id",
+                                  f"{device.device_id!r} is repeated or reserved (slot:N)")
+        seen.add(device.device_id)

@@ -1,0 +1,42 @@
+"""Turning the events a worker reports into one atomic append (events + progress + metrics)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from opentinker_scheduler.errors import InvalidArgument
+from opentinker_scheduler.events import MetricsReported, Payload, ProgressUpdated, StateChanged, encode_progress
+from opentinker_scheduler.job_store import Report
+from opentinker_scheduler.model import LeaseContext
+
+MAX_EVENTS_PER_REPORT = 1000
+
+
+def build_report(payloads: Sequence[Payload | None], *, lease: LeaseContext, request_id: str,
+                 now_ms: int) -> Report:
+    """Validate the payloads; the job's progress becomes the last ProgressUpdated, and every
+    MetricsReported value becomes the metric's latest value."""
+    if len(payloads) > MAX_EVENTS_PER_REPORT:
+        raise InvalidArgument("events", f"at most {MAX_EVENTS_PER_REPORT} events per call")
+    checked = [_checked(index, payload) for index, payload in enumerate(payloads)]
+    progress = [p.progress for p in checked if isinstance(p, ProgressUpdated)]
+    metrics = {name: value for p in checked if isinstance(p, MetricsReported)
+               for name, value in p.values.items()}
+    progress_json = ""
+    if progress:
+        latest = progress[-1]
+        stamped = dataclasses.replace(latest, update_time_ms=latest.update_time_ms or now_ms)
+        progress_json = encode_progress(stamped)
+    return Report(payloads=checked, lease=lease, request_id=request_id,
+                  progress_json=progress_json, metrics=metrics)
+
+
+def _checked(index: int, payload: Payload | None) -> Payload:
+    if payload is None:
+        raise InvalidArgument(f"events[{index}]", "has no payload (set metrics, log, progress, "
+                              "checkpoint or worker_lost)")
+    if isinstance(payload, StateChanged):
+        raise InvalidArgument(f"events[{index}].state_changed", "only the scheduler changes a "
+                              "job's state; end a job with FinishJob")
+    return payload

@@ -1,0 +1,103 @@
+"""SubmitJob validation: every rule raises InvalidArgument naming the field path (`spec.x.y`)."""
+
+from __future__ import annotations
+
+import math
+
+from opentinker_scheduler.errors import InvalidArgument
+from opentinker_scheduler.model import AgentFacts, JobSpecFacts, JobType, ResourceRequest, Role
+
+MAX_PRIORITY = 100
+MAX_TOTAL_STEPS = 10_000_000
+MAX_BATCH_SIZE = 4096
+MAX_GROUP_SIZE = 1024
+MAX_DEVICES_PER_REQUEST = 64
+MAX_LABELS = 32
+MODEL_JOB_TYPES = (JobType.RL, JobType.SFT, JobType.INFERENCE)
+TRAINING_JOB_TYPES = (JobType.RL, JobType.SFT)
+LEASABLE_ROLES = (Role.TRAINER, Role.ROLLOUT)
+
+
+def validate_spec(facts: JobSpecFacts) -> None:
+    """Raise InvalidArgument for the first problem found, in field order."""
+    if facts.type is JobType.UNSPECIFIED:
+        raise InvalidArgument("spec.type", "must be set (JOB_TYPE_RL, JOB_TYPE_SFT or JOB_TYPE_INFERENCE)")
+    _check_range("spec.priority", facts.priority, 0, MAX_PRIORITY)
+    if facts.type in MODEL_JOB_TYPES:
+        _check_agents(facts)
+    if facts.type is JobType.RL and not facts.env_name:
+        raise InvalidArgument("spec.environment.env_name", "must name an environment for an RL job")
+    if facts.type is JobType.SFT and not facts.dataset_path:
+        raise InvalidArgument("spec.dataset.path", "must be set for an SFT job")
+    if facts.type in TRAINING_JOB_TYPES:
+        _check_training(facts)
+    _check_numbers(facts)
+    for index, request in enumerate(facts.resources):
+        _check_resource(f"spec.resources[{index}]", request)
+    if facts.label_count > MAX_LABELS:
+        raise InvalidArgument("spec.labels", f"has {facts.label_count} entries, at most {MAX_LABELS}")
+
+
+def _check_agents(facts: JobSpecFacts) -> None:
+    if facts.policy is not None and facts.agents:
+        raise InvalidArgument("spec.agents", "set either spec.policy or spec.agents, not both")
+    if not facts.agents:
+        _check_agent(facts.policy or AgentFacts(path="spec.policy"))
+        return
+    seen: set[str] = set()
+    for agent in facts.agents:
+        _check_agent(agent)
+        if not agent.agent_id or agent.agent_id in seen:
+            raise InvalidArgument(f"{agent.path}.agent_id", "must be set and unique among spec.agents")
+        seen.add(agent.agent_id)
+
+
+def _check_agent(agent: AgentFacts) -> None:
+    if not agent.has_model:
+        raise InvalidArgument(f"{agent.path}.model", "must be set (local, builtin or checkpoint)")
+
+
+def _check_training(facts: JobSpecFacts) -> None:
+    _check_range("spec.training.total_steps", facts.total_steps, 1, MAX_TOTAL_STEPS)
+    _check_range("spec.training.batch_size", facts.batch_size, 1, MAX_BATCH_SIZE)
+    if facts.type is JobType.RL or facts.group_size:
+        _check_range("spec.training.group_size", facts.group_size, 1, MAX_GROUP_SIZE)
+
+
+def _check_numbers(facts: JobSpecFacts) -> None:
+    """Every numeric field must be finite; all but seeds must be >= 0; top_p at most 1."""
+    for number in facts.numbers:
+        name = number.path.rsplit(".", 1)[-1]
+        if not math.isfinite(number.value):
+            raise InvalidArgument(number.path, f"must be a finite number, got {number.value}")
+        if number.value < 0 and not name.endswith("seed"):
+            raise InvalidArgument(number.path, f"must not be negative, got {number.value:g}")
+        if name == "top_p" and number.value > 1:
+            raise InvalidArgument(number.path, f"must be between 0 and 1, got {number.value:g}")
+
+
+def _check_resource(path: str, request: ResourceRequest) -> None:
+    if request.role not in LEASABLE_ROLES:
+        raise InvalidArgument(f"{path}.role", "must be ROLE_TRAINER or ROLE_ROLLOUT "
+                              "(a coordinator is always added)")
+    _check_range(f"{path}.device_count", request.device_count, 1, MAX_DEVICES_PER_REQUEST)
+
+
+def _check_range(path: str, value: int, low: int, high: int) -> None:
+    if not low <= value <= high:
+        raise InvalidArgument(path, f"must be between {low} and {high}, got {value}")
+
+
+def effective_priority(facts: JobSpecFacts) -> int:
+    """Proto3 cannot tell 0 from unset: 0 means the documented default, 50."""
+    return facts.priority or 50
+
+
+def default_resources(job_type: JobType) -> tuple[ResourceRequest, ...]:
+    """Devices a job gets when its spec asks for none (the coordinator is added separately)."""
+    defaults = {
+        JobType.RL: (ResourceRequest(role=Role.TRAINER), ResourceRequest(role=Role.ROLLOUT)),
+        JobType.SFT: (ResourceRequest(role=Role.TRAINER),),
+        JobType.INFERENCE: (ResourceRequest(role=Role.ROLLOUT),),
+    }
+    return defaults.get(job_type, ())

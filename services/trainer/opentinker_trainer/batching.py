@@ -1,0 +1,147 @@
+"""Datums: validation, right-padding into tensors and micro-batches by a token budget."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from opentinker_trainer.config import LossConfig
+from opentinker_trainer.errors import ValidationError
+
+PER_TOKEN_FIELDS = ("loss_mask", "advantages", "sampling_logprobs", "reference_logprobs")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Datum:
+    """One training sequence; per-token arrays are aligned with `tokens` (index 0 untrained).
+
+    Optional arrays are empty when absent.
+    """
+
+    tokens: tuple[int, ...]
+    loss_mask: tuple[float, ...]
+    advantages: tuple[float, ...] = ()
+    sampling_logprobs: tuple[float, ...] = ()
+    reference_logprobs: tuple[float, ...] = ()
+    group_id: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Batch:
+    """Datums right-padded to the longest; absent per-token arrays are zeros.
+
+    loss_mask_B_T is 0 at index 0 and on padding. reference_logprobs_B_T is None unless every
+    datum carries reference logprobs.
+    """
+
+    tokens_B_T: torch.Tensor
+    attention_mask_B_T: torch.Tensor
+    loss_mask_B_T: torch.Tensor
+    advantages_B_T: torch.Tensor
+    sampling_logprobs_B_T: torch.Tensor
+    reference_logprobs_B_T: torch.Tensor | None
+    lengths: tuple[int, ...]
+    has_sampling_logprobs: bool
+
+
+def validate_datums(datums: Sequence[Datum], loss: LossConfig, *, vocab_size: int,
+                    max_length: int) -> None:
+    """ValidationError naming the first bad field, e.g. "datums[2].advantages"."""
+    if not datums:
+        raise ValidationError("datums", "must hold at least one datum")
+    for index, datum in enumerate(datums):
+        _validate_tokens(datum, f"datums[{index}]", vocab_size, max_length)
+        _validate_arrays(datum, f"datums[{index}]", loss)
+
+
+def validate_sequences(sequences: Sequence[Sequence[int]], *, vocab_size: int,
+                       max_length: int) -> None:
+    """The token checks of `validate_datums` for ComputeLogprobs sequences."""
+    if not sequences:
+        raise ValidationError("sequences", "must hold at least one sequence")
+    for index, tokens in enumerate(sequences):
+        datum = Datum(tokens=tuple(tokens), loss_mask=(0.0,) * len(tokens))
+        _validate_tokens(datum, f"sequences[{index}]", vocab_size, max_length)
+
+
+def _validate_tokens(datum: Datum, where: str, vocab_size: int, max_length: int) -> None:
+    if not datum.tokens:
+        raise ValidationError(f"{where}.tokens", "must not be empty")
+    if len(datum.tokens) > max_length:
+        raise ValidationError(f"{where}.tokens", f"has {len(datum.tokens)} tokens; the model's "
+                              f"context holds {max_length}")
+    bad = next((t for t in datum.tokens if not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise ValidationError(f"{where}.tokens", f"token id {bad} is outside the vocabulary "
+                              f"[0, {vocab_size})")
+
+
+def _validate_arrays(datum: Datum, where: str, loss: LossConfig) -> None:
+    required = {"loss_mask": True, "advantages": loss.uses_advantages,
+                "sampling_logprobs": loss.uses_ratio, "reference_logprobs": False}
+    for name in PER_TOKEN_FIELDS:
+        values = getattr(datum, name)
+        if not values and not required[name]:
+            continue
+        reason = f" ({loss.function} needs it)" if not values and name != "loss_mask" else ""
+        if len(values) != len(datum.tokens):
+            raise ValidationError(f"{where}.{name}", f"has {len(values)} values for "
+                                  f"{len(datum.tokens)} tokens; one per token is required{reason}")
+        if not all(math.isfinite(v) for v in values):
+            raise ValidationError(f"{where}.{name}", "must hold finite numbers only")
+    if any(m < 0 for m in datum.loss_mask):
+        raise ValidationError(f"{where}.loss_mask", "weights must be >= 0")
+
+
+def pad_batch(datums: Sequence[Datum], device: str | torch.device = "cpu") -> Batch:
+    """Right-pad `datums` (already validated) into one Batch on `device`."""
+    lengths = tuple(len(d.tokens) for d in datums)
+    width = max(lengths)
+    references = all(d.reference_logprobs for d in datums)
+    loss_mask_B_T = _padded([d.loss_mask for d in datums], width, torch.float32, device)
+    loss_mask_B_T[:, 0] = 0.0
+    return Batch(
+        tokens_B_T=_padded([d.tokens for d in datums], width, torch.long, device),
+        attention_mask_B_T=_padded([(1,) * n for n in lengths], width, torch.long, device),
+        loss_mask_B_T=loss_mask_B_T,
+        advantages_B_T=_padded([d.advantages for d in datums], width, torch.float32, device),
+        sampling_logprobs_B_T=_padded([d.sampling_logprobs for d in datums], width,
+                                      torch.float32, device),
+        reference_logprobs_B_T=_padded([d.reference_logprobs for d in datums], width,
+                                       torch.float32, device) if references else None,
+        lengths=lengths, has_sampling_logprobs=all(d.sampling_logprobs for d in datums))
+
+
+def _padded(rows: Sequence[Sequence[float]], width: int, dtype: torch.dtype,
+            device: str | torch.device) -> torch.Tensor:
+    out_B_T = torch.zeros(len(rows), width, dtype=dtype)
+    for row, values in enumerate(rows):
+        if values:
+            out_B_T[row, :len(values)] = torch.tensor(values, dtype=dtype)
+    return out_B_T.to(device)
+
+
+def plan_micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Datum indices per micro-batch, longest first, each padded size (rows x longest row)
+    within `max_tokens`; a datum longer than the budget goes alone. 0 = one micro-batch."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    if max_tokens <= 0:
+        return [order] if order else []
+    batches: list[list[int]] = []
+    for index in order:
+        current = batches[-1] if batches else None
+        if current and (len(current) + 1) * lengths[current[0]] <= max_tokens:
+            current.append(index)
+        else:
+            batches.append([index])
+    return batches
+
+
+def datum_loss_mask(datum: Datum) -> torch.Tensor:
+    """mask_T of one datum with index 0 zeroed (what the loss sees)."""
+    mask_T = torch.tensor(datum.loss_mask, dtype=torch.float32)
+    mask_T[0] = 0.0
+    return mask_T

@@ -1,0 +1,167 @@
+"""Domain configuration of sessions, optimizers and losses (twins of the API messages).
+
+Each config validates itself on construction and raises ValidationError naming the API field
+(e.g. "loss.clip_low"), so a bad request is refused before any tensor is touched.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+from opentinker.ml.sources import LoraSpec, ModelSource
+from opentinker_trainer.errors import ValidationError
+
+
+class LossFunction(StrEnum):
+    CROSS_ENTROPY = "cross_entropy"
+    POLICY_GRADIENT = "policy_gradient"
+    PPO_CLIP = "ppo_clip"
+    DUAL_CLIP = "dual_clip"
+    TRUNCATED_IS = "truncated_is"
+    GSPO = "gspo"
+
+
+RATIO_LOSSES = frozenset({LossFunction.PPO_CLIP, LossFunction.DUAL_CLIP,
+                          LossFunction.TRUNCATED_IS, LossFunction.GSPO})
+
+
+class LossAggregation(StrEnum):
+    TOKEN_MEAN = "token_mean"          # mean over all loss-masked tokens of the batch
+    SEQUENCE_MEAN = "sequence_mean"    # mean within each sequence, then over sequences
+    TOKEN_SUM_NORM = "token_sum_norm"  # per-sequence token sum / constant, mean over sequences
+
+
+class KlEstimator(StrEnum):
+    K1 = "k1"  # log(p/q)
+    K3 = "k3"  # (q/p - 1) - log(q/p)
+
+
+class KlPlacement(StrEnum):
+    NONE = "none"
+    LOSS = "loss"
+    REWARD = "reward"  # applied by the coordinator to rewards; the Trainer ignores it
+
+
+class LrSchedule(StrEnum):
+    CONSTANT = "constant"
+    LINEAR = "linear"
+    COSINE = "cosine"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lease:
+    """The job lease a call carries (empty job_id = a call outside any job)."""
+
+    job_id: str = ""
+    lease_id: str = ""
+    fencing_token: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class LossConfig:
+    """What ForwardBackward minimises. Clip ranges: ratio in [1 - clip_low, 1 + clip_high]."""
+
+    function: LossFunction
+    aggregation: LossAggregation = LossAggregation.TOKEN_MEAN
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip_c: float = 3.0
+    truncation_cap: float = 2.0
+    token_sum_divisor: float = 0.0  # 0 = the longest sequence of the batch
+    kl_coef: float = 0.0
+    kl_estimator: KlEstimator = KlEstimator.K3
+    kl_placement: KlPlacement = KlPlacement.NONE
+    entropy_coef: float = 0.0
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("clip_low", "clip_high", "dual_clip_c", "truncation_cap",
+                     "token_sum_divisor", "kl_coef", "entropy_coef", "temperature"):
+            _require_finite(f"loss.{name}", getattr(self, name))
+        _require(self.temperature > 0, "loss.temperature", "must be > 0")
+        _require(self.token_sum_divisor >= 0, "loss.token_sum_divisor", "must be >= 0")
+        _require(self.kl_coef >= 0, "loss.kl_coef", "must be >= 0")
+        self._check_function_parameters()
+
+    def _check_function_parameters(self) -> None:
+        if self.function in (LossFunction.PPO_CLIP, LossFunction.DUAL_CLIP, LossFunction.GSPO):
+            _require(0 < self.clip_low < 1, "loss.clip_low", f"must be in (0, 1) for "
+                     f"{self.function}, got {self.clip_low}")
+            _require(self.clip_high > 0, "loss.clip_high", f"must be > 0 for {self.function}, "
+                     f"got {self.clip_high}")
+        if self.function == LossFunction.DUAL_CLIP:
+            _require(self.dual_clip_c > 1, "loss.dual_clip_c", f"must be > 1, got {self.dual_clip_c}")
+        if self.function == LossFunction.TRUNCATED_IS:
+            _require(self.truncation_cap > 0, "loss.truncation_cap",
+                     f"must be > 0, got {self.truncation_cap}")
+
+    @property
+    def uses_ratio(self) -> bool:
+        """True when the loss needs the datums' sampling logprobs."""
+        return self.function in RATIO_LOSSES
+
+    @property
+    def uses_advantages(self) -> bool:
+        return self.function != LossFunction.CROSS_ENTROPY
+
+    @property
+    def kl_in_loss(self) -> bool:
+        return self.kl_placement == KlPlacement.LOSS and self.kl_coef > 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimizerConfig:
+    """AdamW with global-norm clipping, linear warmup and a decay schedule.
+
+    LINEAR and COSINE decay to 0 at `total_steps`; with total_steps = 0 the rate stays at
+    `learning_rate` after warmup (the API has no total-steps field yet).
+    """
+
+    learning_rate: float
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.999
+    epsilon: float = 1e-8
+    max_grad_norm: float = 0.0  # 0 = no clipping
+    warmup_steps: int = 0
+    schedule: LrSchedule = LrSchedule.CONSTANT
+    total_steps: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("learning_rate", "weight_decay", "beta1", "beta2", "epsilon", "max_grad_norm"):
+            _require_finite(f"optimizer.{name}", getattr(self, name))
+        _require(self.learning_rate > 0, "optimizer.learning_rate", "must be > 0")
+        _require(self.weight_decay >= 0, "optimizer.weight_decay", "must be >= 0")
+        _require(0 <= self.beta1 < 1, "optimizer.beta1", "must be in [0, 1)")
+        _require(0 <= self.beta2 < 1, "optimizer.beta2", "must be in [0, 1)")
+        _require(self.epsilon > 0, "optimizer.epsilon", "must be > 0")
+        _require(self.max_grad_norm >= 0, "optimizer.max_grad_norm", "must be >= 0 (0 = off)")
+        _require(self.warmup_steps >= 0, "optimizer.warmup_steps", "must be >= 0")
+        _require(self.total_steps >= 0, "optimizer.total_steps", "must be >= 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionSpec:
+    """Everything CreateSession fixes for the life of a session. lora=None = full training."""
+
+    base: ModelSource
+    optimizer: OptimizerConfig
+    lora: LoraSpec | None = None
+    keep_reference: bool = False
+    job_id: str = ""
+    seed: int = 0
+    max_tokens_per_micro_batch: int = 0  # 0 = the whole batch at once
+
+    def __post_init__(self) -> None:
+        _require(self.max_tokens_per_micro_batch >= 0, "max_tokens_per_micro_batch", "must be >= 0")
+
+
+def _require(condition: bool, field: str, message: str) -> None:
+    if not condition:
+        raise ValidationError(field, message)
+
+
+def _require_finite(field: str, value: float) -> None:
+    _require(math.isfinite(value), field, f"must be a finite number, got {value}")

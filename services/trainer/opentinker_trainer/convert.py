@@ -1,0 +1,231 @@
+"""protobuf <-> domain conversion for the TrainerService (the only module besides the
+servicer that knows the generated messages).
+
+Proto3 zeros mean "unset": temperature 0 = 1; checkpoint format UNSPECIFIED = TRAINING_STATE;
+beta1/beta2/epsilon 0 = AdamW's defaults; LoRA alpha 0 = 2 x rank; aggregation UNSPECIFIED =
+TOKEN_MEAN; KL estimator UNSPECIFIED = K3; weights format UNSPECIFIED = LORA_ADAPTER for LoRA
+sessions, FULL otherwise. Clip ranges are not defaulted: a ratio loss with clip_low 0 is
+refused, naming the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from google.protobuf.message import Message
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from opentinker.core import model_refs
+from opentinker.api.common.v1 import algorithm_pb2 as algo_pb
+from opentinker.api.common.v1 import datum_pb2, model_pb2, resources_pb2, weights_pb2
+from opentinker.api.trainer.v1 import trainer_service_pb2 as pb
+from opentinker.ml.checkpoints import CheckpointFormat
+from opentinker.ml.sources import LoraSpec, ModelInfo, ModelSource, Precision
+from opentinker.ml.weights import TensorSpec
+from opentinker_trainer.batching import Datum
+from opentinker_trainer.checkpointing import CheckpointRecord
+from opentinker_trainer.config import (KlEstimator, KlPlacement, Lease, LossAggregation, LossConfig,
+                                       LossFunction, LrSchedule, OptimizerConfig, SessionSpec)
+from opentinker_trainer.errors import ValidationError
+from opentinker_trainer.export import WeightsExport, WeightsFormat
+from opentinker_trainer.session import SessionView
+from opentinker_trainer.sessions import RequestKey
+
+LOSS_FUNCTIONS = {
+    algo_pb.LOSS_FUNCTION_CROSS_ENTROPY: LossFunction.CROSS_ENTROPY,
+    algo_pb.LOSS_FUNCTION_POLICY_GRADIENT: LossFunction.POLICY_GRADIENT,
+    algo_pb.LOSS_FUNCTION_PPO_CLIP: LossFunction.PPO_CLIP,
+    algo_pb.LOSS_FUNCTION_DUAL_CLIP: LossFunction.DUAL_CLIP,
+    algo_pb.LOSS_FUNCTION_TRUNCATED_IS: LossFunction.TRUNCATED_IS,
+    algo_pb.LOSS_FUNCTION_GSPO: LossFunction.GSPO,
+}
+AGGREGATIONS = {
+    algo_pb.LOSS_AGGREGATION_UNSPECIFIED: LossAggregation.TOKEN_MEAN,
+    algo_pb.LOSS_AGGREGATION_TOKEN_MEAN: LossAggregation.TOKEN_MEAN,
+    algo_pb.LOSS_AGGREGATION_SEQUENCE_MEAN: LossAggregation.SEQUENCE_MEAN,
+    algo_pb.LOSS_AGGREGATION_TOKEN_SUM_NORM: LossAggregation.TOKEN_SUM_NORM,
+}
+KL_ESTIMATORS = {algo_pb.KL_ESTIMATOR_UNSPECIFIED: KlEstimator.K3,
+                 algo_pb.KL_ESTIMATOR_K1: KlEstimator.K1, algo_pb.KL_ESTIMATOR_K3: KlEstimator.K3}
+KL_PLACEMENTS = {algo_pb.KL_PLACEMENT_UNSPECIFIED: KlPlacement.NONE,
+                 algo_pb.KL_PLACEMENT_LOSS: KlPlacement.LOSS,
+                 algo_pb.KL_PLACEMENT_REWARD: KlPlacement.REWARD}
+SCHEDULES = {algo_pb.LR_SCHEDULE_UNSPECIFIED: LrSchedule.CONSTANT,
+             algo_pb.LR_SCHEDULE_CONSTANT: LrSchedule.CONSTANT,
+             algo_pb.LR_SCHEDULE_LINEAR: LrSchedule.LINEAR,
+             algo_pb.LR_SCHEDULE_COSINE: LrSchedule.COSINE}
+PRECISIONS = {model_pb2.PRECISION_UNSPECIFIED: Precision.DEFAULT,
+              model_pb2.PRECISION_FLOAT32: Precision.FLOAT32,
+              model_pb2.PRECISION_BFLOAT16: Precision.BFLOAT16,
+              model_pb2.PRECISION_FLOAT16: Precision.FLOAT16}
+CHECKPOINT_FORMATS = {pb.CHECKPOINT_FORMAT_UNSPECIFIED: CheckpointFormat.TRAINING_STATE,
+                      pb.CHECKPOINT_FORMAT_TRAINING_STATE: CheckpointFormat.TRAINING_STATE,
+                      pb.CHECKPOINT_FORMAT_HF_MODEL: CheckpointFormat.HF_MODEL,
+                      pb.CHECKPOINT_FORMAT_PEFT_ADAPTER: CheckpointFormat.PEFT_ADAPTER}
+WEIGHTS_FORMATS = {weights_pb2.WEIGHTS_FORMAT_UNSPECIFIED: None,
+                   weights_pb2.WEIGHTS_FORMAT_LORA_ADAPTER: WeightsFormat.LORA_ADAPTER,
+                   weights_pb2.WEIGHTS_FORMAT_FULL: WeightsFormat.FULL}
+TENSOR_DTYPES = {"float32": weights_pb2.TENSOR_DTYPE_FLOAT32,
+                 "bfloat16": weights_pb2.TENSOR_DTYPE_BFLOAT16,
+                 "float16": weights_pb2.TENSOR_DTYPE_FLOAT16}
+
+
+def enum_value(table: dict[int, Any], value: int, field: str, enum_type: Any) -> Any:
+    """table[value], or ValidationError listing the accepted names."""
+    if value not in table:
+        names = ", ".join(enum_type.Name(v) for v in table)
+        raise ValidationError(field, f"{_enum_name(enum_type, value)} is not accepted; use one of {names}")
+    return table[value]
+
+
+def _enum_name(enum_type: Any, value: int) -> str:
+    try:
+        return enum_type.Name(value)
+    except ValueError:
+        return str(value)
+
+
+def request_key(kind: str, request: Message) -> RequestKey | None:
+    """The idempotency key of a request with a request_id (the lease is not fingerprinted)."""
+    request_id = getattr(request, "request_id", "")
+    if not request_id:
+        return None
+    content = type(request)()
+    content.CopyFrom(request)
+    if content.DESCRIPTOR.fields_by_name.get("lease"):
+        content.ClearField("lease")
+    digest = hashlib.sha256(content.SerializeToString(deterministic=True)).hexdigest()
+    return RequestKey(kind=kind, request_id=request_id, fingerprint=digest)
+
+
+# ---------------------------------------------------------------- requests -> domain
+
+
+def lease(message: resources_pb2.LeaseContext) -> Lease:
+    return Lease(job_id=message.job_id, lease_id=message.lease_id,
+                 fencing_token=message.fencing_token)
+
+
+def session_spec(request: pb.CreateSessionRequest) -> SessionSpec:
+    lora, keep_reference = adaptation(request.adaptation)
+    return SessionSpec(base=model_source(request.base_model), optimizer=optimizer(request.optimizer),
+                       lora=lora, keep_reference=keep_reference, job_id=request.lease.job_id,
+                       seed=request.seed,
+                       max_tokens_per_micro_batch=request.max_tokens_per_micro_batch)
+
+
+def model_source(reference: model_pb2.ModelReference) -> ModelSource:
+    try:
+        return model_refs.model_source(reference, "base_model")
+    except model_refs.ModelRefError as error:
+        raise ValidationError(error.field, error.message) from error
+
+
+def adaptation(message: model_pb2.Adaptation) -> tuple[LoraSpec | None, bool]:
+    """(LoRA spec or None for full training, keep_reference)."""
+    kind = message.WhichOneof("kind")
+    if kind not in ("full", "lora"):
+        raise ValidationError("adaptation", "set lora or full")
+    try:
+        return model_refs.lora_spec(message), kind == "full" and message.full.keep_reference
+    except model_refs.ModelRefError as error:
+        raise ValidationError(error.field, error.message) from error
+
+
+def optimizer(message: algo_pb.OptimizerConfig) -> OptimizerConfig:
+    return OptimizerConfig(
+        learning_rate=message.learning_rate, weight_decay=message.weight_decay,
+        beta1=message.beta1 or 0.9, beta2=message.beta2 or 0.999, epsilon=message.epsilon or 1e-8,
+        max_grad_norm=message.max_grad_norm, warmup_steps=message.warmup_steps,
+        schedule=enum_value(SCHEDULES, message.schedule, "optimizer.schedule", algo_pb.LrSchedule))
+
+
+def loss_config(message: algo_pb.LossConfig) -> LossConfig:
+    return LossConfig(
+        function=enum_value(LOSS_FUNCTIONS, message.function, "loss.function", algo_pb.LossFunction),
+        aggregation=enum_value(AGGREGATIONS, message.aggregation, "loss.aggregation",
+                               algo_pb.LossAggregation),
+        clip_low=message.clip_low, clip_high=message.clip_high, dual_clip_c=message.dual_clip_c,
+        truncation_cap=message.truncation_cap, token_sum_divisor=message.token_sum_divisor,
+        kl_coef=message.kl_coef,
+        kl_estimator=enum_value(KL_ESTIMATORS, message.kl_estimator, "loss.kl_estimator",
+                                algo_pb.KlEstimator),
+        kl_placement=enum_value(KL_PLACEMENTS, message.kl_placement, "loss.kl_placement",
+                                algo_pb.KlPlacement),
+        entropy_coef=message.entropy_coef, temperature=message.temperature or 1.0)
+
+
+def datum(message: datum_pb2.Datum) -> Datum:
+    return Datum(tokens=tuple(message.tokens), loss_mask=tuple(message.loss_mask),
+                 advantages=tuple(message.advantages),
+                 sampling_logprobs=tuple(message.sampling_logprobs),
+                 reference_logprobs=tuple(message.reference_logprobs), group_id=message.group_id)
+
+
+def checkpoint_format(value: int) -> CheckpointFormat:
+    return enum_value(CHECKPOINT_FORMATS, value, "format", pb.CheckpointFormat)
+
+
+def weights_format(value: int) -> WeightsFormat | None:
+    return enum_value(WEIGHTS_FORMATS, value, "format", weights_pb2.WeightsFormat)
+
+
+# ---------------------------------------------------------------- domain -> responses
+
+
+def session_message(view: SessionView) -> pb.Session:
+    return pb.Session(session_id=view.session_id, job_id=view.job_id,
+                      model_info=model_info_message(view.model_info),
+                      adaptation=adaptation_message(view.lora, view.keep_reference),
+                      step=view.step, policy_version=view.policy_version,
+                      pending_datums=view.pending_datums, device_ids=list(view.device_ids),
+                      create_time=timestamp(view.created_at))
+
+
+def model_info_message(info: ModelInfo) -> model_pb2.ModelInfo:
+    return model_pb2.ModelInfo(
+        architecture=info.architecture, parameter_count=info.parameter_count,
+        trainable_parameter_count=info.trainable_parameter_count, vocab_size=info.vocab_size,
+        max_context_length=info.max_context_length, stop_token_ids=list(info.stop_token_ids))
+
+
+def adaptation_message(lora: LoraSpec | None, keep_reference: bool = False) -> model_pb2.Adaptation:
+    if lora is None:
+        return model_pb2.Adaptation(full=model_pb2.FullAdaptation(keep_reference=keep_reference))
+    return model_pb2.Adaptation(lora=model_pb2.LoraAdaptation(
+        rank=lora.rank, alpha=lora.alpha, dropout=lora.dropout,
+        target_modules=list(lora.target_modules)))
+
+
+def checkpoint_message(record: CheckpointRecord) -> pb.Checkpoint:
+    formats = {domain: value for value, domain in CHECKPOINT_FORMATS.items() if value}
+    return pb.Checkpoint(checkpoint_id=record.checkpoint_id, session_id=record.session_id,
+                         format=formats[record.format], path=str(record.path), step=record.step,
+                         size_bytes=record.size_bytes, create_time=timestamp(record.created_at))
+
+
+def weights_header(export: WeightsExport) -> weights_pb2.WeightsHeader:
+    formats = {domain: value for value, domain in WEIGHTS_FORMATS.items() if domain}
+    header = weights_pb2.WeightsHeader(
+        format=formats[export.format], policy_version=export.policy_version,
+        tensors=[tensor_spec_message(spec) for spec in export.package.specs],
+        total_bytes=export.package.total_bytes, sha256=export.package.sha256)
+    if export.lora is not None:
+        header.adaptation.CopyFrom(adaptation_message(export.lora))
+    return header
+
+
+def tensor_spec_message(spec: TensorSpec) -> weights_pb2.TensorSpec:
+    return weights_pb2.TensorSpec(name=spec.name, dtype=TENSOR_DTYPES[spec.dtype],
+                                  shape=list(spec.shape), byte_length=spec.byte_length)
+
+
+def token_logprobs_messages(rows: list[list[float]]) -> list[datum_pb2.TokenLogprobs]:
+    return [datum_pb2.TokenLogprobs(logprobs=row) for row in rows]
+
+
+def timestamp(seconds: float) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromNanoseconds(int(seconds * 1e9))
+    return stamp

@@ -1,0 +1,242 @@
+"""A training session: one policy (full or LoRA), its AdamW state, its reference policy, and
+the counters the API reports. Methods are synchronous torch code; callers serialise them per
+session (the registry's lock) and run them off the event loop.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from opentinker.ml.errors import CheckpointError, ModelSourceError
+from opentinker.ml.logprobs import token_logprobs
+from opentinker.ml.models import apply_lora, describe_model, load_model
+from opentinker.ml.sources import LoraSpec, ModelInfo
+from opentinker_trainer.batching import (Datum, pad_batch, plan_micro_batches, validate_datums,
+                                         validate_sequences)
+from opentinker_trainer.config import LossConfig, SessionSpec
+from opentinker_trainer.errors import (CheckpointNotFoundError, NoGradientsError, NoReferenceError,
+                                       ValidationError)
+from opentinker_trainer.optim import build_optimizer, learning_rate_at, set_learning_rate
+from opentinker_trainer.training import ForwardBackwardResult, forward_backward
+
+_RNG_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionView:
+    """What GetSession reports."""
+
+    session_id: str
+    job_id: str
+    model_info: ModelInfo
+    lora: LoraSpec | None
+    keep_reference: bool
+    step: int
+    policy_version: int
+    pending_datums: int
+    device_ids: tuple[str, ...]
+    created_at: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimStepResult:
+    step: int
+    policy_version: int
+    grad_norm: float
+    learning_rate: float
+    metrics: dict[str, float]
+
+
+class TrainingSession:
+    """Mutable training state of one policy. Build it with `create_session`."""
+
+    def __init__(self, *, session_id: str, spec: SessionSpec, model: Any, tokenizer: Any,
+                 reference_model: Any | None, device: str, device_ids: tuple[str, ...]) -> None:
+        self.session_id = session_id
+        self.spec = spec
+        self.model = model
+        self.tokenizer = tokenizer
+        self.reference_model = reference_model
+        self.device = device
+        self.device_ids = device_ids
+        self.optimizer = build_optimizer(self.trainable_parameters(), spec.optimizer)
+        self.info = describe_model(model, tokenizer)
+        self.rng_state = torch.Generator().manual_seed(spec.seed).get_state()
+        self.step = 0
+        self.policy_version = 0
+        self.pending_datums = 0
+        self.created_at = time.time()
+
+    @property
+    def has_reference(self) -> bool:
+        return self.spec.lora is not None or self.reference_model is not None
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def view(self) -> SessionView:
+        return SessionView(
+            session_id=self.session_id, job_id=self.spec.job_id, model_info=self.info,
+            lora=self.spec.lora, keep_reference=self.spec.keep_reference, step=self.step,
+            policy_version=self.policy_version, pending_datums=self.pending_datums,
+            device_ids=self.device_ids, created_at=self.created_at)
+
+    def forward_backward(self, datums: Sequence[Datum], loss: LossConfig) -> ForwardBackwardResult:
+        """Accumulate the gradients of `loss` over `datums` for the next optim_step."""
+        validate_datums(datums, loss, vocab_size=self.info.vocab_size,
+                        max_length=self.info.max_context_length)
+        if loss.kl_in_loss and not all(d.reference_logprobs for d in datums):
+            self._require_reference("loss.kl_coef > 0 with KL_PLACEMENT_LOSS")
+        self.model.train()
+        with self._session_rng():
+            result = forward_backward(
+                self.model, datums, loss, max_tokens=self.spec.max_tokens_per_micro_batch,
+                reference=self.reference_logprobs if self.has_reference else None,
+                device=self.device)
+        self.pending_datums += len(datums)
+        return result
+
+    def optim_step(self, learning_rate: float = 0.0) -> OptimStepResult:
+        """Clip, apply AdamW, clear gradients. `learning_rate` > 0 overrides the schedule once.
+
+        A non-finite gradient norm skips the update (gradients are dropped, step unchanged).
+        """
+        if not (math.isfinite(learning_rate) and learning_rate >= 0):
+            raise ValidationError("learning_rate", f"must be >= 0 (0 = the schedule), got {learning_rate}")
+        if self.pending_datums == 0:
+            raise NoGradientsError("no gradients accumulated since the last OptimStep; call "
+                                   "ForwardBackward first")
+        rate = learning_rate if learning_rate > 0 else learning_rate_at(self.spec.optimizer, self.step)
+        grad_norm, applied = self._clip_and_apply(rate)
+        metrics = {"grad_norm": grad_norm, "learning_rate": rate,
+                   "datums": float(self.pending_datums), "skipped_nonfinite": float(not applied)}
+        self.pending_datums = 0
+        return OptimStepResult(step=self.step, policy_version=self.policy_version,
+                               grad_norm=grad_norm, learning_rate=rate, metrics=metrics)
+
+    def _clip_and_apply(self, rate: float) -> tuple[float, bool]:
+        """(global grad norm before clipping, whether the update was applied)."""
+        set_learning_rate(self.optimizer, rate)
+        max_norm = self.spec.optimizer.max_grad_norm or math.inf
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), max_norm))
+        applied = math.isfinite(grad_norm)
+        if applied:
+            self.optimizer.step()
+            self.step += 1
+            self.policy_version += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        return grad_norm, applied
+
+    def compute_logprobs(self, sequences: Sequence[Sequence[int]], *, reference: bool,
+                         temperature: float) -> list[list[float]]:
+        """Per-token logprobs of each sequence (index 0 = 0), without gradients."""
+        validate_sequences(sequences, vocab_size=self.info.vocab_size,
+                           max_length=self.info.max_context_length)
+        if not (math.isfinite(temperature) and temperature > 0):
+            raise ValidationError("temperature", f"must be > 0, got {temperature}")
+        if reference:
+            self._require_reference("reference = true")
+        datums = [Datum(tokens=tuple(s), loss_mask=(0.0,) * len(s)) for s in sequences]
+        results: list[list[float]] = [[] for _ in datums]
+        for indices in plan_micro_batches([len(s) for s in sequences],
+                                          self.spec.max_tokens_per_micro_batch):
+            batch = pad_batch([datums[i] for i in indices], self.device)
+            logprobs_B_T = self._logprobs(batch.tokens_B_T, batch.attention_mask_B_T,
+                                          temperature, reference)
+            for row, index in enumerate(indices):
+                results[index] = logprobs_B_T[row, :batch.lengths[row]].tolist()
+        return results
+
+    def reference_logprobs(self, tokens_B_T: torch.Tensor, attention_mask_B_T: torch.Tensor,
+                           temperature: float) -> torch.Tensor:
+        """logprobs_B_T under the reference policy (adapter disabled, or the frozen copy)."""
+        return self._logprobs(tokens_B_T, attention_mask_B_T, temperature, reference=True)
+
+    def _logprobs(self, tokens_B_T: torch.Tensor, attention_mask_B_T: torch.Tensor,
+                  temperature: float, reference: bool) -> torch.Tensor:
+        with torch.no_grad(), _eval_mode(self.model):
+            if reference and self.reference_model is not None:
+                return token_logprobs(self.reference_model, tokens_B_T, attention_mask_B_T, temperature)
+            if reference:
+                with self.model.disable_adapter():
+                    return token_logprobs(self.model, tokens_B_T, attention_mask_B_T, temperature)
+            return token_logprobs(self.model, tokens_B_T, attention_mask_B_T, temperature)
+
+    def _require_reference(self, why: str) -> None:
+        if not self.has_reference:
+            raise NoReferenceError(
+                f"{why} needs a reference policy, and this full-parameter session keeps none: "
+                "create it with adaptation.full.keep_reference = true, or send "
+                "datums[i].reference_logprobs")
+
+    @contextmanager
+    def _session_rng(self) -> Iterator[None]:
+        """Run with this session's own CPU RNG stream (dropout), leaving the global one as it was.
+
+        One session at a time: torch's generator is process-wide.
+        """
+        with _RNG_LOCK, torch.random.fork_rng(devices=[]):
+            torch.set_rng_state(self.rng_state)
+            yield
+            self.rng_state = torch.get_rng_state()
+
+
+@contextmanager
+def _eval_mode(model: Any) -> Iterator[None]:
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def create_session(session_id: str, spec: SessionSpec, *, checkpoint_root: Path,
+                   device: str = "cpu", device_ids: tuple[str, ...] = ("cpu:0",)) -> TrainingSession:
+    """Load the base model, add the adapter (seeded), keep a reference copy when asked."""
+    loaded = _load_base(spec, checkpoint_root, device)
+    model = loaded.model
+    if spec.lora is not None:
+        model = _with_lora(model, spec.lora, spec.seed)
+    reference = _frozen_copy(model) if spec.lora is None and spec.keep_reference else None
+    return TrainingSession(session_id=session_id, spec=spec, model=model,
+                           tokenizer=loaded.tokenizer, reference_model=reference,
+                           device=device, device_ids=device_ids)
+
+
+def _load_base(spec: SessionSpec, checkpoint_root: Path, device: str) -> Any:
+    try:
+        return load_model(spec.base, checkpoint_root, device=device)
+    except CheckpointError as error:
+        if isinstance(error, LookupError):
+            raise CheckpointNotFoundError(f"base_model.checkpoint.checkpoint_id: {error}") from error
+        raise ValidationError("base_model.checkpoint.checkpoint_id", str(error)) from error
+    except ModelSourceError as error:
+        field = "checkpoint_id" if spec.base.kind == "checkpoint" else error.field
+        raise ValidationError(f"base_model.{spec.base.kind}.{field}", error.message) from error
+
+
+def _with_lora(model: Any, lora: LoraSpec, seed: int) -> Any:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        try:
+            return apply_lora(model, lora)
+        except ModelSourceError as error:
+            raise ValidationError(f"adaptation.lora.{error.field}", error.message) from error
+
+
+def _frozen_copy(model: Any) -> Any:
+    reference = copy.deepcopy(model).eval()
+    for parameter in reference.parameters():
+        parameter.requires_grad_(False)
+    return reference

@@ -1,0 +1,82 @@
+import asyncio
+import json
+
+import pytest
+
+from opentinker_coordinator.inference_driver import InferencePorts, run_inference
+from opentinker_coordinator.plans import InferencePlan, RlPlan, SftPlan
+from opentinker_coordinator.rl_driver import RlPorts, StopRequested, run_rl
+from opentinker_coordinator.sft_driver import SftPorts, batches, run_sft
+from opentinker_coordinator.types import Datum
+from tests.coordinator.fakes import RecordingReporter, RecordingTrainer, ScriptedRollout, VersionSync
+
+
+def rl_ports(reporter=None, stop=None):
+    rollout = ScriptedRollout(learns_at=2)
+    stop = stop or asyncio.Event()
+    return RlPorts(trainer=RecordingTrainer(), rollout=rollout, weights=VersionSync(rollout),
+                   reporter=reporter or RecordingReporter(), stop=stop)
+
+
+def test_rl_driver_runs_every_phase_in_order_and_reports_metrics():
+    ports = rl_ports()
+    plan = RlPlan(job_id="j", total_steps=3, batch_size=2, group_size=4, eval_every_steps=2,
+                  checkpoint_every_steps=2, eval_episodes=5)
+    asyncio.run(run_rl(plan, ports))
+    phases = [e[1] for e in ports.reporter.events if e[0] == "progress"]
+    assert phases[:5] == ["SETUP", "EVAL", "ROLLOUT", "UPDATE", "WEIGHT_SYNC"]
+    assert phases[-2:] == ["EVAL", "FINISHED"]
+    assert ports.trainer.steps == [1, 2, 3]
+    # 2 problems x 4 episodes per step; eval plays 5 problems once, greedily
+    assert ports.rollout.calls[1] == (2, 4, False) and ports.rollout.calls[0] == (5, 1, True)
+    assert [len(b) for b in ports.trainer.batches] == [8, 8, 8]
+    step_metrics = {e[1]: e[2] for e in ports.reporter.events if e[0] == "metrics" and "reward/mean" in e[2]}
+    assert sorted(step_metrics) == [1, 2, 3]
+    assert step_metrics[1]["reward/mean"] == 0.5 and step_metrics[3]["reward/mean"] == 1.0
+    assert {"loss", "grad_norm", "tokens_per_second", "time/rollout_s", "time/update_s", "policy_version"} <= set(step_metrics[2])
+    assert ("step-2", False) in ports.trainer.checkpoints and ports.trainer.checkpoints[-1] == ("final", True)
+    assert ports.reporter.finished == (True, "eval accuracy 1.000")
+
+
+def test_rl_driver_stops_at_a_phase_boundary():
+    stop = asyncio.Event()
+    reporter = RecordingReporter(stop_after_metrics=2, stop=stop)  # baseline eval + step 1
+    ports = rl_ports(reporter=reporter, stop=stop)
+    with pytest.raises(StopRequested):
+        asyncio.run(run_rl(RlPlan(job_id="j", total_steps=5, batch_size=1, group_size=2), ports))
+    assert ports.trainer.steps == [1]
+    assert reporter.finished is None
+
+
+def test_sft_batches_cover_every_example_each_epoch():
+    examples = [Datum(tokens=[i], loss_mask=[1.0]) for i in range(5)]
+    stream = batches(examples, 2, seed=3)
+    epoch = [next(stream) for _ in range(3)]
+    assert [len(b) for b in epoch] == [2, 2, 1]
+    assert sorted(d.tokens[0] for b in epoch for d in b) == [0, 1, 2, 3, 4]
+
+
+def test_sft_driver_trains_total_steps_and_saves_a_final_model():
+    trainer, reporter = RecordingTrainer(), RecordingReporter()
+    examples = [Datum(tokens=[1, i], loss_mask=[0.0, 1.0]) for i in range(3)]
+    asyncio.run(run_sft(SftPlan(job_id="j", total_steps=4, batch_size=2), SftPorts(
+        trainer=trainer, reporter=reporter, stop=asyncio.Event()), examples))
+    assert trainer.steps == [1, 2, 3, 4] and trainer.checkpoints == [("final", True)]
+    assert reporter.finished == (True, "trained 4 steps")
+
+
+def test_sft_driver_refuses_an_empty_dataset():
+    with pytest.raises(ValueError, match="no usable examples"):
+        asyncio.run(run_sft(SftPlan(job_id="j", total_steps=1, batch_size=1), SftPorts(
+            trainer=RecordingTrainer(), reporter=RecordingReporter(), stop=asyncio.Event()), []))
+
+
+def test_inference_driver_writes_one_line_per_episode(tmp_path):
+    output = tmp_path / "out" / "results.jsonl"
+    reporter = RecordingReporter()
+    plan = InferencePlan(job_id="j", num_episodes=4, output_path=str(output))
+    asyncio.run(run_inference(plan, InferencePorts(rollout=ScriptedRollout(), reporter=reporter, stop=asyncio.Event())))
+    lines = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [line["group_id"] for line in lines] == ["eval-0", "eval-1", "eval-2", "eval-3"]
+    assert {"prompt", "transcript", "reward", "stop_reason", "correct"} <= set(lines[0])
+    assert reporter.finished[0] is True and "accuracy 1.000" in reporter.finished[1]

@@ -1,0 +1,141 @@
+"""Hand-written games that misbehave in the ways the EnvHost must survive."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, ClassVar
+
+from opentinker.env import AbstractGame, AsyncAbstractGame, StepResult
+from opentinker_envhost.catalog import GameCatalog, GameSpec
+
+
+class Echo(AbstractGame):
+    """Repeat the word, `turns` times."""
+
+    closed: ClassVar[list[str]] = []
+
+    def __init__(self, turns: int = 2) -> None:
+        self.turns = turns
+
+    def get_system_prompt(self) -> str:
+        return "Repeat the word."
+
+    def get_initial_user_message(self) -> str:
+        return "Word:"
+
+    def reset(self, *, word: str = "hi") -> str:
+        self.word, self.left = word, self.turns
+        return word
+
+    def step(self, action: str) -> StepResult:
+        self.left -= 1
+        return StepResult(observation=self.word, reward=float(action == self.word),
+                          done=self.left == 0, info={"left": self.left})
+
+    def close(self) -> None:
+        Echo.closed.append(self.word if hasattr(self, "word") else "")
+
+
+class Explode(Echo):
+    """Raises in the method named by `fail_in` (init, reset or step)."""
+
+    def __init__(self, fail_in: str = "step") -> None:
+        if fail_in == "init":
+            raise RuntimeError("boom in init")
+        super().__init__(turns=5)
+        self.fail_in = fail_in
+
+    def reset(self, **kwargs: Any) -> str:
+        if self.fail_in == "reset" and kwargs.get("fail", True):
+            raise KeyError("boom in reset")
+        return super().reset(word=kwargs.get("word", "hi"))
+
+    def step(self, action: str) -> StepResult:
+        if self.fail_in == "step" and action == "explode":
+            raise ZeroDivisionError("boom in step")
+        if self.fail_in == "step" and action == "explode-big":
+            _recurse(60)
+        return super().step(action)
+
+
+def _recurse(depth: int) -> None:
+    """Raise a long message from deep down: a traceback far over grpc's metadata limit."""
+    if depth == 0:
+        raise ValueError("huge " + "x" * 50_000)
+    _recurse(depth - 1)
+
+
+class Sleepy(Echo):
+    """step() blocks its thread for `seconds` when the action is "sleep"."""
+
+    def __init__(self, seconds: float = 1.0) -> None:
+        super().__init__(turns=100)
+        self.seconds = seconds
+
+    def step(self, action: str) -> StepResult:
+        if action == "sleep":
+            time.sleep(self.seconds)
+        return super().step(action)
+
+
+class AsyncSleepy(AsyncAbstractGame):
+    """Async: step() awaits `seconds` when the action is "sleep"."""
+
+    multi_turn = False
+
+    def __init__(self, seconds: float = 1.0) -> None:
+        self.seconds = seconds
+
+    def get_system_prompt(self) -> str:
+        return "async"
+
+    def get_initial_user_message(self) -> str:
+        return ""
+
+    async def reset(self, *, seed: int = 0) -> str:
+        self.seed = seed
+        return f"seed {seed}"
+
+    async def step(self, action: str) -> StepResult:
+        if action == "sleep":
+            await asyncio.sleep(self.seconds)
+        if action == "explode":
+            raise LookupError("async boom")
+        return StepResult(observation="", reward=float(self.seed), done=True)
+
+
+class BadReturns(Echo):
+    """reset() returns what `reset_returns` says; step() returns a huge observation."""
+
+    def __init__(self, reset_returns: str = "number") -> None:
+        super().__init__()
+        self.reset_returns = reset_returns
+
+    def reset(self, **kwargs: Any) -> str:
+        super().reset()
+        return 7 if self.reset_returns == "number" else "ok"  # type: ignore[return-value]
+
+    def step(self, action: str) -> StepResult:
+        return StepResult(observation="x" * 1000, done=False)
+
+
+class Seated(Echo):
+    """Two seats; the observation says who moved."""
+
+    seats = ("black", "white")
+
+    def step(self, action: str, seat: str = "") -> StepResult:  # type: ignore[override]
+        return StepResult(observation=f"{seat} played {action}", done=False)
+
+
+TEST_GAMES = {"echo": Echo, "explode": Explode, "sleepy": Sleepy, "async-sleepy": AsyncSleepy,
+              "bad-returns": BadReturns, "seated": Seated}
+
+
+def catalog_with_test_games() -> GameCatalog:
+    """The built-ins plus the games above."""
+    builtin = GameCatalog.from_setting("none").specs.values()
+    specs = [GameSpec.of(name, cls, f"tests.envhost.games:{cls.__name__}")
+             for name, cls in TEST_GAMES.items()]
+    return GameCatalog([*builtin, *specs])

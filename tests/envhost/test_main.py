@@ -1,0 +1,40 @@
+"""The EnvHost's plan: the manager built from settings and the idle-session reaper hook."""
+
+from __future__ import annotations
+
+import asyncio
+
+from opentinker.core.server import HealthReporter
+from opentinker_envhost.main import build_plan, idle_reaper, session_manager
+from opentinker_envhost.settings import EnvHostSettings
+
+
+def test_settings_reach_the_manager() -> None:
+    settings = EnvHostSettings(max_sessions=3, call_timeout_seconds=2.5, session_ttl_seconds=9,
+                               max_observation_chars=50, games="echo=tests.envhost.games:Echo")
+    manager = session_manager(settings)
+    assert (manager.limits.max_sessions, manager.limits.call_timeout_s) == (3, 2.5)
+    assert (manager.limits.idle_ttl_s, manager.limits.max_observation_chars) == (9, 50)
+    assert list(manager.catalog.specs) == ["echo", "math"]
+
+
+def test_plan_hosts_envhost_with_a_reaper_worker_registration_and_close_hooks() -> None:
+    plan = asyncio.run(build_plan(EnvHostSettings(port=0)))
+    assert [binding.full_name for binding in plan.services] == ["opentinker.envhost.v1.EnvHostService"]
+    # the idle reaper and the scheduler registration start; registration stops before sessions close
+    assert len(plan.start_hooks) == 2
+    assert [hook.__name__ for hook in plan.close_hooks] == ["stop", "close_all"]
+
+
+def test_the_reaper_closes_idle_sessions_in_the_background() -> None:
+    async def scenario() -> None:
+        manager = session_manager(EnvHostSettings(session_ttl_seconds=0.2))
+        idle = await manager.open("math", {})
+        reaper = asyncio.create_task(idle_reaper(manager)(HealthReporter([])))
+        await asyncio.sleep(0.5)
+        assert idle.session_id not in manager.sessions
+        fresh = await manager.open("math", {})
+        await asyncio.sleep(0.1)
+        assert fresh.session_id in manager.sessions
+        reaper.cancel()
+    asyncio.run(scenario())

@@ -1,0 +1,1 @@
+"""Tests of the shared ML library `opentinker.ml` (tokenizer, models, chat, logprobs, weights)."""

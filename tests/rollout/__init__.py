@@ -1,0 +1,1 @@
+"""Tests of the Rollout service: engine, batcher, agent-loop FSM, policies and the gRPC API."""

@@ -1,0 +1,134 @@
+"""An in-process scheduler on a real port and a real Redis, with stubs and a movable clock."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+
+from opentinker.api.common.v1 import environment_pb2, model_pb2, resources_pb2
+from opentinker.api.scheduler.v1 import job_pb2
+from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
+from opentinker.core.redis_store import connect
+from opentinker.core.server import ServerPlan, start_server, stop_server
+from opentinker_scheduler.app import Scheduler, build_scheduler
+from opentinker_scheduler.clock import Clock
+from opentinker_scheduler.config import SchedulerConfig
+from opentinker_scheduler.servicer import scheduler_service_binding
+from opentinker_scheduler.settings import SchedulerSettings
+
+T = TypeVar("T")
+FAST = SchedulerConfig(heartbeat_interval_ms=100, worker_ttl_ms=1_000, allocator_interval_ms=50,
+                       watch_block_ms=200)
+REASON_KEY = "opentinker-error-reason"
+
+
+class ManualClock:
+    """A clock that moves only when told to."""
+
+    def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
+        self.now = start_ms
+
+    def now_ms(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+
+
+@dataclass(frozen=True, kw_only=True)
+class Harness:
+    scheduler: Scheduler
+    stub: pb_grpc.SchedulerServiceStub
+    address: str
+
+
+@asynccontextmanager
+async def scheduler_server(redis_url: str, *, config: SchedulerConfig = FAST, clock: Clock | None = None,
+                           run_allocator: bool = False, port: int = 0) -> AsyncIterator[Harness]:
+    """Serve the SchedulerService on 127.0.0.1:<port>; the allocator loop only when asked
+    (otherwise tests call `scheduler.allocator.tick()` themselves)."""
+    client, blocking = connect(redis_url), connect(redis_url, socket_timeout=None)
+    scheduler = build_scheduler(client, blocking, config=config, clock=clock)
+    hooks = [lambda health: scheduler.allocator.run_forever()] if run_allocator else []
+    plan = ServerPlan(services=[scheduler_service_binding(scheduler)], start_hooks=hooks)
+    started = await start_server(SchedulerSettings(port=port), plan)
+    address = f"127.0.0.1:{started.port}"
+    channel = grpc.aio.insecure_channel(address)
+    try:
+        yield Harness(scheduler=scheduler, stub=pb_grpc.SchedulerServiceStub(channel), address=address)
+    finally:
+        await channel.close()
+        await stop_server(started, grace_seconds=0.2)
+        await client.aclose()
+        await blocking.aclose()
+
+
+def rl_spec(**overrides: Any) -> job_pb2.JobSpec:
+    spec = job_pb2.JobSpec(
+        type=job_pb2.JOB_TYPE_RL, display_name="math-grpo",
+        policy=job_pb2.AgentSpec(model=model_pb2.ModelReference(
+            builtin=model_pb2.BuiltinModel(name="tiny-llama", seed=1))),
+        environment=environment_pb2.EnvironmentReference(env_name="math"),
+        training=job_pb2.TrainingConfig(total_steps=10, batch_size=4, group_size=4))
+    for name, value in overrides.items():
+        setattr(spec, name, value)
+    return spec
+
+
+def register_request(worker_id: str, role: str, devices: int = 1,
+                     address: str = "") -> pb.RegisterWorkerRequest:
+    return pb.RegisterWorkerRequest(
+        worker_id=worker_id, role=resources_pb2.Role.Value(f"ROLE_{role.upper()}"),
+        address=address or f"127.0.0.1:{6000 + len(worker_id)}",
+        devices=[resources_pb2.Device(device_id=f"cpu:{i}", kind=resources_pb2.DEVICE_KIND_CPU)
+                 for i in range(devices)])
+
+
+async def rpc_error(call: Awaitable[Any]) -> grpc.aio.AioRpcError:
+    """The AioRpcError a call fails with (AssertionError when it succeeds)."""
+    try:
+        await call
+    except grpc.aio.AioRpcError as error:
+        return error
+    raise AssertionError("the call succeeded")
+
+
+def reason_of(error: grpc.aio.AioRpcError) -> str:
+    return dict(error.trailing_metadata() or ()).get(REASON_KEY, "")
+
+
+async def eventually(check: Callable[[], Awaitable[T | None]], *, timeout: float = 5.0,
+                     interval: float = 0.05) -> T:
+    """Poll `check` until it returns something truthy."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(interval)
+
+
+async def register_pool(h: Harness, *, trainer_devices: int = 1, rollout_devices: int = 1) -> None:
+    """One trainer, one rollout and one coordinator worker."""
+    await h.stub.RegisterWorker(register_request("trainer-1", "trainer", trainer_devices))
+    await h.stub.RegisterWorker(register_request("rollout-1", "rollout", rollout_devices))
+    await h.stub.RegisterWorker(register_request("coord-1", "coordinator", 0))
+
+
+async def running_job(h: Harness, request_id: str = "run", spec: job_pb2.JobSpec | None = None) -> job_pb2.Job:
+    """Submit a job and run one allocator pass; the job as it is after the pass."""
+    job = (await h.stub.SubmitJob(pb.SubmitJobRequest(request_id=request_id, spec=spec or rl_spec()))).job
+    await h.scheduler.allocator.tick()
+    return (await h.stub.GetJob(pb.GetJobRequest(job_id=job.job_id))).job
+
+
+def lease_of(job: job_pb2.Job, role: int = resources_pb2.ROLE_COORDINATOR) -> resources_pb2.LeaseContext:
+    return next(a.lease for a in job.assignments if a.role == role)

@@ -1,0 +1,81 @@
+"""WatchJob: replay, live events, resuming with after_sequence, closing after the terminal event."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+
+from opentinker.api.scheduler.v1 import job_pb2
+from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from tests.scheduler._harness import lease_of, register_pool, rl_spec, rpc_error, running_job, scheduler_server
+
+S = job_pb2.Job
+
+
+async def collect(stub, job_id: str, after: int = 0, follow: bool = False,  # noqa: ANN001
+                  timeout: float = 5.0) -> list[job_pb2.JobEvent]:
+    request = pb.WatchJobRequest(job_id=job_id, after_sequence=after, follow_after_end=follow)
+    return [response.event async for response in stub.WatchJob(request, timeout=timeout)]
+
+
+def metrics_event(step: int, reward: float) -> job_pb2.JobEvent:
+    return job_pb2.JobEvent(metrics=job_pb2.MetricsReported(step=step, values={"reward/mean": reward}))
+
+
+def test_watch_replays_then_follows_live_and_closes_after_the_terminal_event(redis_url: str) -> None:
+    async def scenario() -> None:
+        async with scheduler_server(redis_url) as h:
+            await register_pool(h)
+            job = await running_job(h)
+            watcher = asyncio.create_task(collect(h.stub, job.job_id))
+            await asyncio.sleep(0.3)  # the watcher has replayed and now blocks on XREAD
+            assert not watcher.done()
+            lease = lease_of(job)
+            for step in (1, 2):
+                await h.stub.ReportJobEvents(pb.ReportJobEventsRequest(
+                    lease=lease, events=[metrics_event(step, 0.1 * step)]))
+            await h.stub.FinishJob(pb.FinishJobRequest(lease=lease, final_state=S.STATE_SUCCEEDED,
+                                                       message="done"))
+            events = await asyncio.wait_for(watcher, 5)
+            assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+            kinds = [e.WhichOneof("payload") for e in events]
+            assert kinds == ["state_changed"] * 3 + ["metrics"] * 2 + ["state_changed"]
+            states = [e.state_changed.to_state for e in events if e.HasField("state_changed")]
+            assert states == [S.STATE_QUEUED, S.STATE_ALLOCATING, S.STATE_RUNNING, S.STATE_SUCCEEDED]
+            assert events[-1].state_changed.reason == "done" and events[3].metrics.step == 1
+            assert all(e.job_id == job.job_id and e.time.seconds > 0 for e in events)
+
+            resumed = await collect(h.stub, job.job_id, after=4)
+            assert [e.sequence for e in resumed] == [5, 6]
+            assert await collect(h.stub, job.job_id, after=6) == []
+            final = (await h.stub.GetJob(pb.GetJobRequest(job_id=job.job_id))).job
+            assert final.last_event_sequence == 6
+            assert final.progress.latest_metrics["reward/mean"] == 0.2
+
+    asyncio.run(scenario())
+
+
+def test_follow_after_end_keeps_the_stream_open(redis_url: str) -> None:
+    async def scenario() -> None:
+        async with scheduler_server(redis_url) as h:
+            job = (await h.stub.SubmitJob(pb.SubmitJobRequest(request_id="f", spec=rl_spec()))).job
+            await h.stub.CancelJob(pb.CancelJobRequest(job_id=job.job_id))
+            assert len(await collect(h.stub, job.job_id)) == 2
+            error = await rpc_error(collect(h.stub, job.job_id, follow=True, timeout=0.6))
+            assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+    asyncio.run(scenario())
+
+
+def test_watch_unknown_job_is_not_found_and_negative_sequence_invalid(redis_url: str) -> None:
+    async def scenario() -> None:
+        async with scheduler_server(redis_url) as h:
+            error = await rpc_error(collect(h.stub, "job-missing"))
+            assert error.code() == grpc.StatusCode.NOT_FOUND
+            job = (await h.stub.SubmitJob(pb.SubmitJobRequest(request_id="n", spec=rl_spec()))).job
+            error = await rpc_error(collect(h.stub, job.job_id, after=-1))
+            assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "after_sequence" in error.details()
+
+    asyncio.run(scenario())

@@ -1,0 +1,148 @@
+"""WorkerAgent against a live scheduler (real clock, allocator loop running, short intervals)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from opentinker.api.common.v1 import resources_pb2
+from opentinker.api.scheduler.v1 import job_pb2
+from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker.core.devices import Device, discover_devices
+from opentinker.core.embedded_redis import free_port
+from opentinker.core.redis_store import Backoff
+from opentinker.core.worker_agent import WorkerAgent
+from tests.scheduler._harness import Harness, eventually, rl_spec, scheduler_server
+
+S = job_pb2.Job
+
+
+class Recorder:
+    """Callbacks that record what the agent told the worker."""
+
+    def __init__(self) -> None:
+        self.assigned: list[job_pb2.Assignment] = []
+        self.stopped: list[str] = []
+
+    async def on_assignment(self, assignment: job_pb2.Assignment) -> None:
+        self.assigned.append(assignment)
+
+    async def on_stop(self, job_id: str) -> None:
+        self.stopped.append(job_id)
+
+
+def agent_for(address: str, role: str, recorder: Recorder, devices: list[Device]) -> WorkerAgent:
+    return WorkerAgent(scheduler_address=address, role=role, worker_id=f"{role}-w",
+                       address=f"127.0.0.1:{free_port()}", devices=devices,
+                       on_assignment=recorder.on_assignment, on_stop=recorder.on_stop,
+                       backoff=Backoff(initial_seconds=0.05, max_seconds=0.2))
+
+
+@asynccontextmanager
+async def pool(address: str) -> AsyncIterator[dict[str, Recorder]]:
+    recorders = {role: Recorder() for role in ("trainer", "rollout", "coordinator")}
+    agents = [agent_for(address, role, rec, discover_devices(cpu_slots=0 if role == "coordinator" else 1))
+              for role, rec in recorders.items()]
+    for agent in agents:
+        await agent.start()
+    try:
+        for agent in agents:
+            await agent.wait_registered(timeout=5)
+        yield recorders
+    finally:
+        for agent in agents:
+            await agent.stop()
+
+
+async def submit(h: Harness, request_id: str) -> str:
+    return (await h.stub.SubmitJob(pb.SubmitJobRequest(request_id=request_id, spec=rl_spec()))).job.job_id
+
+
+async def state(h: Harness, job_id: str) -> int:
+    return (await h.stub.GetJob(pb.GetJobRequest(job_id=job_id))).job.state
+
+
+def test_agents_receive_assignments_and_stops_through_heartbeats(redis_url: str) -> None:
+    async def scenario() -> None:
+        async with scheduler_server(redis_url, run_allocator=True) as h, pool(h.address) as recorders:
+            first = await submit(h, "one")
+            await eventually(lambda: _all_assigned(recorders, 1))
+            roles = {r.assigned[0].role for r in recorders.values()}
+            assert roles == {resources_pb2.ROLE_TRAINER, resources_pb2.ROLE_ROLLOUT,
+                             resources_pb2.ROLE_COORDINATOR}
+            assert {r.assigned[0].lease.job_id for r in recorders.values()} == {first}
+            second = await submit(h, "two")
+            await asyncio.sleep(0.5)
+            assert await state(h, second) == S.STATE_QUEUED  # the single trainer slot is taken
+            lease = recorders["coordinator"].assigned[0].lease
+            await h.stub.FinishJob(pb.FinishJobRequest(lease=lease, final_state=S.STATE_SUCCEEDED))
+            await eventually(lambda: _all_assigned(recorders, 2))
+            assert all(r.stopped[:1] == [first] for r in recorders.values())
+            assert {r.assigned[1].lease.job_id for r in recorders.values()} == {second}
+            await h.stub.CancelJob(pb.CancelJobRequest(job_id=second))
+            await eventually(lambda: _all_stopped(recorders, [first, second]))
+            assert await eventually(lambda: _is(h, second, S.STATE_CANCELLED))
+            assert all(len(r.assigned) == 2 for r in recorders.values())  # once per lease
+
+    asyncio.run(scenario())
+
+
+async def _all_assigned(recorders: dict[str, Recorder], count: int) -> bool:
+    return all(len(r.assigned) >= count for r in recorders.values())
+
+
+async def _all_stopped(recorders: dict[str, Recorder], job_ids: list[str]) -> bool:
+    return all(r.stopped == job_ids for r in recorders.values())
+
+
+async def _is(h: Harness, job_id: str, expected: int) -> bool:
+    return await state(h, job_id) == expected
+
+
+def test_agent_retries_until_the_scheduler_is_up(redis_url: str) -> None:
+    async def scenario() -> None:
+        port = free_port()
+        recorder = Recorder()
+        agent = agent_for(f"127.0.0.1:{port}", "trainer", recorder, discover_devices(cpu_slots=2))
+        await agent.start()
+        try:
+            await asyncio.sleep(0.4)
+            assert not agent.registered.is_set()
+            async with scheduler_server(redis_url, port=port) as h:
+                await agent.wait_registered(timeout=5)
+                workers = (await h.stub.ListWorkers(pb.ListWorkersRequest())).workers
+                assert [(w.worker_id, [d.device_id for d in w.devices]) for w in workers] == [
+                    ("trainer-w", ["cpu:0", "cpu:1"])]
+        finally:
+            await agent.stop(deregister=False)
+
+    asyncio.run(scenario())
+
+
+def test_agent_registers_again_when_the_scheduler_forgot_it(redis_url: str) -> None:
+    async def scenario() -> None:
+        async with scheduler_server(redis_url, run_allocator=True) as h, pool(h.address) as recorders:
+            job_id = await submit(h, "forget")
+            await eventually(lambda: _all_assigned(recorders, 1))
+            await h.stub.DeregisterWorker(pb.DeregisterWorkerRequest(worker_id="rollout-w"))
+            assert await eventually(lambda: _is(h, job_id, S.STATE_FAILED))
+            await eventually(lambda: _all_stopped(recorders, [job_id]))
+            listed = await eventually(lambda: _listed(h, "rollout-w"))
+            assert listed.role == resources_pb2.ROLE_ROLLOUT
+
+    asyncio.run(scenario())
+
+
+async def _listed(h: Harness, worker_id: str):  # noqa: ANN202
+    workers = (await h.stub.ListWorkers(pb.ListWorkersRequest())).workers
+    return next((w for w in workers if w.worker_id == worker_id), None)
+
+
+def test_discover_devices_without_a_gpu_gives_cpu_slots() -> None:
+    devices = discover_devices(cpu_slots=3)
+    if devices and devices[0].kind == "cuda":  # a GPU machine: every device is a GPU
+        assert all(d.device_id.startswith("cuda:") and d.memory_bytes > 0 for d in devices)
+        return
+    assert [(d.device_id, d.kind) for d in devices] == [("cpu:0", "cpu"), ("cpu:1", "cpu"), ("cpu:2", "cpu")]
+    assert discover_devices(cpu_slots=0) == []
