@@ -5,44 +5,21 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests._stack import SERVICES, free_ports, port_args, run_cli
+
 pytestmark = pytest.mark.timeout(180)
 
-CLI = [sys.executable, "-m", "opentinker.cli.main"]
-SERVICES = ("scheduler", "trainer", "rollout", "envhost", "coordinator")
 PROCESSES = ("redis", *SERVICES)
 UP_BUDGET_S = 30.0
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def run_cli(*args: str, timeout: float = 90, env: dict[str, str] | None = None):
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def free_ports(count: int) -> list[int]:
-    """Distinct ports the OS reports free right now."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-def port_args(ports: dict[str, int]) -> list[str]:
-    return [arg for name, port in ports.items() for arg in (f"--{name}-port", str(port))]
 
 
 def can_listen(port: int) -> bool:

@@ -1,0 +1,61 @@
+"""Run the local stack through the real CLI (`opentinker up/down`) on free ports."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+CLI = [sys.executable, "-m", "opentinker.cli.main"]
+SERVICES = ("scheduler", "trainer", "rollout", "envhost", "coordinator")
+
+
+def run_cli(*args: str, timeout: float = 90, env: dict[str, str] | None = None):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct ports the OS reports free right now."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def port_args(ports: dict[str, int]) -> list[str]:
+    return [arg for name, port in ports.items() for arg in (f"--{name}-port", str(port))]
+
+
+class LocalStack:
+    """`opentinker up` in a private state dir; `address(name)` of each service; `down()`."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        ports = free_ports(len(SERVICES) + 1)
+        self.ports = dict(zip(SERVICES, ports, strict=False))
+        self.redis_port = ports[-1]
+
+    def up(self, timeout: float = 120) -> None:
+        result = run_cli("up", "--state-dir", str(self.state_dir), "--redis-port", str(self.redis_port),
+                         *port_args(self.ports), "--json", timeout=timeout)
+        if result.returncode != 0:
+            raise RuntimeError(f"opentinker up failed ({result.returncode}):\n{result.stderr}\n{self.logs()}")
+        self.status = json.loads(result.stdout)
+
+    def address(self, name: str) -> str:
+        return f"127.0.0.1:{self.ports[name]}"
+
+    def logs(self) -> str:
+        logs = sorted((self.state_dir / "logs").glob("*.log")) if (self.state_dir / "logs").is_dir() else []
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in logs)
+
+    def down(self) -> None:
+        run_cli("down", "--state-dir", str(self.state_dir), timeout=60)

@@ -1,0 +1,105 @@
+"""A job's whole life across the five services running as their own processes."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from opentinker.api.scheduler.v1 import job_pb2
+from opentinker.client import InvalidArgument, SchedulerClient
+from opentinker.client.scheduler_client import state_name
+
+S = job_pb2.Job
+
+
+def tiny_rl_spec(total_steps: int, **training) -> dict:
+    return {
+        "type": "RL", "display_name": "e2e",
+        "policy": {"model": {"builtin": {"name": "tiny-qwen2", "seed": 3}}, "adaptation": {"full": {}},
+                   "algorithm": {"optimizer": {"learning_rate": 1e-3}},
+                   "sampling": {"max_new_tokens": 4, "temperature": 1.0}},
+        "environment": {"env_name": "math", "config": {"seed": 3, "eval_size": 4}},
+        "training": {"total_steps": total_steps, "batch_size": 2, "group_size": 2, "eval_episodes": 4,
+                     "checkpoint_every_steps": 2, "seed": 3, **training},
+    }
+
+
+def states_of(events: list[job_pb2.JobEvent]) -> list[str]:
+    return [state_name(e.state_changed.to_state) for e in events if e.WhichOneof("payload") == "state_changed"]
+
+
+def test_rl_job_walks_from_submit_to_succeeded_with_an_ordered_event_stream(scheduler: SchedulerClient):
+    job = scheduler.submit_job(tiny_rl_spec(total_steps=3))
+    assert job.state == S.STATE_QUEUED
+    events = list(scheduler.watch_job(job.job_id))
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+    assert all(e.job_id == job.job_id for e in events)
+    assert states_of(events) == ["QUEUED", "ALLOCATING", "RUNNING", "SUCCEEDED"]
+    step_metrics = {e.metrics.step: dict(e.metrics.values) for e in events
+                    if e.WhichOneof("payload") == "metrics" and "reward/mean" in e.metrics.values}
+    assert sorted(step_metrics) == [1, 2, 3]
+    for values in step_metrics.values():
+        assert {"loss", "grad_norm", "tokens_per_second", "time/rollout_s", "time/update_s",
+                "time/weight_sync_s", "policy_version"} <= set(values)
+    assert [step_metrics[s]["policy_version"] for s in (1, 2, 3)] == [1.0, 2.0, 3.0]
+    checkpoints = [e.checkpoint.checkpoint_id for e in events if e.WhichOneof("payload") == "checkpoint"]
+    assert len(checkpoints) == 2 and checkpoints[-1].endswith("final")
+    final = scheduler.get_job(job.job_id)
+    assert final.state == S.STATE_SUCCEEDED and final.last_event_sequence == events[-1].sequence
+
+
+def test_watch_resumes_after_a_sequence_without_gaps(scheduler: SchedulerClient):
+    job = scheduler.submit_job(tiny_rl_spec(total_steps=1))
+    everything = list(scheduler.watch_job(job.job_id))
+    tail = list(scheduler.watch_job(job.job_id, after_sequence=5))
+    assert [e.sequence for e in tail] == [e.sequence for e in everything[5:]]
+
+
+def test_sft_checkpoint_feeds_an_inference_job_that_writes_jsonl(scheduler: SchedulerClient, tmp_path):
+    data = tmp_path / "sft.jsonl"
+    data.write_text("".join(json.dumps({"messages": [
+        {"role": "system", "content": "Answer with the number only."},
+        {"role": "user", "content": f"{a}+1="}, {"role": "assistant", "content": str(a + 1)}]}) + "\n"
+        for a in range(6)))
+    sft = scheduler.submit_job({
+        "type": "SFT", "policy": {"model": {"builtin": {"name": "tiny-qwen2", "seed": 4}},
+                                  "adaptation": {"full": {}},
+                                  "algorithm": {"optimizer": {"learning_rate": 3e-3}}},
+        "dataset": {"path": str(data)}, "training": {"total_steps": 3, "batch_size": 4}})
+    sft_events = list(scheduler.watch_job(sft.job_id))
+    assert states_of(sft_events)[-1] == "SUCCEEDED"
+    losses = [e.metrics.values["loss"] for e in sft_events if e.WhichOneof("payload") == "metrics"]
+    assert len(losses) == 3
+    checkpoint = [e.checkpoint.checkpoint_id for e in sft_events if e.WhichOneof("payload") == "checkpoint"][-1]
+    output = tmp_path / "out" / "results.jsonl"
+    inference = scheduler.submit_job({
+        "type": "INFERENCE", "policy": {"model": {"checkpoint": {"checkpoint_id": checkpoint}},
+                                        "sampling": {"max_new_tokens": 4}},
+        "environment": {"env_name": "math", "config": {"seed": 4, "eval_size": 5}},
+        "inference": {"num_episodes": 5, "output_path": str(output)}})
+    final = scheduler.wait(inference.job_id)
+    assert final.state == S.STATE_SUCCEEDED, final.status_message
+    lines = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [line["group_id"] for line in lines] == [f"eval-{i}" for i in range(5)]
+    assert all(line["prompt"].endswith("<|im_start|>assistant\n") for line in lines)
+
+
+def test_cancel_stops_a_running_job_and_frees_its_devices(scheduler: SchedulerClient):
+    job = scheduler.submit_job(tiny_rl_spec(total_steps=100000, checkpoint_every_steps=0))
+    for event in scheduler.watch_job(job.job_id):
+        if event.WhichOneof("payload") == "metrics" and event.metrics.step >= 1:
+            break
+    started = time.monotonic()
+    scheduler.cancel_job(job.job_id, reason="e2e test")
+    while scheduler.get_job(job.job_id).state != S.STATE_CANCELLED:
+        assert time.monotonic() - started < 15, "cancel took too long"
+        time.sleep(0.2)
+    follow_up = scheduler.wait(scheduler.submit_job(tiny_rl_spec(total_steps=1)).job_id)
+    assert follow_up.state == S.STATE_SUCCEEDED, "the cancelled job's devices were not released"
+
+
+def test_a_bad_spec_is_rejected_naming_the_field(scheduler: SchedulerClient):
+    with pytest.raises(InvalidArgument, match="group_size"):
+        scheduler.submit_job(tiny_rl_spec(total_steps=1, group_size=-1))
