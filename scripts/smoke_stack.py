@@ -3,7 +3,7 @@
     python scripts/smoke_stack.py [--state-dir .opentinker]
 
 For each service: health SERVING, server reflection lists its v1 service, and
-one API call answers as the README's 'Live RPCs' table says. Exit 1 on any miss.
+one API call answers without a transport failure. Exit 1 on any miss.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from opentinker.cli.health_probe import SERVING, check_health
 # service -> (full service name, a call to make on a channel)
 CALLS = {
     "scheduler": ("opentinker.scheduler.v1.SchedulerService",
-                  lambda ch: scheduler_grpc.SchedulerServiceStub(ch).ListJobs(scheduler_pb.ListJobsRequest(), timeout=5)),
+                  lambda ch: scheduler_grpc.SchedulerServiceStub(ch).ListWorkers(scheduler_pb.ListWorkersRequest(), timeout=5)),
     "trainer": ("opentinker.trainer.v1.TrainerService",
                 lambda ch: trainer_grpc.TrainerServiceStub(ch).GetSession(trainer_pb.GetSessionRequest(), timeout=5)),
     "rollout": ("opentinker.rollout.v1.RolloutService",
