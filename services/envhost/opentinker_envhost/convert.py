@@ -13,9 +13,8 @@ from opentinker.env import StepResult
 from opentinker_envhost.catalog import GameSpec
 from opentinker_envhost.errors import EnvHostError, clip_middle
 from opentinker_envhost.sessions import ResetOutcome
+from opentinker.core.errors import REASON_METADATA_KEY, TRACEBACK_METADATA_KEY
 
-REASON_METADATA_KEY = "opentinker-reason"
-TRACEBACK_METADATA_KEY = "opentinker-traceback-bin"
 MAX_METADATA_TRACEBACK_CHARS = 3000  # grpc's default metadata limit is 8 KiB
 
 

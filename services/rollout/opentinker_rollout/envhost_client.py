@@ -17,6 +17,7 @@ from google.protobuf import json_format, struct_pb2
 
 from opentinker.api.envhost.v1 import envhost_service_pb2 as envhost_pb2
 from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
+from opentinker.core.errors import TRACEBACK_METADATA_KEY
 from opentinker_rollout.environment import (
     EnvironmentFactory,
     EnvironmentFailure,
@@ -25,7 +26,6 @@ from opentinker_rollout.environment import (
 )
 
 DEFAULT_CALL_TIMEOUT_S = 120.0
-TRACEBACK_METADATA_KEY = "opentinker-traceback-bin"  # set by the EnvHost when a game raised
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,9 +24,9 @@ from opentinker_rollout.errors import InvalidArgument, NotFound, RolloutError
 from opentinker_rollout.policies import LoadedPolicy, PolicyRegistry, WeightsChunk
 from opentinker_rollout.runner import EpisodeBatch, EpisodeServices, run_episodes
 from opentinker_rollout.sampler import sample
+from opentinker.core.errors import REASON_METADATA_KEY
 
 SERVICE_FULL_NAME = pb.DESCRIPTOR.services_by_name["RolloutService"].full_name
-REASON_METADATA_KEY = "opentinker-reason"
 
 
 def status_code(error: RolloutError) -> grpc.StatusCode:

@@ -3,7 +3,7 @@ to status codes (in `_ERROR_STATUS`, the one place that does). The work happens 
 `SessionRegistry` and `TrainingSession`.
 
 A refused call carries its `common.v1.ErrorReason` name in the trailing metadata key
-`opentinker-error-reason` (e.g. ERROR_REASON_STALE_FENCING_TOKEN).
+`opentinker-reason` (e.g. ERROR_REASON_STALE_FENCING_TOKEN).
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from opentinker_trainer.errors import (CheckpointNotFoundError, NoGradientsError
                                        TrainerError, ValidationError)
 from opentinker_trainer.export import export_weights
 from opentinker_trainer.sessions import SessionRegistry
+from opentinker.core.errors import REASON_METADATA_KEY
 
 log = structlog.get_logger(__name__)
 
 SERVICE_FULL_NAME = pb.DESCRIPTOR.services_by_name["TrainerService"].full_name
-REASON_METADATA_KEY = "opentinker-error-reason"
 MAX_CHUNK_BYTES = 4 * 1024 * 1024 - 64 * 1024  # below gRPC's default 4 MiB message limit
 
 _ERROR_STATUS: tuple[tuple[type[TrainerError], grpc.StatusCode, int], ...] = (

@@ -28,3 +28,9 @@ class RedisUnavailableError(OpenTinkerCoreError, ConnectionError):
 
 class EmbeddedRedisError(OpenTinkerCoreError, RuntimeError):
     """The embedded redis-server could not be found, started or stopped."""
+
+
+# Trailing metadata every service uses for machine-readable error details (any language can
+# read them): the common.v1.ErrorReason value name, and a user game's traceback (UTF-8 bytes).
+REASON_METADATA_KEY = "opentinker-reason"
+TRACEBACK_METADATA_KEY = "opentinker-traceback-bin"
