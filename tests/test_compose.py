@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from opentinker.cli.topology import SERVICES, service_env
+from tests._stack import free_ports
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -138,19 +139,6 @@ def test_health_probe_fails_when_nothing_listens():
 
 
 # ---------------------------------------------------------------- compose as local processes
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 class Localizer:
