@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from opentinker.api.common.v1 import environment_pb2, model_pb2, resources_pb2
+from opentinker.api.common.v1 import algorithm_pb2, environment_pb2, model_pb2, resources_pb2
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
@@ -23,9 +23,9 @@ from opentinker_scheduler.servicer import scheduler_service_binding
 from opentinker_scheduler.settings import SchedulerSettings
 
 T = TypeVar("T")
-FAST = SchedulerConfig(heartbeat_interval_ms=100, worker_ttl_ms=1_000, allocator_interval_ms=50,
+FAST = SchedulerConfig(heartbeat_interval_ms=100, worker_ttl_ms=3_000, allocator_interval_ms=50,
                        watch_block_ms=200)
-REASON_KEY = "opentinker-error-reason"
+REASON_KEY = "opentinker-reason"
 
 
 class ManualClock:
@@ -72,8 +72,10 @@ async def scheduler_server(redis_url: str, *, config: SchedulerConfig = FAST, cl
 def rl_spec(**overrides: Any) -> job_pb2.JobSpec:
     spec = job_pb2.JobSpec(
         type=job_pb2.JOB_TYPE_RL, display_name="math-grpo",
-        policy=job_pb2.AgentSpec(model=model_pb2.ModelReference(
-            builtin=model_pb2.BuiltinModel(name="tiny-llama", seed=1))),
+        policy=job_pb2.AgentSpec(
+            model=model_pb2.ModelReference(builtin=model_pb2.BuiltinModel(name="tiny-llama", seed=1)),
+            adaptation=model_pb2.Adaptation(lora=model_pb2.LoraAdaptation(rank=8, alpha=16)),
+            algorithm=algorithm_pb2.Algorithm(optimizer=algorithm_pb2.OptimizerConfig(learning_rate=1e-3))),
         environment=environment_pb2.EnvironmentReference(env_name="math"),
         training=job_pb2.TrainingConfig(total_steps=10, batch_size=4, group_size=4))
     for name, value in overrides.items():

@@ -8,7 +8,7 @@ import math
 import grpc
 import pytest
 
-from opentinker.api.common.v1 import algorithm_pb2, resources_pb2
+from opentinker.api.common.v1 import resources_pb2
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
 from tests.scheduler._harness import reason_of, rl_spec, rpc_error, scheduler_server
@@ -70,14 +70,18 @@ def _bad(mutate) -> job_pb2.JobSpec:  # noqa: ANN001 - a function editing a spec
 BAD_SPECS = [
     (_bad(lambda s: setattr(s, "type", job_pb2.JOB_TYPE_UNSPECIFIED)), "spec.type"),
     (_bad(lambda s: s.ClearField("policy")), "spec.policy.model"),
+    (_bad(lambda s: s.policy.ClearField("adaptation")), "spec.policy.adaptation"),
+    (_bad(lambda s: s.policy.algorithm.optimizer.ClearField("learning_rate")),
+     "spec.policy.algorithm.optimizer.learning_rate"),
+    (_bad(lambda s: setattr(s.policy.adaptation.lora, "dropout", 1.5)), "spec.policy.adaptation.lora.dropout"),
     (_bad(lambda s: s.environment.ClearField("env_name")), "spec.environment.env_name"),
     (_bad(lambda s: setattr(s.training, "total_steps", 0)), "spec.training.total_steps"),
     (_bad(lambda s: setattr(s.training, "group_size", 0)), "spec.training.group_size"),
     (_bad(lambda s: setattr(s.training, "group_size", 5000)), "spec.training.group_size"),
     (_bad(lambda s: setattr(s.training, "batch_size", -1)), "spec.training.batch_size"),
     (_bad(lambda s: setattr(s, "priority", 101)), "spec.priority"),
-    (_bad(lambda s: s.policy.algorithm.optimizer.CopyFrom(
-        algorithm_pb2.OptimizerConfig(learning_rate=math.nan))), "spec.policy.algorithm.optimizer.learning_rate"),
+    (_bad(lambda s: setattr(s.policy.algorithm.optimizer, "weight_decay", math.nan)),
+     "spec.policy.algorithm.optimizer.weight_decay"),
     (_bad(lambda s: setattr(s.policy.algorithm.loss, "kl_coef", -0.1)), "spec.policy.algorithm.loss.kl_coef"),
     (_bad(lambda s: setattr(s.policy.sampling, "top_p", 1.5)), "spec.policy.sampling.top_p"),
     (_bad(lambda s: s.resources.add(role=resources_pb2.ROLE_TRAINER, device_count=0)),

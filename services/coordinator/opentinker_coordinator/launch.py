@@ -72,6 +72,10 @@ class JobLauncher:
             run.end(RunStatus.FINISHED, "stopped")
             log.info("run_stopped", job_id=job.job_id)
         except Exception as error:  # noqa: BLE001 - report the failure to the Scheduler, then record it
+            if run.stop.is_set():  # cancelled: the Scheduler already ended the job and refuses our lease
+                run.end(RunStatus.FINISHED, "stopped")
+                log.info("run_stopped", job_id=job.job_id, last_error=_failure_message(error))
+                return
             message = _failure_message(error)
             log.exception("run_failed", job_id=job.job_id, error=message)
             with contextlib.suppress(grpc.RpcError):

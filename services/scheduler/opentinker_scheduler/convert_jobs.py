@@ -63,7 +63,9 @@ def facts_from_spec(spec: job_pb2.JobSpec) -> JobSpecFacts:
 
 def agent_facts(agent: job_pb2.AgentSpec, path: str) -> AgentFacts:
     has_model = agent.HasField("model") and agent.model.WhichOneof("source") is not None
-    return AgentFacts(path=path, agent_id=agent.agent_id, has_model=has_model)
+    return AgentFacts(path=path, agent_id=agent.agent_id, has_model=has_model, frozen=agent.frozen,
+                      has_adaptation=agent.adaptation.WhichOneof("kind") is not None,
+                      learning_rate=agent.algorithm.optimizer.learning_rate)
 
 
 def resource_from_proto(request: resources_pb2.ResourceRequest, path: str) -> ResourceRequest:

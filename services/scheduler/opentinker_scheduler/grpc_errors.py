@@ -1,7 +1,7 @@
 """The one place that turns scheduler errors into gRPC statuses.
 
 Domain errors map by class to a canonical code; the machine-readable reason travels in the
-trailing metadata `opentinker-error-reason` as an `ErrorReason` value name (e.g.
+trailing metadata `opentinker-reason` as an `ErrorReason` value name (e.g.
 `ERROR_REASON_REQUEST_ID_REUSED`), since google.rpc.ErrorInfo is not among our dependencies.
 A Redis outage is UNAVAILABLE (retryable). Nothing else is caught: a bug stays an UNKNOWN error
 with grpc's own logging.
@@ -15,10 +15,10 @@ from typing import Any, TypeVar
 
 import grpc
 
+from opentinker.core.errors import REASON_METADATA_KEY
 from opentinker.core.redis_store import REDIS_DOWN_ERRORS
 from opentinker_scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, SchedulerError
 
-REASON_METADATA_KEY = "opentinker-error-reason"
 CODES: tuple[tuple[type[SchedulerError], grpc.StatusCode], ...] = (
     (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFound, grpc.StatusCode.NOT_FOUND),

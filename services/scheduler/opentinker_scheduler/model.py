@@ -88,6 +88,9 @@ class AgentFacts:
     path: str
     agent_id: str = ""
     has_model: bool = False
+    has_adaptation: bool = False
+    frozen: bool = False
+    learning_rate: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)

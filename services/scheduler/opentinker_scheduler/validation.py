@@ -16,6 +16,8 @@ MAX_LABELS = 32
 MODEL_JOB_TYPES = (JobType.RL, JobType.SFT, JobType.INFERENCE)
 TRAINING_JOB_TYPES = (JobType.RL, JobType.SFT)
 LEASABLE_ROLES = (Role.TRAINER, Role.ROLLOUT)
+# Fields named so must not exceed the bound (AdamW betas < 1 are checked by the Trainer).
+UNIT_INTERVAL_FIELDS = {"top_p": 1.0, "dropout": 1.0, "beta1": 1.0, "beta2": 1.0, "gamma": 1.0}
 
 
 def validate_spec(facts: JobSpecFacts) -> None:
@@ -25,6 +27,8 @@ def validate_spec(facts: JobSpecFacts) -> None:
     _check_range("spec.priority", facts.priority, 0, MAX_PRIORITY)
     if facts.type in MODEL_JOB_TYPES:
         _check_agents(facts)
+    if facts.type in TRAINING_JOB_TYPES:
+        _check_learners(facts)
     if facts.type is JobType.RL and not facts.env_name:
         raise InvalidArgument("spec.environment.env_name", "must name an environment for an RL job")
     if facts.type is JobType.SFT and not facts.dataset_path:
@@ -57,6 +61,19 @@ def _check_agent(agent: AgentFacts) -> None:
         raise InvalidArgument(f"{agent.path}.model", "must be set (local, builtin or checkpoint)")
 
 
+def _check_learners(facts: JobSpecFacts) -> None:
+    """Every agent that learns says how (a LoRA adapter or full parameters) and how fast."""
+    for agent in (facts.policy, *facts.agents):
+        if agent is None or agent.frozen:
+            continue
+        if not agent.has_adaptation:
+            raise InvalidArgument(f"{agent.path}.adaptation", "must be set for a training job "
+                                  "(lora or full)")
+        if not agent.learning_rate > 0:
+            raise InvalidArgument(f"{agent.path}.algorithm.optimizer.learning_rate",
+                                  f"must be > 0 for a training job, got {agent.learning_rate:g}")
+
+
 def _check_training(facts: JobSpecFacts) -> None:
     _check_range("spec.training.total_steps", facts.total_steps, 1, MAX_TOTAL_STEPS)
     _check_range("spec.training.batch_size", facts.batch_size, 1, MAX_BATCH_SIZE)
@@ -65,15 +82,16 @@ def _check_training(facts: JobSpecFacts) -> None:
 
 
 def _check_numbers(facts: JobSpecFacts) -> None:
-    """Every numeric field must be finite; all but seeds must be >= 0; top_p at most 1."""
+    """Every numeric field must be finite; all but seeds must be >= 0; probabilities bounded."""
     for number in facts.numbers:
         name = number.path.rsplit(".", 1)[-1]
         if not math.isfinite(number.value):
             raise InvalidArgument(number.path, f"must be a finite number, got {number.value}")
         if number.value < 0 and not name.endswith("seed"):
             raise InvalidArgument(number.path, f"must not be negative, got {number.value:g}")
-        if name == "top_p" and number.value > 1:
-            raise InvalidArgument(number.path, f"must be between 0 and 1, got {number.value:g}")
+        if name in UNIT_INTERVAL_FIELDS and number.value > UNIT_INTERVAL_FIELDS[name]:
+            raise InvalidArgument(number.path, f"must be at most {UNIT_INTERVAL_FIELDS[name]:g}, "
+                                  f"got {number.value:g}")
 
 
 def _check_resource(path: str, request: ResourceRequest) -> None:
