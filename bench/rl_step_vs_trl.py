@@ -22,6 +22,11 @@ and no KL term:
   the wall time between consecutive `on_step_end` callbacks; "rollout" is the time spent in
   `_generate_and_score_completions` (generation, rewards, advantages), "update" the rest.
 
+Not timed: our job's evaluations (before the first step and after the last) and TRL's set-up.
+One difference stays: our agent loop ends an episode cut off at N tokens without a game step
+(reward 0), TRL scores every completion; the untrained model rarely stops on its own, so our
+side plays fewer game steps (EnvHost still opens, resets and closes a session per episode).
+
 Each of --rounds rounds runs both sides once (the order alternates, so slow drifts in the
 machine's load hit both alike); every run drops its first --warmup steps and the table shows
 medians over the remaining steps of all rounds. CPU seconds per step are the CPU time of this

@@ -65,6 +65,20 @@ def test_sft_driver_trains_total_steps_and_saves_a_final_model():
     assert reporter.finished == (True, "trained 4 steps")
 
 
+def test_sft_driver_stops_once_the_windowed_loss_reaches_the_target():
+    # the fake trainer's loss at step n is 1/n: the mean over steps 1..10 is 0.293, over 2..11 0.202
+    trainer, reporter = RecordingTrainer(), RecordingReporter()
+    examples = [Datum(tokens=[1, i], loss_mask=[0.0, 1.0]) for i in range(3)]
+    plan = SftPlan(job_id="j", total_steps=30, batch_size=2, target_loss=0.25)
+    asyncio.run(run_sft(plan, SftPorts(trainer=trainer, reporter=reporter, stop=asyncio.Event()), examples))
+    assert trainer.steps == list(range(1, 12)) and trainer.checkpoints == [("final", True)]
+    assert reporter.finished[0] is True
+    assert reporter.finished[1].startswith("reached target loss 0.25 (mean of the last 10 steps 0.2020) "
+                                           "after 11 of at most 30 steps")
+    finished = [e for e in reporter.events if e[0] == "progress" and e[1] == "FINISHED"]
+    assert finished and finished[-1][2] == 11
+
+
 def test_sft_driver_refuses_an_empty_dataset():
     with pytest.raises(ValueError, match="no usable examples"):
         asyncio.run(run_sft(SftPlan(job_id="j", total_steps=1, batch_size=1), SftPorts(

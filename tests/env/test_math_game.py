@@ -18,6 +18,7 @@ from opentinker.env import (
     read_jsonl,
     write_jsonl,
 )
+from opentinker.env.math_problems import ArithmeticSpec, columnwise
 
 
 def questions(game: MathGame, split: str, count: int) -> list[str]:
@@ -111,6 +112,30 @@ def test_subtraction_never_goes_negative_and_answers_are_right() -> None:
         assert play(game, [str(expected)], index=index).total_reward == 1.0
 
 
+@pytest.mark.parametrize("op", ["+", "-"])
+def test_without_carry_every_column_stands_alone(op: str) -> None:
+    game = MathGame(seed=3, operations=op, min_digits=1, max_digits=3, carry=False, eval_size=16)
+    for index in range(300):
+        question = game.reset(index=index)
+        a, b = (int(x) for x in question.rstrip("=").split(op))
+        columns = zip(str(a).zfill(3), str(b).zfill(3), strict=True)
+        if op == "+":
+            assert all(int(x) + int(y) <= 9 for x, y in columns), question
+        else:
+            assert all(int(x) >= int(y) for x, y in columns), question
+        assert play(game, [str(a + b if op == "+" else a - b)], index=index).total_reward == 1.0
+
+
+@pytest.mark.parametrize(("op", "low", "high"), [("+", 2, 2), ("-", 1, 2), ("+", 1, 3)])
+def test_carry_free_space_size_counts_every_pair(op: str, low: int, high: int) -> None:
+    spec = ArithmeticSpec(operations=(op,), min_digits=low, max_digits=high, carry=False)
+    operands = [n for n in range(10 ** high) if low <= len(str(n)) <= high]
+    pairs = sum(1 for a in operands for b in operands
+                if (op == "+" or a >= b) and columnwise(op, a, b))
+    assert spec.space_size() == pairs
+    assert ArithmeticSpec(operations=("+",), min_digits=2, max_digits=2, carry=False).space_size() == 36 * 55
+
+
 def test_reset_without_index_walks_the_split_and_seed_picks_the_problem() -> None:
     game = MathGame(seed=4, difficulty="medium")
     in_order = questions(game, "train", 3)
@@ -128,6 +153,8 @@ def test_reset_without_index_walks_the_split_and_seed_picks_the_problem() -> Non
     ({"seed": "x"}, "seed"),
     ({"eval_size": 0}, "eval_size"),
     ({"eval_size": 60}, "eval_size"),  # more than half of the 100 easy problems
+    ({"carry": "no"}, "carry"),
+    ({"carry": False, "operations": "+*"}, "carry"),
 ])
 def test_bad_config_names_the_field(config: dict[str, object], field: str) -> None:
     with pytest.raises(GameConfigError, match=f"^{field}"):

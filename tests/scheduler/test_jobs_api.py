@@ -79,6 +79,8 @@ BAD_SPECS = [
     (_bad(lambda s: setattr(s.training, "group_size", 0)), "spec.training.group_size"),
     (_bad(lambda s: setattr(s.training, "group_size", 5000)), "spec.training.group_size"),
     (_bad(lambda s: setattr(s.training, "batch_size", -1)), "spec.training.batch_size"),
+    (_bad(lambda s: setattr(s.training, "target_loss", 0.5)), "spec.training.target_loss"),
+    (_bad(lambda s: setattr(s.training, "target_loss", math.inf)), "spec.training.target_loss"),
     (_bad(lambda s: setattr(s, "priority", 101)), "spec.priority"),
     (_bad(lambda s: setattr(s.policy.algorithm.optimizer, "weight_decay", math.nan)),
      "spec.policy.algorithm.optimizer.weight_decay"),

@@ -41,7 +41,8 @@ def sft_plan(job: job_pb2.Job) -> SftPlan:
     training = job.spec.training
     return SftPlan(job_id=job.job_id, total_steps=training.total_steps,
                    batch_size=training.batch_size or DEFAULT_BATCH_SIZE,
-                   checkpoint_every_steps=training.checkpoint_every_steps, seed=training.seed)
+                   checkpoint_every_steps=training.checkpoint_every_steps, seed=training.seed,
+                   target_loss=training.target_loss)
 
 
 def inference_plan(job: job_pb2.Job, default_output_dir: str) -> InferencePlan:

@@ -28,9 +28,12 @@ class RlPlan:
 class SftPlan:
     job_id: str
     total_steps: int
+    """The cap: at most this many optimizer steps."""
     batch_size: int
     checkpoint_every_steps: int = 0
     seed: int = 0
+    target_loss: float = 0.0
+    """Finish early once the mean loss of the last `LOSS_WINDOW` steps is <= this; 0 = off."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,4 +1,9 @@
-"""The SFT loop: shuffled batches of chat examples -> cross-entropy updates -> final model."""
+"""The SFT loop: shuffled batches of chat examples -> cross-entropy updates -> final model.
+
+With a target loss the loop ends early, once the mean loss over the last `LOSS_WINDOW` steps
+reaches it: a warm-up that stops when the policy has learned enough for RL to take over,
+whatever the seed (the step at which a small model "gets" a task varies a lot between seeds).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,8 @@ from opentinker_coordinator.rl_driver import StopRequested, due
 from opentinker_coordinator.types import Datum
 
 log = structlog.get_logger(__name__)
+
+LOSS_WINDOW = 10
 
 
 @dataclass(kw_only=True)
@@ -44,22 +51,41 @@ async def sft_step(plan: SftPlan, ports: SftPorts, step: int, batch: list[Datum]
     return metrics | {"time/update_s": seconds, "trained_tokens_per_second": tokens / seconds if seconds else 0.0}
 
 
+def reached_target(plan: SftPlan, losses: Sequence[float]) -> bool:
+    """True once the mean of the last LOSS_WINDOW losses is at or below the plan's target."""
+    if plan.target_loss <= 0 or len(losses) < LOSS_WINDOW:
+        return False
+    return sum(losses[-LOSS_WINDOW:]) / LOSS_WINDOW <= plan.target_loss
+
+
 async def run_sft(plan: SftPlan, ports: SftPorts, examples: Sequence[Datum]) -> None:
-    """Train total_steps batches, checkpoint as asked, save the final model, report SUCCEEDED."""
+    """Train up to total_steps batches (fewer once the target loss is reached), checkpoint as
+    asked, save the final model, report SUCCEEDED."""
     if not examples:
         raise ValueError("the SFT dataset has no usable examples (spec.dataset.path)")
     await ports.reporter.progress(phase="SETUP", step=0, total_steps=plan.total_steps)
     await ports.trainer.open()
     stream = batches(examples, plan.batch_size, plan.seed)
-    for step in range(plan.total_steps):
+    losses: list[float] = []
+    while len(losses) < plan.total_steps and not reached_target(plan, losses):
         if ports.stop.is_set():
             raise StopRequested()
+        step = len(losses)
         await ports.reporter.progress(phase="UPDATE", step=step, total_steps=plan.total_steps)
         metrics = await sft_step(plan, ports, step, next(stream))
+        losses.append(metrics.get("loss", 0.0))
         await ports.reporter.metrics(step + 1, metrics)
-        log.info("sft_step", job_id=plan.job_id, step=step + 1, loss=round(metrics.get("loss", 0.0), 4))
+        log.info("sft_step", job_id=plan.job_id, step=step + 1, loss=round(losses[-1], 4))
         if due(plan.checkpoint_every_steps, step + 1) and step + 1 < plan.total_steps:
             await ports.reporter.checkpoint(await ports.trainer.save_checkpoint(f"step-{step + 1}", final=False))
     await ports.reporter.checkpoint(await ports.trainer.save_checkpoint("final", final=True))
-    await ports.reporter.progress(phase="FINISHED", step=plan.total_steps, total_steps=plan.total_steps)
-    await ports.reporter.finish(succeeded=True, message=f"trained {plan.total_steps} steps")
+    await ports.reporter.progress(phase="FINISHED", step=len(losses), total_steps=plan.total_steps)
+    await ports.reporter.finish(succeeded=True, message=finish_message(plan, losses))
+
+
+def finish_message(plan: SftPlan, losses: Sequence[float]) -> str:
+    if reached_target(plan, losses):
+        mean = sum(losses[-LOSS_WINDOW:]) / LOSS_WINDOW
+        return (f"reached target loss {plan.target_loss:g} (mean of the last {LOSS_WINDOW} steps "
+                f"{mean:.4f}) after {len(losses)} of at most {plan.total_steps} steps")
+    return f"trained {len(losses)} steps"

@@ -56,7 +56,7 @@ def facts_from_spec(spec: job_pb2.JobSpec) -> JobSpecFacts:
         agents=tuple(agent_facts(a, f"spec.agents[{i}]") for i, a in enumerate(spec.agents)),
         env_name=spec.environment.env_name, dataset_path=spec.dataset.path,
         total_steps=training.total_steps, batch_size=training.batch_size,
-        group_size=training.group_size,
+        group_size=training.group_size, target_loss=training.target_loss,
         resources=tuple(resource_from_proto(r, f"spec.resources[{i}]") for i, r in enumerate(spec.resources)),
         numbers=tuple(numeric_fields(spec, "spec")), label_count=len(spec.labels))
 

@@ -106,6 +106,7 @@ class JobSpecFacts:
     total_steps: int = 0
     batch_size: int = 0
     group_size: int = 0
+    target_loss: float = 0.0
     resources: tuple[ResourceRequest, ...] = ()
     numbers: tuple[NumericField, ...] = ()
     label_count: int = 0

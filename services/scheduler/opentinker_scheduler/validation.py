@@ -79,6 +79,9 @@ def _check_training(facts: JobSpecFacts) -> None:
     _check_range("spec.training.batch_size", facts.batch_size, 1, MAX_BATCH_SIZE)
     if facts.type is JobType.RL or facts.group_size:
         _check_range("spec.training.group_size", facts.group_size, 1, MAX_GROUP_SIZE)
+    if facts.target_loss and facts.type is not JobType.SFT:
+        raise InvalidArgument("spec.training.target_loss", "only SFT jobs stop on a target loss; "
+                              "leave it 0 for other job types")
 
 
 def _check_numbers(facts: JobSpecFacts) -> None:

@@ -32,11 +32,12 @@ class MathGame(AbstractGame):
     multi_turn = False
 
     def __init__(self, *, seed: int = 0, difficulty: str = "easy", operations: str | list[str] | None = None,
-                 min_digits: int | None = None, max_digits: int | None = None,
+                 min_digits: int | None = None, max_digits: int | None = None, carry: bool = True,
                  eval_size: int = DEFAULT_EVAL_SIZE, dataset_path: str | None = None,
                  system_prompt: str = DEFAULT_SYSTEM_PROMPT) -> None:
         """`difficulty` presets operations/digits (easy: 1-digit '+', medium: 1-2 digits '+-',
         hard: 2-3 digits '+-*'); explicit `operations`/`min_digits`/`max_digits` override it.
+        `carry=False` keeps to problems without carries or borrows (see `ArithmeticSpec`).
         `dataset_path` (JSONL of question/answer) replaces generated problems."""
         seed, eval_size = _int("seed", seed), _int("eval_size", eval_size, low=1)
         self.system_prompt = _text("system_prompt", system_prompt)
@@ -44,7 +45,7 @@ class MathGame(AbstractGame):
             self.problems: GeneratedProblems | DatasetProblems = DatasetProblems(
                 Path(_text("dataset_path", dataset_path)), seed=seed, eval_size=eval_size)
         else:
-            spec = _arithmetic_spec(difficulty, operations, min_digits, max_digits)
+            spec = _arithmetic_spec(difficulty, operations, min_digits, max_digits, _bool("carry", carry))
             self.problems = GeneratedProblems(spec, seed=seed, eval_size=eval_size)
         self.next_index = {split: 0 for split in SPLITS}
         self.problem: MathProblem | None = None
@@ -106,14 +107,14 @@ def math_sft_examples(n: int, *, seed: int = 0, start: int = 0,
 
 
 def _arithmetic_spec(difficulty: str, operations: str | list[str] | None,
-                     min_digits: int | None, max_digits: int | None) -> ArithmeticSpec:
+                     min_digits: int | None, max_digits: int | None, carry: bool) -> ArithmeticSpec:
     if difficulty not in DIFFICULTIES:
         raise GameConfigError(f"difficulty: expected one of {', '.join(DIFFICULTIES)}, got {difficulty!r}")
     preset_ops, preset_min, preset_max = DIFFICULTIES[difficulty]
     ops = _operations(preset_ops if operations is None else operations)
     low = preset_min if min_digits is None else _int("min_digits", min_digits)
     high = max(preset_max, low) if max_digits is None else _int("max_digits", max_digits)
-    return ArithmeticSpec(operations=ops, min_digits=low, max_digits=high)
+    return ArithmeticSpec(operations=ops, min_digits=low, max_digits=high, carry=carry)
 
 
 def _operations(value: object) -> tuple[str, ...]:
@@ -132,6 +133,12 @@ def _int(name: str, value: object, *, low: int | None = None) -> int:
         raise GameConfigError(f"{name}: expected an integer, got {value!r}")
     if low is not None and value < low:
         raise GameConfigError(f"{name}: expected an integer >= {low}, got {value}")
+    return value
+
+
+def _bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise GameConfigError(f"{name}: expected true or false, got {value!r}")
     return value
 
 

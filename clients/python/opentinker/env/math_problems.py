@@ -38,11 +38,17 @@ class MathProblem:
 
 @dataclass(frozen=True, kw_only=True)
 class ArithmeticSpec:
-    """`a <op> b =` with operands of min_digits..max_digits digits; '-' never goes negative."""
+    """`a <op> b =` with operands of min_digits..max_digits digits; '-' never goes negative.
+
+    With `carry=False`, '+' problems never carry (every column's digits sum to at most 9) and
+    '-' problems never borrow (every digit of a is at least b's): each answer digit then
+    depends on one column only, a skill a tiny model learns and generalises to unseen
+    problems."""
 
     operations: tuple[str, ...]
     min_digits: int
     max_digits: int
+    carry: bool = True
 
     def __post_init__(self) -> None:
         unknown = [op for op in self.operations if op not in OPERATIONS]
@@ -52,6 +58,8 @@ class ArithmeticSpec:
         if not 1 <= self.min_digits <= self.max_digits <= 9:
             raise GameConfigError(f"min_digits/max_digits: need 1 <= min_digits <= max_digits <= 9, "
                                   f"got {self.min_digits}, {self.max_digits}")
+        if not self.carry and "*" in self.operations:
+            raise GameConfigError("carry: false applies to '+' and '-' only; drop '*' from operations")
 
     def operand_count(self) -> int:
         """How many distinct operands there are."""
@@ -60,21 +68,60 @@ class ArithmeticSpec:
 
     def space_size(self) -> int:
         """How many distinct questions the spec can produce."""
+        if not self.carry:
+            return sum(self._columnwise_pairs(op) for op in self.operations)
         n = self.operand_count()
         return sum(n * (n + 1) // 2 if op == "-" else n * n for op in self.operations)
 
     def sample(self, rng: random.Random) -> MathProblem:
         op = rng.choice(self.operations)
-        a, b = self._operand(rng), self._operand(rng)
-        if op == "-" and a < b:
-            a, b = b, a
+        while True:
+            a, b = self._operand(rng), self._operand(rng)
+            if op == "-" and a < b:
+                a, b = b, a
+            if self.carry or columnwise(op, a, b):
+                break
         answer = {"+": a + b, "-": a - b, "*": a * b}[op]
         return MathProblem(question=f"{a}{op}{b}=", answer=str(answer))
+
+    def _columnwise_pairs(self, op: str) -> int:
+        """Operand pairs (a, b) with no carry ('+') or no borrow ('-', a >= b), by length."""
+        lengths = range(self.min_digits, self.max_digits + 1)
+        return sum(_column_count(op, la, lb) for la in lengths for lb in lengths
+                   if op == "+" or lb <= la)
 
     def _operand(self, rng: random.Random) -> int:
         digits = rng.randint(self.min_digits, self.max_digits)
         low = 0 if digits == 1 else 10 ** (digits - 1)
         return rng.randint(low, 10 ** digits - 1)
+
+
+def columnwise(op: str, a: int, b: int) -> bool:
+    """True when `a op b` needs no carry ('+') or borrow ('-'): each column stands alone."""
+    while a or b:
+        low_a, low_b = a % 10, b % 10
+        if (op == "+" and low_a + low_b > 9) or (op == "-" and low_a < low_b):
+            return False
+        a, b = a // 10, b // 10
+    return True
+
+
+def _column_count(op: str, len_a: int, len_b: int) -> int:
+    """How many (a, b) of these digit lengths have every column without carry/borrow."""
+    count = 1
+    for column in range(max(len_a, len_b)):
+        digits_a, digits_b = _column_digits(len_a, column), _column_digits(len_b, column)
+        fits = (lambda x, y: x + y <= 9) if op == "+" else (lambda x, y: x >= y)
+        count *= sum(1 for x in digits_a for y in digits_b if fits(x, y))
+    return count
+
+
+def _column_digits(length: int, column: int) -> range:
+    """Digits a number of `length` digits can have in `column` (0 = units); 0 past its end."""
+    if column >= length:
+        return range(0, 1)
+    leading = column == length - 1 and length > 1
+    return range(1, 10) if leading else range(0, 10)
 
 
 class GeneratedProblems:

@@ -81,7 +81,7 @@ class AgentSpec(_message.Message):
     def __init__(self, agent_id: _Optional[str] = ..., model: _Optional[_Union[_model_pb2.ModelReference, _Mapping]] = ..., adaptation: _Optional[_Union[_model_pb2.Adaptation, _Mapping]] = ..., algorithm: _Optional[_Union[_algorithm_pb2.Algorithm, _Mapping]] = ..., sampling: _Optional[_Union[_sampling_pb2.SamplingParams, _Mapping]] = ..., limits: _Optional[_Union[_sampling_pb2.AgentLoopLimits, _Mapping]] = ..., frozen: _Optional[bool] = ...) -> None: ...
 
 class TrainingConfig(_message.Message):
-    __slots__ = ("total_steps", "batch_size", "group_size", "max_tokens_per_micro_batch", "eval_every_steps", "eval_episodes", "checkpoint_every_steps", "max_retries", "seed", "max_duration")
+    __slots__ = ("total_steps", "batch_size", "group_size", "max_tokens_per_micro_batch", "eval_every_steps", "eval_episodes", "checkpoint_every_steps", "max_retries", "seed", "max_duration", "target_loss")
     TOTAL_STEPS_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     GROUP_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -92,6 +92,7 @@ class TrainingConfig(_message.Message):
     MAX_RETRIES_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     MAX_DURATION_FIELD_NUMBER: _ClassVar[int]
+    TARGET_LOSS_FIELD_NUMBER: _ClassVar[int]
     total_steps: int
     batch_size: int
     group_size: int
@@ -102,7 +103,8 @@ class TrainingConfig(_message.Message):
     max_retries: int
     seed: int
     max_duration: _duration_pb2.Duration
-    def __init__(self, total_steps: _Optional[int] = ..., batch_size: _Optional[int] = ..., group_size: _Optional[int] = ..., max_tokens_per_micro_batch: _Optional[int] = ..., eval_every_steps: _Optional[int] = ..., eval_episodes: _Optional[int] = ..., checkpoint_every_steps: _Optional[int] = ..., max_retries: _Optional[int] = ..., seed: _Optional[int] = ..., max_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    target_loss: float
+    def __init__(self, total_steps: _Optional[int] = ..., batch_size: _Optional[int] = ..., group_size: _Optional[int] = ..., max_tokens_per_micro_batch: _Optional[int] = ..., eval_every_steps: _Optional[int] = ..., eval_episodes: _Optional[int] = ..., checkpoint_every_steps: _Optional[int] = ..., max_retries: _Optional[int] = ..., seed: _Optional[int] = ..., max_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., target_loss: _Optional[float] = ...) -> None: ...
 
 class DatasetReference(_message.Message):
     __slots__ = ("path", "messages_field", "options")
