@@ -25,7 +25,7 @@ class RolloutSettings(ServiceSettings):
     checkpoint_dir: Path = checkpoint_dir_setting(
         "Directory of checkpoints written by the Trainer; LoadModel reads checkpoint models here.")
     max_batch_size: int = setting(
-        32, "Most sequences one batched generation step decodes together (per policy), unless "
+        128, "Most sequences one batched generation step decodes together (per policy), unless "
         "LoadModel asks for another size.", min=1, max=4096)
     max_concurrent_episodes: int = setting(
         256, "Most episodes of one RunEpisodes call that run at the same time.", min=1)
