@@ -111,8 +111,7 @@ def _column_count(op: str, len_a: int, len_b: int) -> int:
     count = 1
     for column in range(max(len_a, len_b)):
         digits_a, digits_b = _column_digits(len_a, column), _column_digits(len_b, column)
-        fits = (lambda x, y: x + y <= 9) if op == "+" else (lambda x, y: x >= y)
-        count *= sum(1 for x in digits_a for y in digits_b if fits(x, y))
+        count *= sum(1 for x in digits_a for y in digits_b if columnwise(op, x, y))
     return count
 
 
