@@ -1,13 +1,14 @@
 import asyncio
+import io
 import json
 
 import pytest
 
-from opentinker_coordinator.inference_driver import InferencePorts, run_inference
+from opentinker_coordinator.inference_driver import InferencePorts, InOrderWriter, run_inference
 from opentinker_coordinator.plans import InferencePlan, RlPlan, SftPlan
 from opentinker_coordinator.rl_driver import RlPorts, StopRequested, run_rl
 from opentinker_coordinator.sft_driver import SftPorts, batches, run_sft
-from opentinker_coordinator.types import Datum
+from opentinker_coordinator.types import Datum, StopReason, Trajectory
 from tests.coordinator.fakes import RecordingReporter, RecordingTrainer, ScriptedRollout, VersionSync
 
 
@@ -94,3 +95,20 @@ def test_inference_driver_writes_one_line_per_episode(tmp_path):
     assert [line["group_id"] for line in lines] == ["eval-0", "eval-1", "eval-2", "eval-3"]
     assert {"prompt", "transcript", "reward", "stop_reason", "correct"} <= set(lines[0])
     assert reporter.finished[0] is True and "accuracy 1.000" in reporter.finished[1]
+
+
+def test_inference_lines_follow_request_order_when_episodes_finish_out_of_order():
+    sink = io.StringIO()
+    writer = InOrderWriter(["eval-0", "eval-1", "eval-2"], sink)
+    written = lambda: [json.loads(line)["group_id"] for line in sink.getvalue().splitlines()]  # noqa: E731
+    writer.add(finished("eval-2"))
+    assert written() == []  # eval-2 waits for eval-0 and eval-1
+    writer.add(finished("eval-0"))
+    assert written() == ["eval-0"]
+    writer.add(finished("eval-1"))
+    assert written() == ["eval-0", "eval-1", "eval-2"]
+
+
+def finished(group_id: str) -> Trajectory:
+    return Trajectory(group_id=group_id, token_ids=[1, 2], loss_mask=[0, 1], sampling_logprobs=[0.0, -0.1],
+                      total_reward=1.0, stop_reason=StopReason.DONE)

@@ -34,6 +34,28 @@ def output_record(trajectory: Trajectory) -> dict:
     }
 
 
+class InOrderWriter:
+    """Writes each line as soon as every earlier episode (in request order) is written.
+
+    Episodes finish out of order when Rollout batches them; the JSONL follows the requests,
+    so line i is always episode i, and the file still grows while the job runs.
+    """
+
+    def __init__(self, group_ids: list[str], sink) -> None:
+        self._order = group_ids
+        self._sink = sink
+        self._waiting: dict[str, Trajectory] = {}
+        self._next = 0
+
+    def add(self, trajectory: Trajectory) -> None:
+        self._waiting[trajectory.group_id] = trajectory
+        while self._next < len(self._order) and self._order[self._next] in self._waiting:
+            ready = self._waiting.pop(self._order[self._next])
+            self._sink.write(json.dumps(output_record(ready)) + "\n")
+            self._next += 1
+        self._sink.flush()
+
+
 async def run_inference(plan: InferencePlan, ports: InferencePorts) -> None:
     """Play num_episodes held-out problems greedily, write one JSON line each, report accuracy."""
     await ports.reporter.progress(phase="SETUP", step=0, total_steps=1)
@@ -42,12 +64,13 @@ async def run_inference(plan: InferencePlan, ports: InferencePorts) -> None:
     output = Path(plan.output_path)
     output.parent.mkdir(parents=True, exist_ok=True)
     trajectories = []
+    requests = episodes.eval_requests(plan.num_episodes, plan.seed)
     with output.open("w") as sink:
-        requests = episodes.eval_requests(plan.num_episodes, plan.seed)
+        in_order = InOrderWriter([request.group_id for request in requests], sink)
         async for trajectory in ports.rollout.run_episodes(requests, 1, evaluation=True):
             if ports.stop.is_set():
                 raise StopRequested()
-            sink.write(json.dumps(output_record(trajectory)) + "\n")
+            in_order.add(trajectory)
             trajectories.append(trajectory)
     metrics = episode_metrics(trajectories, prefix="eval/")
     await ports.reporter.metrics(1, metrics)
