@@ -31,6 +31,7 @@ class ScriptedRollout:
 class RecordingTrainer:
     def __init__(self) -> None:
         self.batches, self.steps, self.checkpoints, self.opened = [], [], [], False
+        self.loaded = []
 
     async def open(self) -> None:
         self.opened = True
@@ -46,6 +47,9 @@ class RecordingTrainer:
     async def save_checkpoint(self, name, *, final):
         self.checkpoints.append((name, final))
         return CheckpointRef(checkpoint_id=f"ckpt-{name}", step=len(self.steps))
+
+    async def load_checkpoint(self, checkpoint_id):
+        self.loaded.append(checkpoint_id)
 
     async def close(self) -> None: ...
 

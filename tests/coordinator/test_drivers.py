@@ -8,7 +8,7 @@ from opentinker_coordinator.inference_driver import InferencePorts, InOrderWrite
 from opentinker_coordinator.plans import InferencePlan, RlPlan, SftPlan
 from opentinker_coordinator.rl_driver import RlPorts, StopRequested, run_rl
 from opentinker_coordinator.sft_driver import SftPorts, batches, run_sft
-from opentinker_coordinator.types import Datum, StopReason, Trajectory
+from opentinker_coordinator.types import CheckpointRef, Datum, StopReason, Trajectory
 from tests.coordinator.fakes import RecordingReporter, RecordingTrainer, ScriptedRollout, VersionSync
 
 
@@ -112,3 +112,30 @@ def test_inference_lines_follow_request_order_when_episodes_finish_out_of_order(
 def finished(group_id: str) -> Trajectory:
     return Trajectory(group_id=group_id, token_ids=[1, 2], loss_mask=[0, 1], sampling_logprobs=[0.0, -0.1],
                       total_reward=1.0, stop_reason=StopReason.DONE)
+
+
+def test_a_resumed_rl_job_loads_its_checkpoint_syncs_weights_and_continues_at_its_step():
+    ports = rl_ports()
+    plan = RlPlan(job_id="j", total_steps=4, batch_size=2, group_size=2, eval_episodes=3,
+                  resume=CheckpointRef(checkpoint_id="j-step-2", step=2))
+    asyncio.run(run_rl(plan, ports))
+    assert ports.trainer.loaded == ["j-step-2"]
+    assert ports.trainer.steps == [3, 4]  # steps 1-2 were done by the earlier attempt
+    assert ports.rollout.calls[0] == (2, 2, False)  # no baseline eval: straight to training
+    assert ports.rollout.version >= 1  # the restored weights were pushed before the first rollout
+    logs = [e for e in ports.reporter.events if e[0] == "log"]
+    assert logs == [("log", "WARNING", "resumed from checkpoint j-step-2 at step 2")]
+    assert sorted(e[1] for e in ports.reporter.events if e[0] == "metrics") == [3, 4, 4]
+
+
+def test_a_resumed_sft_job_skips_the_batches_it_already_trained_on():
+    examples = [Datum(tokens=[1, i], loss_mask=[0.0, 1.0]) for i in range(6)]
+    fresh, resumed = RecordingTrainer(), RecordingTrainer()
+    asyncio.run(run_sft(SftPlan(job_id="j", total_steps=5, batch_size=2, seed=7),
+                        SftPorts(trainer=fresh, reporter=RecordingReporter(), stop=asyncio.Event()), examples))
+    reporter = RecordingReporter()
+    plan = SftPlan(job_id="j", total_steps=5, batch_size=2, seed=7, resume=CheckpointRef(checkpoint_id="c", step=3))
+    asyncio.run(run_sft(plan, SftPorts(trainer=resumed, reporter=reporter, stop=asyncio.Event()), examples))
+    assert resumed.loaded == ["c"] and resumed.steps == [4, 5]
+    assert [[d.tokens for d in b] for b in resumed.batches] == [[d.tokens for d in b] for b in fresh.batches[3:]]
+    assert reporter.finished == (True, "trained 5 steps")

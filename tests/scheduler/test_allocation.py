@@ -204,32 +204,80 @@ def test_cancel_while_allocating_ends_cancelled_and_frees_the_leases(redis_url: 
     asyncio.run(scenario())
 
 
-def test_worker_death_expires_its_leases_and_fails_the_job(redis_url: str) -> None:
+async def lose_trainer(h, clock) -> None:  # noqa: ANN001
+    """The trainer stops heartbeating; the rollout and coordinator keep on, past the TTL."""
+    for _ in range(3):
+        clock.advance(FAST.worker_ttl_ms // 2)
+        await heartbeat(h, "rollout-1")
+        await heartbeat(h, "coord-1")
+        await h.scheduler.allocator.tick()
+
+
+def test_worker_death_requeues_the_job_from_its_last_checkpoint_until_retries_run_out(redis_url: str) -> None:
     async def scenario() -> None:
         clock = ManualClock()
         async with scheduler_server(redis_url, clock=clock) as h:
             await register_pool(h)
-            job = await running_job(h)
-            for _ in range(3):  # the rollout and coordinator keep heartbeating, the trainer is silent
-                clock.advance(FAST.worker_ttl_ms // 2)
-                await heartbeat(h, "rollout-1")
-                await heartbeat(h, "coord-1")
-                await h.scheduler.allocator.tick()
+            spec = rl_spec()
+            spec.training.max_retries = 1
+            job = await running_job(h, spec=spec)
+            assert job.retries_left == 1 and not job.HasField("resume_from")
+            await h.stub.ReportJobEvents(pb.ReportJobEventsRequest(lease=lease_of(job), events=[
+                job_pb2.JobEvent(checkpoint=job_pb2.CheckpointSaved(checkpoint_id="ck-step-4", step=4))]))
+            await lose_trainer(h, clock)
+            requeued = await get(h, job.job_id)
+            assert requeued.state == S.STATE_QUEUED and requeued.retries_left == 0
+            assert requeued.assignments == [] and requeued.attempt == 1
+            assert requeued.resume_from.checkpoint_id == "ck-step-4" and requeued.resume_from.step == 4
+            assert "no alive trainer worker" in requeued.status_message  # why it waits now
+            events = await h.scheduler.jobs.events.after(job.job_id, 0)
+            why = events[-1].payload.reason  # why it was re-queued
+            assert why.startswith("lost the trainer lease on worker trainer-1: no heartbeat")
+            assert why.endswith("re-queued to resume from checkpoint ck-step-4 (step 4), 0 retries left")
+            assert await h.scheduler.jobs.leases.of_job(job.job_id) == []  # rollout + coordinator freed too
+            assert (await heartbeat(h, "rollout-1")).assignments == []  # so their workers stop the job
+
+            error = await rpc_error(heartbeat(h, "trainer-1"))  # declared dead: must register again
+            assert error.code() == grpc.StatusCode.NOT_FOUND
+            await h.stub.RegisterWorker(register_request("trainer-1", "trainer"))
+            await h.scheduler.allocator.tick()
+            second = await get(h, job.job_id)
+            assert second.state == S.STATE_RUNNING and second.attempt == 2
+            assert min(a.lease.fencing_token for a in second.assignments) > max(
+                a.lease.fencing_token for a in job.assignments)  # the old attempt is fenced off
+            stale = await rpc_error(h.stub.ReportJobEvents(pb.ReportJobEventsRequest(
+                lease=lease_of(job), events=[job_pb2.JobEvent(log=job_pb2.LogLine(message="zombie"))])))
+            assert stale.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+            await lose_trainer(h, clock)
             failed = await get(h, job.job_id)
             assert failed.state == S.STATE_FAILED
-            assert "trainer-1" in failed.status_message and "issue 4" in failed.status_message
+            assert "no retries left after 2 attempts" in failed.status_message
             events = await h.scheduler.jobs.events.after(job.job_id, 0)
             lost = [e.payload for e in events if type(e.payload).__name__ == "WorkerLost"]
-            assert [(p.worker_id, p.role) for p in lost] == [("trainer-1", "TRAINER")]
-            assert events[-1].payload.to_state is JobState.FAILED
-            assert await h.scheduler.jobs.leases.of_worker("rollout-1") == []
-            error = await rpc_error(heartbeat(h, "trainer-1"))
-            assert error.code() == grpc.StatusCode.NOT_FOUND
+            assert [(p.worker_id, p.role) for p in lost] == [("trainer-1", "TRAINER")] * 2
+            states = [str(e.payload.to_state) for e in events if type(e.payload).__name__ == "StateChanged"]
+            assert states == ["QUEUED", "ALLOCATING", "RUNNING", "QUEUED", "ALLOCATING", "RUNNING", "FAILED"]
             workers = {w.worker_id: w.state for w in (await h.stub.ListWorkers(pb.ListWorkersRequest())).workers}
             assert workers["trainer-1"] == worker_pb2.Worker.STATE_DEAD
             assert workers["rollout-1"] == worker_pb2.Worker.STATE_ALIVE
-            await h.stub.RegisterWorker(register_request("trainer-1", "trainer"))
-            assert (await heartbeat(h, "trainer-1")).assignments == []
+
+    asyncio.run(scenario())
+
+
+def test_a_job_without_retries_fails_when_its_worker_dies(redis_url: str) -> None:
+    async def scenario() -> None:
+        clock = ManualClock()
+        async with scheduler_server(redis_url, clock=clock) as h:
+            await register_pool(h)
+            spec = rl_spec()
+            spec.training.max_retries = 0
+            job = await running_job(h, spec=spec)
+            await lose_trainer(h, clock)
+            failed = await get(h, job.job_id)
+            assert failed.state == S.STATE_FAILED
+            assert "no retries left after 1 attempt " in failed.status_message
+            assert await h.scheduler.jobs.leases.of_worker("rollout-1") == []
 
     asyncio.run(scenario())
 
@@ -240,8 +288,8 @@ def test_reregistering_a_worker_ends_the_jobs_of_its_old_registration(redis_url:
             await register_pool(h)
             job = await running_job(h)
             await h.stub.RegisterWorker(register_request("rollout-1", "rollout"))
-            failed = await get(h, job.job_id)
-            assert failed.state == S.STATE_FAILED and "registered again" in failed.status_message
+            requeued = await get(h, job.job_id)
+            assert requeued.state == S.STATE_QUEUED and "registered again" in requeued.status_message
 
     asyncio.run(scenario())
 
@@ -265,7 +313,7 @@ def test_draining_worker_gets_no_new_jobs_and_list_workers_pages(redis_url: str)
             assert len(trainers.workers[1].leases) == 1
             gone = await h.stub.DeregisterWorker(pb.DeregisterWorkerRequest(worker_id="trainer-2"))
             assert gone.worker.state == worker_pb2.Worker.STATE_DEAD
-            assert (await get(h, job.job_id)).state == S.STATE_FAILED
+            assert (await get(h, job.job_id)).state == S.STATE_QUEUED  # re-queued: a retry is left
             error = await rpc_error(heartbeat(h, "trainer-2"))
             assert error.code() == grpc.StatusCode.NOT_FOUND
 

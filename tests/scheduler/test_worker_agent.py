@@ -55,8 +55,10 @@ async def pool(address: str) -> AsyncIterator[dict[str, Recorder]]:
             await agent.stop()
 
 
-async def submit(h: Harness, request_id: str) -> str:
-    return (await h.stub.SubmitJob(pb.SubmitJobRequest(request_id=request_id, spec=rl_spec()))).job.job_id
+async def submit(h: Harness, request_id: str, max_retries: int = 0) -> str:
+    spec = rl_spec()
+    spec.training.max_retries = max_retries
+    return (await h.stub.SubmitJob(pb.SubmitJobRequest(request_id=request_id, spec=spec))).job.job_id
 
 
 async def state(h: Harness, job_id: str) -> int:
@@ -130,6 +132,24 @@ def test_agent_registers_again_when_the_scheduler_forgot_it(redis_url: str) -> N
             await eventually(lambda: _all_stopped(recorders, [job_id]))
             listed = await eventually(lambda: _listed(h, "rollout-w"))
             assert listed.role == resources_pb2.ROLE_ROLLOUT
+
+    asyncio.run(scenario())
+
+
+def test_a_lost_worker_requeues_the_job_and_every_worker_serves_the_next_attempt(redis_url: str) -> None:
+    async def scenario() -> None:
+        async with scheduler_server(redis_url, run_allocator=True) as h, pool(h.address) as recorders:
+            job_id = await submit(h, "retry", max_retries=1)
+            await eventually(lambda: _all_assigned(recorders, 1))
+            await h.stub.DeregisterWorker(pb.DeregisterWorkerRequest(worker_id="rollout-w"))
+            await eventually(lambda: _all_assigned(recorders, 2))  # the agent registered again
+            job = (await h.stub.GetJob(pb.GetJobRequest(job_id=job_id))).job
+            assert job.state == S.STATE_RUNNING and job.attempt == 2 and job.retries_left == 0
+            for recorder in recorders.values():
+                first, second = recorder.assigned[:2]
+                assert first.lease.job_id == second.lease.job_id == job_id
+                assert second.lease.fencing_token > first.lease.fencing_token
+                assert recorder.stopped == [job_id]  # the first attempt was stopped everywhere
 
     asyncio.run(scenario())
 

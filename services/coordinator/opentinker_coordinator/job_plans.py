@@ -6,6 +6,7 @@ from opentinker.api.common.v1 import algorithm_pb2
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker_coordinator.advantages import Estimator
 from opentinker_coordinator.plans import InferencePlan, RlPlan, SftPlan
+from opentinker_coordinator.types import CheckpointRef
 
 DEFAULT_BATCH_SIZE = 8
 DEFAULT_GROUP_SIZE = 8
@@ -34,7 +35,8 @@ def rl_plan(job: job_pb2.Job) -> RlPlan:
         batch_size=training.batch_size or DEFAULT_BATCH_SIZE, group_size=training.group_size or DEFAULT_GROUP_SIZE,
         eval_every_steps=training.eval_every_steps, eval_episodes=training.eval_episodes or DEFAULT_EVAL_EPISODES,
         checkpoint_every_steps=training.checkpoint_every_steps, seed=training.seed,
-        estimator=ESTIMATORS[advantage.estimator], normalize_by_std=advantage.normalize_by_std)
+        estimator=ESTIMATORS[advantage.estimator], normalize_by_std=advantage.normalize_by_std,
+        resume=resume_point(job))
 
 
 def sft_plan(job: job_pb2.Job) -> SftPlan:
@@ -42,7 +44,14 @@ def sft_plan(job: job_pb2.Job) -> SftPlan:
     return SftPlan(job_id=job.job_id, total_steps=training.total_steps,
                    batch_size=training.batch_size or DEFAULT_BATCH_SIZE,
                    checkpoint_every_steps=training.checkpoint_every_steps, seed=training.seed,
-                   target_loss=training.target_loss)
+                   target_loss=training.target_loss, resume=resume_point(job))
+
+
+def resume_point(job: job_pb2.Job) -> CheckpointRef | None:
+    """The checkpoint a re-queued job continues from (None on a fresh start)."""
+    if not job.HasField("resume_from") or not job.resume_from.checkpoint_id:
+        return None
+    return CheckpointRef(checkpoint_id=job.resume_from.checkpoint_id, step=job.resume_from.step)
 
 
 def inference_plan(job: job_pb2.Job, default_output_dir: str) -> InferencePlan:

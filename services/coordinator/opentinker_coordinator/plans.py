@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from opentinker_coordinator.advantages import Estimator
+from opentinker_coordinator.types import CheckpointRef
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,6 +23,8 @@ class RlPlan:
     seed: int = 0
     estimator: Estimator = Estimator.GRPO
     normalize_by_std: bool = False
+    resume: CheckpointRef | None = None
+    """An earlier attempt's checkpoint to continue from (the job was re-queued)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +37,7 @@ class SftPlan:
     seed: int = 0
     target_loss: float = 0.0
     """Finish early once the mean loss of the last `LOSS_WINDOW` steps is <= this; 0 = off."""
+    resume: CheckpointRef | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

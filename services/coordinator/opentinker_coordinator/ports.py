@@ -26,6 +26,9 @@ class TrainerPort(Protocol):
     async def save_checkpoint(self, name: str, *, final: bool) -> CheckpointRef:
         """Exact-resume state, or for `final` an exportable model/adapter."""
 
+    async def load_checkpoint(self, checkpoint_id: str) -> None:
+        """Restore a checkpoint of this job into the session (weights, optimizer, step)."""
+
     async def close(self) -> None: ...
 
 

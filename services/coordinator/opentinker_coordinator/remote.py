@@ -110,6 +110,10 @@ class RemoteTrainer:
         checkpoint = (await self.stub.SaveCheckpoint(request)).checkpoint
         return CheckpointRef(checkpoint_id=checkpoint.checkpoint_id, step=checkpoint.step)
 
+    async def load_checkpoint(self, checkpoint_id: str) -> None:
+        await self.stub.LoadCheckpoint(trainer_pb.LoadCheckpointRequest(
+            session_id=self.session_id, lease=self.lease, checkpoint_id=checkpoint_id))
+
     async def close(self) -> None:
         if self.session_id:
             await self.stub.CloseSession(trainer_pb.CloseSessionRequest(session_id=self.session_id, lease=self.lease))

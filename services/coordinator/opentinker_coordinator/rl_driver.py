@@ -18,6 +18,7 @@ from opentinker_coordinator.datums import rl_datums
 from opentinker_coordinator.episode_metrics import episode_metrics
 from opentinker_coordinator.plans import RlPlan
 from opentinker_coordinator.ports import ReporterPort, RolloutPort, TrainerPort, WeightSyncPort
+from opentinker_coordinator.resume import resume_step
 from opentinker_coordinator.types import Trajectory
 
 log = structlog.get_logger(__name__)
@@ -109,8 +110,12 @@ async def run_rl(plan: RlPlan, ports: RlPorts) -> None:
     """Drive the job to its last step, evaluate, save the final policy, report SUCCEEDED."""
     await ports.reporter.progress(phase="SETUP", step=0, total_steps=plan.total_steps)
     await asyncio.gather(ports.trainer.open(), ports.rollout.open())
-    await ports.reporter.metrics(0, await evaluate(plan, ports, 0))
-    for step in range(plan.total_steps):
+    start = await resume_step(plan.resume, ports.trainer, ports.reporter)
+    if start:
+        await ports.weights.sync()  # Rollout samples from the restored policy
+    else:
+        await ports.reporter.metrics(0, await evaluate(plan, ports, 0))
+    for step in range(start, plan.total_steps):
         check_stop(ports)
         metrics = await rl_step(plan, ports, step)
         await ports.reporter.metrics(step + 1, metrics)

@@ -17,6 +17,7 @@ import structlog
 
 from opentinker_coordinator.plans import SftPlan
 from opentinker_coordinator.ports import ReporterPort, TrainerPort
+from opentinker_coordinator.resume import resume_step
 from opentinker_coordinator.rl_driver import StopRequested, due
 from opentinker_coordinator.types import Datum
 
@@ -65,27 +66,30 @@ async def run_sft(plan: SftPlan, ports: SftPorts, examples: Sequence[Datum]) -> 
         raise ValueError("the SFT dataset has no usable examples (spec.dataset.path)")
     await ports.reporter.progress(phase="SETUP", step=0, total_steps=plan.total_steps)
     await ports.trainer.open()
+    step = await resume_step(plan.resume, ports.trainer, ports.reporter)
     stream = batches(examples, plan.batch_size, plan.seed)
+    for _ in range(step):  # the batches the earlier attempt trained on
+        next(stream)
     losses: list[float] = []
-    while len(losses) < plan.total_steps and not reached_target(plan, losses):
+    while step < plan.total_steps and not reached_target(plan, losses):
         if ports.stop.is_set():
             raise StopRequested()
-        step = len(losses)
         await ports.reporter.progress(phase="UPDATE", step=step, total_steps=plan.total_steps)
         metrics = await sft_step(plan, ports, step, next(stream))
         losses.append(metrics.get("loss", 0.0))
-        await ports.reporter.metrics(step + 1, metrics)
-        log.info("sft_step", job_id=plan.job_id, step=step + 1, loss=round(losses[-1], 4))
-        if due(plan.checkpoint_every_steps, step + 1) and step + 1 < plan.total_steps:
-            await ports.reporter.checkpoint(await ports.trainer.save_checkpoint(f"step-{step + 1}", final=False))
+        step += 1
+        await ports.reporter.metrics(step, metrics)
+        log.info("sft_step", job_id=plan.job_id, step=step, loss=round(losses[-1], 4))
+        if due(plan.checkpoint_every_steps, step) and step < plan.total_steps:
+            await ports.reporter.checkpoint(await ports.trainer.save_checkpoint(f"step-{step}", final=False))
     await ports.reporter.checkpoint(await ports.trainer.save_checkpoint("final", final=True))
-    await ports.reporter.progress(phase="FINISHED", step=len(losses), total_steps=plan.total_steps)
-    await ports.reporter.finish(succeeded=True, message=finish_message(plan, losses))
+    await ports.reporter.progress(phase="FINISHED", step=step, total_steps=plan.total_steps)
+    await ports.reporter.finish(succeeded=True, message=finish_message(plan, losses, step))
 
 
-def finish_message(plan: SftPlan, losses: Sequence[float]) -> str:
+def finish_message(plan: SftPlan, losses: Sequence[float], steps: int) -> str:
     if reached_target(plan, losses):
         mean = sum(losses[-LOSS_WINDOW:]) / LOSS_WINDOW
         return (f"reached target loss {plan.target_loss:g} (mean of the last {LOSS_WINDOW} steps "
-                f"{mean:.4f}) after {len(losses)} of at most {plan.total_steps} steps")
-    return f"trained {len(losses)} steps"
+                f"{mean:.4f}) after {steps} of at most {plan.total_steps} steps")
+    return f"trained {steps} steps"

@@ -10,6 +10,7 @@ from typing import Any
 from opentinker_scheduler.events import decode_progress
 from opentinker_scheduler.model import (
     Assignment,
+    CheckpointRef,
     Device,
     DeviceKind,
     Job,
@@ -66,7 +67,8 @@ def job_fields(job: Job, *, spec_hash: str) -> dict[str, str | bytes | int]:
             "priority": job.priority, "spec": job.spec_blob, "spec_hash": spec_hash,
             "resources": encode_resources(job.resources), "state": job.state,
             "create_time": job.create_time_ms, "update_time": job.update_time_ms,
-            "attempt": job.attempt, "cancel_requested": "0", "assignments": "[]"}
+            "attempt": job.attempt, "cancel_requested": "0", "assignments": "[]",
+            "retries_left": job.retries_left}
 
 
 def decode_job(raw: RawHash, *, metrics: Mapping[bytes, bytes], queue_rank: int | None) -> Job:
@@ -86,7 +88,13 @@ def decode_job(raw: RawHash, *, metrics: Mapping[bytes, bytes], queue_rank: int 
         attempt=number(raw, "attempt"),
         assignments=decode_assignments(job_id, text(raw, "assignments", "[]")),
         last_event_sequence=number(raw, "last_event_sequence"),
-        cancel_requested=text(raw, "cancel_requested") == "1")
+        cancel_requested=text(raw, "cancel_requested") == "1",
+        retries_left=number(raw, "retries_left"), resume_from=_resume_from(raw))
+
+
+def _resume_from(raw: RawHash) -> CheckpointRef | None:
+    checkpoint_id = text(raw, "resume_checkpoint_id")
+    return CheckpointRef(checkpoint_id=checkpoint_id, step=number(raw, "resume_step")) if checkpoint_id else None
 
 
 def encode_devices(devices: tuple[Device, ...]) -> str:

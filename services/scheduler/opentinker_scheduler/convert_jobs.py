@@ -28,6 +28,7 @@ from opentinker_scheduler.events import (
 )
 from opentinker_scheduler.model import (
     AgentFacts,
+    CheckpointRef,
     DeviceKind,
     Job,
     JobSpecFacts,
@@ -57,6 +58,7 @@ def facts_from_spec(spec: job_pb2.JobSpec) -> JobSpecFacts:
         env_name=spec.environment.env_name, dataset_path=spec.dataset.path,
         total_steps=training.total_steps, batch_size=training.batch_size,
         group_size=training.group_size, target_loss=training.target_loss,
+        max_retries=training.max_retries if training.HasField("max_retries") else None,
         resources=tuple(resource_from_proto(r, f"spec.resources[{i}]") for i, r in enumerate(spec.resources)),
         numbers=tuple(numeric_fields(spec, "spec")), label_count=len(spec.labels))
 
@@ -119,7 +121,14 @@ def job_to_proto(job: Job) -> job_pb2.Job:
         end_time=timestamp(job.end_time_ms), progress=progress_to_proto(job.progress),
         status_message=job.status_message, queue_position=job.queue_position, attempt=job.attempt,
         assignments=[assignment_to_proto(a) for a in job.assignments],
-        last_event_sequence=job.last_event_sequence, cancel_requested=job.cancel_requested)
+        last_event_sequence=job.last_event_sequence, cancel_requested=job.cancel_requested,
+        resume_from=_checkpoint_to_proto(job.resume_from), retries_left=job.retries_left)
+
+
+def _checkpoint_to_proto(checkpoint: CheckpointRef | None) -> job_pb2.CheckpointSaved | None:
+    if checkpoint is None:
+        return None
+    return job_pb2.CheckpointSaved(checkpoint_id=checkpoint.checkpoint_id, step=checkpoint.step)
 
 
 def progress_to_proto(progress: Progress) -> progress_pb2.JobProgress:

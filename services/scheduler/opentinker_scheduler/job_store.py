@@ -47,7 +47,8 @@ class Report:
     payloads: Sequence[Payload]
     lease: LeaseContext | None = None
     request_id: str = ""
-    progress_json: str = ""
+    job_fields: Mapping[str, str | int] | None = None
+    """Hash fields of the job set with the events (its progress, the checkpoint to resume from)."""
     metrics: Mapping[str, float] | None = None
 
 
@@ -107,12 +108,13 @@ class JobStore:
         """Append events (and progress/metrics) atomically; (status, last sequence)."""
         lease = report.lease
         metric_pairs = [part for pair in (report.metrics or {}).items() for part in (pair[0], repr(pair[1]))]
+        field_pairs = [part for pair in (report.job_fields or {}).items() for part in pair]
         keys = [self.keys.job(job_id), self.keys.job_events(job_id),
                 self.keys.job_request(job_id, report.request_id or "none"),
                 self.keys.lease(lease.lease_id if lease else "none"), self.keys.job_metrics(job_id)]
         args = [self.clock.now_ms(), self.request_id_ttl_s, int(bool(report.request_id)), job_id,
-                lease.fencing_token if lease else 0, int(lease is not None), report.progress_json,
-                len(metric_pairs) // 2, *metric_pairs, *map(encode_payload, report.payloads)]
+                lease.fencing_token if lease else 0, int(lease is not None), len(field_pairs) // 2,
+                len(metric_pairs) // 2, *field_pairs, *metric_pairs, *map(encode_payload, report.payloads)]
         status, sequence = await self.scripts.append_events(keys=keys, args=args)
         return AppendStatus(status.decode()), int(sequence or 0)
 

@@ -18,7 +18,7 @@ from opentinker_scheduler.lifecycle import Lifecycle
 from opentinker_scheduler.model import Job, JobSpecFacts, JobState, JobType, LeaseContext, Page
 from opentinker_scheduler.paging import decode_token, encode_token, page_size
 from opentinker_scheduler.reports import build_report
-from opentinker_scheduler.validation import default_resources, effective_priority, validate_spec
+from opentinker_scheduler.validation import default_resources, effective_priority, retries_allowed, validate_spec
 
 MAX_REQUEST_ID_LENGTH = 128
 CAS_RETRIES = 5
@@ -62,7 +62,8 @@ class JobService:
         return Job(job_id=f"job-{uuid.uuid4().hex}", tenant_id=self.config.tenant_id,
                    type=facts.type, priority=effective_priority(facts), spec_blob=spec_blob,
                    resources=facts.resources or default_resources(facts.type),
-                   state=JobState.QUEUED, create_time_ms=now, update_time_ms=now)
+                   state=JobState.QUEUED, create_time_ms=now, update_time_ms=now,
+                   retries_left=retries_allowed(facts))
 
     async def get(self, job_id: str) -> Job:
         check_id("job_id", job_id)

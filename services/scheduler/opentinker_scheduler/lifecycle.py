@@ -13,7 +13,6 @@ from opentinker_scheduler.model import Job, JobState, Lease
 
 log = structlog.get_logger(__name__)
 ACTIVE_STATES = (JobState.ALLOCATING, JobState.RUNNING)
-REQUEUE_NOTE = "jobs are not re-queued after a worker loss yet (issue 4)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,17 +36,38 @@ class Lifecycle:
             await self.leases.release(lease.lease_id)
 
     async def lease_lost(self, lease: Lease, *, reason: str) -> Job | None:
-        """A lease of `lease.job_id` is gone (expired, worker restarted or left): end the job.
+        """A lease of `lease.job_id` is gone (expired, worker restarted or left).
 
-        A job whose cancel was requested ends CANCELLED, any other FAILED."""
+        The job is re-queued (resuming from its last checkpoint) while it has retries left;
+        a job whose cancel was requested ends CANCELLED; one without retries left, FAILED."""
         job = await self.store.get(lease.job_id)
         if job is None or job.state not in ACTIVE_STATES:
             return job
         await self.store.append(job.job_id, Report(payloads=[WorkerLost(
             worker_id=lease.worker_id, role=lease.role, reason=reason)]))
-        to = JobState.CANCELLED if job.cancel_requested else JobState.FAILED
-        message = f"lost the {lease.role.lower()} lease on worker {lease.worker_id}: {reason}"
-        if to is JobState.FAILED:
-            message = f"{message} ({REQUEUE_NOTE})"
-        await self.end(job.job_id, expected=job.state, to=to, reason=message)
+        lost = f"lost the {lease.role.lower()} lease on worker {lease.worker_id}: {reason}"
+        if job.cancel_requested:
+            await self.end(job.job_id, expected=job.state, to=JobState.CANCELLED, reason=lost)
+        elif job.retries_left > 0:
+            await self.requeue(job, lost)
+        else:
+            await self.end(job.job_id, expected=job.state, to=JobState.FAILED,
+                           reason=f"{lost}; no retries left after {job.attempt} attempt"
+                                  f"{'s' * (job.attempt != 1)} (spec.training.max_retries)")
         return await self.store.get(job.job_id)
+
+    async def requeue(self, job: Job, why: str) -> Transition:
+        """Back to QUEUED with one retry fewer; the next attempt resumes from `resume_from`."""
+        start = (f"from checkpoint {job.resume_from.checkpoint_id} (step {job.resume_from.step})"
+                 if job.resume_from else "from the start (no checkpoint saved yet)")
+        left = job.retries_left - 1
+        message = f"{why}; re-queued to resume {start}, {left} retr{'y' if left == 1 else 'ies'} left"
+        result = await self.store.transition(job.job_id, expected=job.state, to=JobState.QUEUED,
+                                             reason=message, fields={
+                                                 "status_message": message, "assignments": "[]",
+                                                 "retries_left": left})
+        if result.ok:
+            await self.release_all(job.job_id)
+            await self.store.clear_stopping(job.job_id)
+            log.warning("job_requeued", job_id=job.job_id, attempt=job.attempt, retries_left=left)
+        return result

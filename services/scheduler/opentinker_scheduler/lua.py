@@ -76,8 +76,8 @@ return {1, cur}
 
 APPEND_EVENTS = """
 -- KEYS: job, events, idem, lease record, metrics
--- ARGV: now, idem_ttl_s, use_idem, job_id, fencing_token, check_lease, progress_json,
---       metric_pair_count, metric pairs..., event jsons...
+-- ARGV: now, idem_ttl_s, use_idem, job_id, fencing_token, check_lease, field_pair_count,
+--       metric_pair_count, job field pairs..., metric pairs..., event jsons...
 if ARGV[3] == '1' then
   local done = redis.call('GET', KEYS[3])
   if done then return {'duplicate', done} end
@@ -89,9 +89,10 @@ if ARGV[6] == '1' then
   end
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing', ''} end
-local pairs_end = 8 + 2 * tonumber(ARGV[8])
-if pairs_end > 8 then redis.call('HSET', KEYS[5], unpack(ARGV, 9, pairs_end)) end
-if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'progress', ARGV[7]) end
+local fields_end = 8 + 2 * tonumber(ARGV[7])
+local pairs_end = fields_end + 2 * tonumber(ARGV[8])
+if fields_end > 8 then redis.call('HSET', KEYS[1], unpack(ARGV, 9, fields_end)) end
+if pairs_end > fields_end then redis.call('HSET', KEYS[5], unpack(ARGV, fields_end + 1, pairs_end)) end
 local seq = tonumber(redis.call('HGET', KEYS[1], 'last_event_sequence'))
 for i = pairs_end + 1, #ARGV do
   seq = redis.call('HINCRBY', KEYS[1], 'last_event_sequence', 1)

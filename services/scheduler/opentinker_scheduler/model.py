@@ -107,6 +107,8 @@ class JobSpecFacts:
     batch_size: int = 0
     group_size: int = 0
     target_loss: float = 0.0
+    max_retries: int | None = None
+    """None when the spec leaves it unset (the default applies)."""
     resources: tuple[ResourceRequest, ...] = ()
     numbers: tuple[NumericField, ...] = ()
     label_count: int = 0
@@ -143,6 +145,14 @@ class Progress:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CheckpointRef:
+    """A checkpoint a job reported; a re-queued attempt resumes from the last one."""
+
+    checkpoint_id: str
+    step: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class Job:
     job_id: str
     tenant_id: str
@@ -162,6 +172,8 @@ class Job:
     assignments: tuple[Assignment, ...] = ()
     last_event_sequence: int = 0
     cancel_requested: bool = False
+    retries_left: int = 0
+    resume_from: CheckpointRef | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

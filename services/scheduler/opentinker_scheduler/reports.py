@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from opentinker_scheduler.errors import InvalidArgument
-from opentinker_scheduler.events import MetricsReported, Payload, ProgressUpdated, StateChanged, encode_progress
+from opentinker_scheduler.events import CheckpointSaved, MetricsReported, Payload, ProgressUpdated, StateChanged, encode_progress
 from opentinker_scheduler.job_store import Report
 from opentinker_scheduler.model import LeaseContext
 
@@ -15,21 +15,24 @@ MAX_EVENTS_PER_REPORT = 1000
 
 def build_report(payloads: Sequence[Payload | None], *, lease: LeaseContext, request_id: str,
                  now_ms: int) -> Report:
-    """Validate the payloads; the job's progress becomes the last ProgressUpdated, and every
-    MetricsReported value becomes the metric's latest value."""
+    """Validate the payloads; the job's progress becomes the last ProgressUpdated, every
+    MetricsReported value the metric's latest value, and the last CheckpointSaved the
+    checkpoint a re-queued attempt resumes from."""
     if len(payloads) > MAX_EVENTS_PER_REPORT:
         raise InvalidArgument("events", f"at most {MAX_EVENTS_PER_REPORT} events per call")
     checked = [_checked(index, payload) for index, payload in enumerate(payloads)]
     progress = [p.progress for p in checked if isinstance(p, ProgressUpdated)]
     metrics = {name: value for p in checked if isinstance(p, MetricsReported)
                for name, value in p.values.items()}
-    progress_json = ""
+    fields: dict[str, str | int] = {}
     if progress:
         latest = progress[-1]
-        stamped = dataclasses.replace(latest, update_time_ms=latest.update_time_ms or now_ms)
-        progress_json = encode_progress(stamped)
-    return Report(payloads=checked, lease=lease, request_id=request_id,
-                  progress_json=progress_json, metrics=metrics)
+        fields["progress"] = encode_progress(dataclasses.replace(
+            latest, update_time_ms=latest.update_time_ms or now_ms))
+    checkpoints = [p for p in checked if isinstance(p, CheckpointSaved) and p.checkpoint_id]
+    if checkpoints:
+        fields |= {"resume_checkpoint_id": checkpoints[-1].checkpoint_id, "resume_step": checkpoints[-1].step}
+    return Report(payloads=checked, lease=lease, request_id=request_id, job_fields=fields, metrics=metrics)
 
 
 def _checked(index: int, payload: Payload | None) -> Payload:

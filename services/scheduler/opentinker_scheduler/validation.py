@@ -13,6 +13,8 @@ MAX_BATCH_SIZE = 4096
 MAX_GROUP_SIZE = 1024
 MAX_DEVICES_PER_REQUEST = 64
 MAX_LABELS = 32
+MAX_RETRIES = 100
+DEFAULT_MAX_RETRIES = 2
 MODEL_JOB_TYPES = (JobType.RL, JobType.SFT, JobType.INFERENCE)
 TRAINING_JOB_TYPES = (JobType.RL, JobType.SFT)
 LEASABLE_ROLES = (Role.TRAINER, Role.ROLLOUT)
@@ -79,6 +81,8 @@ def _check_training(facts: JobSpecFacts) -> None:
     _check_range("spec.training.batch_size", facts.batch_size, 1, MAX_BATCH_SIZE)
     if facts.type is JobType.RL or facts.group_size:
         _check_range("spec.training.group_size", facts.group_size, 1, MAX_GROUP_SIZE)
+    if facts.max_retries is not None:
+        _check_range("spec.training.max_retries", facts.max_retries, 0, MAX_RETRIES)
     if facts.target_loss and facts.type is not JobType.SFT:
         raise InvalidArgument("spec.training.target_loss", "only SFT jobs stop on a target loss; "
                               "leave it 0 for other job types")
@@ -112,6 +116,11 @@ def _check_range(path: str, value: int, low: int, high: int) -> None:
 def effective_priority(facts: JobSpecFacts) -> int:
     """Proto3 cannot tell 0 from unset: 0 means the documented default, 50."""
     return facts.priority or 50
+
+
+def retries_allowed(facts: JobSpecFacts) -> int:
+    """Re-queues after a worker loss: the spec's max_retries, DEFAULT_MAX_RETRIES when unset."""
+    return DEFAULT_MAX_RETRIES if facts.max_retries is None else facts.max_retries
 
 
 def default_resources(job_type: JobType) -> tuple[ResourceRequest, ...]:

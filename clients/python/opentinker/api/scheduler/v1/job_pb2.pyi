@@ -125,7 +125,7 @@ class InferenceConfig(_message.Message):
     def __init__(self, num_episodes: _Optional[int] = ..., output_path: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "tenant_id", "spec", "state", "create_time", "update_time", "start_time", "end_time", "progress", "status_message", "queue_position", "attempt", "assignments", "last_event_sequence", "cancel_requested")
+    __slots__ = ("job_id", "tenant_id", "spec", "state", "create_time", "update_time", "start_time", "end_time", "progress", "status_message", "queue_position", "attempt", "assignments", "last_event_sequence", "cancel_requested", "resume_from", "retries_left")
     class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATE_UNSPECIFIED: _ClassVar[Job.State]
@@ -157,6 +157,8 @@ class Job(_message.Message):
     ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
     LAST_EVENT_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FROM_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_LEFT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     tenant_id: str
     spec: JobSpec
@@ -172,7 +174,9 @@ class Job(_message.Message):
     assignments: _containers.RepeatedCompositeFieldContainer[Assignment]
     last_event_sequence: int
     cancel_requested: bool
-    def __init__(self, job_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[Job.State, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[_Union[_progress_pb2.JobProgress, _Mapping]] = ..., status_message: _Optional[str] = ..., queue_position: _Optional[int] = ..., attempt: _Optional[int] = ..., assignments: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ..., last_event_sequence: _Optional[int] = ..., cancel_requested: _Optional[bool] = ...) -> None: ...
+    resume_from: CheckpointSaved
+    retries_left: int
+    def __init__(self, job_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[Job.State, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[_Union[_progress_pb2.JobProgress, _Mapping]] = ..., status_message: _Optional[str] = ..., queue_position: _Optional[int] = ..., attempt: _Optional[int] = ..., assignments: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ..., last_event_sequence: _Optional[int] = ..., cancel_requested: _Optional[bool] = ..., resume_from: _Optional[_Union[CheckpointSaved, _Mapping]] = ..., retries_left: _Optional[int] = ...) -> None: ...
 
 class Assignment(_message.Message):
     __slots__ = ("role", "worker_id", "address", "device_ids", "lease")
