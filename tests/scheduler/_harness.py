@@ -55,7 +55,7 @@ async def scheduler_server(redis_url: str, *, config: SchedulerConfig = FAST, cl
     (otherwise tests call `scheduler.allocator.tick()` themselves)."""
     client, blocking = connect(redis_url), connect(redis_url, socket_timeout=None)
     scheduler = build_scheduler(client, blocking, config=config, clock=clock)
-    hooks = [lambda health: scheduler.allocator.run_forever()] if run_allocator else []
+    hooks = [lambda health: scheduler.allocator.run_forever(blocking)] if run_allocator else []
     plan = ServerPlan(services=[scheduler_service_binding(scheduler)], start_hooks=hooks)
     started = await start_server(SchedulerSettings(port=port), plan)
     address = f"127.0.0.1:{started.port}"

@@ -13,7 +13,7 @@ import grpc
 from opentinker.api.common.v1 import resources_pb2
 from opentinker.api.scheduler.v1 import job_pb2, worker_pb2
 from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker_scheduler.model import JobState
+from opentinker_scheduler.model import JobState, Role
 from tests.scheduler._harness import (
     FAST,
     ManualClock,
@@ -183,23 +183,38 @@ def test_cancel_a_finished_job_is_failed_precondition(redis_url: str) -> None:
     asyncio.run(scenario())
 
 
-def test_cancel_while_allocating_ends_cancelled_and_frees_the_leases(redis_url: str) -> None:
+def test_starting_is_all_or_nothing_when_the_world_changed_since_the_pass_read_it(redis_url: str) -> None:
+    """Between the pass's read and START, the job is cancelled or a slot is taken: START
+    changes nothing (no lease, no event), and the next pass sees the truth."""
     async def scenario() -> None:
         async with scheduler_server(redis_url, clock=ManualClock()) as h:
             await register_pool(h)
-            job = (await h.stub.SubmitJob(pb.SubmitJobRequest(request_id="a", spec=rl_spec()))).job
             allocator = h.scheduler.allocator
-            acquire = allocator._acquire_all
+            cancelled = (await h.stub.SubmitJob(pb.SubmitJobRequest(request_id="a", spec=rl_spec()))).job
+            view = await allocator.reader.read(owner=allocator.owner, lock_ttl_ms=allocator.lock_ttl_ms,
+                                               scan_limit=10)
+            await h.stub.CancelJob(pb.CancelJobRequest(job_id=cancelled.job_id))
+            await allocator.allocate(view)
+            assert (await get(h, cancelled.job_id)).state == S.STATE_CANCELLED
+            assert await h.scheduler.jobs.leases.of_job(cancelled.job_id) == []
 
-            async def cancel_then_acquire(job_, plan):  # noqa: ANN001, ANN202
-                cancelled = (await h.stub.CancelJob(pb.CancelJobRequest(job_id=job.job_id))).job
-                assert cancelled.state == S.STATE_ALLOCATING and cancelled.cancel_requested
-                return await acquire(job_, plan)
-
-            allocator._acquire_all = cancel_then_acquire
-            await allocator.tick()
-            assert (await get(h, job.job_id)).state == S.STATE_CANCELLED
+            job = (await h.stub.SubmitJob(pb.SubmitJobRequest(request_id="b", spec=rl_spec()))).job
+            view = await allocator.reader.read(owner=allocator.owner, lock_ttl_ms=allocator.lock_ttl_ms,
+                                               scan_limit=10)
+            squatter = await h.scheduler.jobs.leases.acquire(
+                job_id="other", worker_id="rollout-1", role=Role.ROLLOUT, slots=["cpu:0"],
+                device_ids=["cpu:0"], ttl_ms=FAST.worker_ttl_ms)
+            await allocator.allocate(view)
+            refused = await get(h, job.job_id)
+            assert refused.state == S.STATE_QUEUED and refused.assignments == []
             assert await h.scheduler.jobs.leases.of_job(job.job_id) == []
+            assert refused.last_event_sequence == 1  # only "submitted": no ALLOCATING was recorded
+            await h.scheduler.jobs.leases.release(squatter.lease_id)
+            await allocator.tick()
+            started = await get(h, job.job_id)
+            assert started.state == S.STATE_RUNNING and len(started.assignments) == 3
+            events = await h.scheduler.jobs.events.after(job.job_id, 0)
+            assert [str(e.payload.to_state) for e in events] == ["QUEUED", "ALLOCATING", "RUNNING"]
 
     asyncio.run(scenario())
 
@@ -334,31 +349,5 @@ def test_register_rejects_bad_workers(redis_url: str) -> None:
                 error = await rpc_error(h.stub.RegisterWorker(request))
                 assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
                 assert error.details().startswith(field), error.details()
-
-    asyncio.run(scenario())
-
-
-def test_an_interrupted_allocation_is_queued_again_and_started(redis_url: str) -> None:
-    async def scenario() -> None:
-        clock = ManualClock()
-        async with scheduler_server(redis_url, clock=clock) as h:
-            await register_pool(h)
-            job = (await h.stub.SubmitJob(pb.SubmitJobRequest(request_id="i", spec=rl_spec()))).job
-            store = h.scheduler.jobs.store
-            moved = await store.transition(job.job_id, expected=JobState.QUEUED, to=JobState.ALLOCATING,
-                                           reason="a scheduler that then crashed")
-            assert moved.ok
-            await h.scheduler.allocator.tick()
-            assert (await get(h, job.job_id)).state == S.STATE_ALLOCATING  # maybe still in progress
-            clock.advance(h.scheduler.allocator.lock_ttl_ms + 1)
-            await h.stub.RegisterWorker(register_request("trainer-1", "trainer"))  # TTL passed too
-            await h.stub.RegisterWorker(register_request("rollout-1", "rollout"))
-            await h.stub.RegisterWorker(register_request("coord-1", "coordinator", 0))
-            await h.scheduler.allocator.tick()
-            started = await get(h, job.job_id)
-            assert started.state == S.STATE_RUNNING
-            events = await h.scheduler.jobs.events.after(job.job_id, 0)
-            assert [str(e.payload.to_state) for e in events] == [
-                "QUEUED", "ALLOCATING", "QUEUED", "ALLOCATING", "RUNNING"]
 
     asyncio.run(scenario())

@@ -1,4 +1,6 @@
-"""The lease table against a model, driven by Hypothesis: acquire / renew / release / expire.
+"""The lease table against a model, driven by Hypothesis: acquire (one job's leases on several
+workers, all or none: the Lua functions START uses) / renew / release / expire / worker death
+and re-registration.
 
 Invariant: no slot is ever held by two unexpired leases, and Redis agrees with a simple model
 about which leases are alive, which slots are busy, and which calls succeed. Fencing tokens
@@ -16,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, multiple, rule, run_state_machine_as_test
 
 from opentinker.core.redis_store import Keys, connect
-from opentinker_scheduler.leases import LeaseTable, LeaseUnavailable
+from opentinker_scheduler.leases import LeaseDraft, LeaseTable, LeaseUnavailable
 from opentinker_scheduler.lua import Scripts
 from opentinker_scheduler.model import Device, Lease, Role, WorkerRegistration
 from opentinker_scheduler.workers import WorkerRegistry
@@ -44,14 +46,18 @@ class LeaseMachine(RuleBasedStateMachine):
         self.clock = ManualClock()
         keys, scripts = Keys(), Scripts.register(self.client)
         self.table = LeaseTable(client=self.client, keys=keys, scripts=scripts, clock=self.clock)
-        registry = WorkerRegistry(client=self.client, keys=keys, scripts=scripts, clock=self.clock)
+        self.registry = WorkerRegistry(client=self.client, keys=keys, scripts=scripts, clock=self.clock)
         self.run(self.client.flushdb())
         for worker_id in WORKERS:
-            devices = tuple(Device(device_id=slot) for slot in SLOTS)
-            self.run(registry.put(WorkerRegistration(worker_id=worker_id, role=Role.TRAINER,
-                                                     address="h:1", devices=devices), ttl_ms=FOREVER_MS))
+            self.register(worker_id)
         self.model: dict[str, ModelLease] = {}
+        self.dead: set[str] = set()
         self.last_token = 0
+
+    def register(self, worker_id: str) -> None:
+        devices = tuple(Device(device_id=slot) for slot in SLOTS)
+        self.run(self.registry.put(WorkerRegistration(worker_id=worker_id, role=Role.TRAINER,
+                                                      address="h:1", devices=devices), ttl_ms=FOREVER_MS))
 
     def run(self, coroutine):  # noqa: ANN001, ANN201
         return self.loop.run_until_complete(coroutine)
@@ -67,25 +73,47 @@ class LeaseMachine(RuleBasedStateMachine):
     def held(self, worker_id: str) -> set[str]:
         return {slot for m in self.alive().values() if m.lease.worker_id == worker_id for slot in m.lease.slots}
 
-    @rule(target=leases, worker_id=st.sampled_from(WORKERS),
-          slots=st.lists(st.sampled_from(SLOTS), min_size=1, max_size=3, unique=True),
-          job=st.sampled_from(("j1", "j2", "j3")))
-    def acquire(self, worker_id: str, slots: list[str], job: str):  # noqa: ANN201
-        expected_ok = not (set(slots) & self.held(worker_id))
+    @rule(target=leases, job=st.sampled_from(("j1", "j2", "j3")), wanted=st.lists(
+        st.tuples(st.sampled_from(WORKERS), st.lists(st.sampled_from(SLOTS), min_size=1, max_size=3, unique=True)),
+        min_size=1, max_size=2, unique_by=lambda pair: pair[0]))
+    def acquire(self, job: str, wanted: list[tuple[str, list[str]]]):  # noqa: ANN201
+        """One job's leases on one or two workers: all granted or none."""
+        expected_ok = all(w not in self.dead and not set(slots) & self.held(w) for w, slots in wanted)
+        drafts = [LeaseDraft(worker_id=w, role=Role.TRAINER, slots=tuple(slots), device_ids=tuple(slots))
+                  for w, slots in wanted]
         try:
-            lease = self.run(self.table.acquire(job_id=job, worker_id=worker_id, role=Role.TRAINER,
-                                                slots=slots, device_ids=slots, ttl_ms=TTL_MS))
+            granted = self.run(self.table.acquire_all(job_id=job, drafts=drafts, ttl_ms=TTL_MS))
         except LeaseUnavailable:
-            assert not expected_ok, f"acquire {worker_id}{slots} refused though free"
+            assert not expected_ok, f"acquire {wanted} refused though free"
             return multiple()
-        assert expected_ok, f"acquire {worker_id}{slots} granted though held: {self.held(worker_id)}"
-        assert lease.fencing_token > self.last_token
-        self.last_token = lease.fencing_token
-        self.model[lease.lease_id] = ModelLease(lease=lease, expire_ms=self.clock.now_ms() + TTL_MS)
-        return lease.lease_id
+        assert expected_ok, f"acquire {wanted} granted though held or dead: {self.dead}"
+        for lease in granted:
+            assert lease.fencing_token > self.last_token
+            self.last_token = lease.fencing_token
+            self.model[lease.lease_id] = ModelLease(lease=lease, expire_ms=self.clock.now_ms() + TTL_MS)
+        return multiple(*(lease.lease_id for lease in granted))
+
+    @rule(worker_id=st.sampled_from(WORKERS))
+    def worker_dies(self, worker_id: str) -> None:
+        """The worker stops heartbeating: it is dead at once (its TTL passes) and its leases
+        are no longer renewed; they expire on their own TTL."""
+        self.run(self.client.hset(self.table.keys.worker(worker_id), "expire_at", self.clock.now_ms()))
+        self.dead.add(worker_id)
+
+    @rule(worker_id=st.sampled_from(WORKERS))
+    def worker_registers_again(self, worker_id: str) -> None:
+        """A restart: as WorkerPool.register does, the old registration's leases are released."""
+        for lease in self.run(self.table.of_worker(worker_id)):
+            assert self.run(self.table.release(lease.lease_id)) is not None
+            del self.model[lease.lease_id]
+        self.register(worker_id)
+        self.dead.discard(worker_id)
 
     @rule(lease_id=leases)
     def renew(self, lease_id: str) -> None:
+        """A heartbeat of the lease's worker (a dead worker sends none)."""
+        if lease_id in self.model and self.model[lease_id].lease.worker_id in self.dead:
+            return
         expected_ok = lease_id in self.alive()
         assert self.run(self.table.renew(lease_id, ttl_ms=TTL_MS)) == expected_ok
         if expected_ok:

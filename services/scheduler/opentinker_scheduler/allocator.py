@@ -1,28 +1,37 @@
 """The allocator loop: expire lost leases, forget long-dead workers, bind queued jobs to workers.
 
-Queued jobs are taken by priority, then FIFO. A job that does not fit now is skipped (a smaller
-job behind it may start: backfilling) and its `status_message` says what it waits for. A job
-moves QUEUED -> ALLOCATING -> RUNNING with one lease per resource request plus one on an alive
-coordinator. Only the scheduler holding the allocator lock in Redis allocates, so several
-scheduler replicas never race each other.
+Queued jobs are taken in the queue's order: aged priority (see lua.py), FIFO within a priority.
+A job that does not fit now is skipped (a smaller job behind it may start: backfilling) and its
+`status_message` says what it waits for; once a job has waited `starvation_ms` without fitting,
+backfilling stops behind it so a stream of small jobs cannot starve it. A job starts with one
+Lua script (START: every lease plus QUEUED -> ALLOCATING -> RUNNING, within the tenant's quota,
+or nothing), so a pass costs two pipelined round trips plus one per started job.
+
+The loop wakes when a job is queued or devices are freed (a Redis pub/sub message any scheduler
+replica sends), and at least every allocator interval. Only the scheduler holding the allocator
+lock in Redis allocates, so replicas never race each other; another takes over when it dies.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import redis.asyncio
 import structlog
 
 from opentinker.core.redis_store import REDIS_DOWN_ERRORS
-from opentinker_scheduler.codec import encode_assignments
 from opentinker_scheduler.config import SchedulerConfig
-from opentinker_scheduler.job_store import JobStore
-from opentinker_scheduler.leases import LeaseTable, LeaseUnavailable
+from opentinker_scheduler.job_store import JobStore, StartResult
+from opentinker_scheduler.leases import LeaseDraft, LeaseTable
 from opentinker_scheduler.lifecycle import Lifecycle
-from opentinker_scheduler.model import Assignment, Job, JobState, Lease, LeaseContext, Worker, WorkerState
-from opentinker_scheduler.placement import COORDINATOR_REQUEST, Placement, place, worker_slots
+from opentinker_scheduler.model import JobState, Quota, QueuedJob, Usage
+from opentinker_scheduler.placement import COORDINATOR_REQUEST, Placement, place
+from opentinker_scheduler.queue_view import PassView, QueueReader
+from opentinker_scheduler.tenants import TenantStore
 from opentinker_scheduler.workers import WorkerRegistry
 
 log = structlog.get_logger(__name__)
@@ -35,143 +44,161 @@ class Allocator:
     leases: LeaseTable
     workers: WorkerRegistry
     lifecycle: Lifecycle
+    tenants: TenantStore
+    reader: QueueReader
     owner: str = field(default_factory=lambda: uuid.uuid4().hex)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _quotas: dict[str, Quota] = field(default_factory=dict)
+    _last_housekeeping_ms: int = 0
 
-    async def run_forever(self) -> None:
-        """Tick every allocator interval; Redis outages are logged and retried."""
+    async def run_forever(self, subscriber: redis.asyncio.Redis | None = None) -> None:
+        """Pass after pass until cancelled; Redis outages are logged and retried.
+
+        `subscriber` (a client without socket timeout) receives the wake-up messages."""
+        listener = asyncio.create_task(self._listen(subscriber)) if subscriber is not None else None
+        try:
+            while True:
+                try:
+                    await self.tick(housekeeping=self._housekeeping_due())
+                except REDIS_DOWN_ERRORS as error:
+                    log.warning("allocator_redis_unavailable", error=str(error))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), self.config.allocator_interval_ms / 1000)
+                self.wake.clear()
+        finally:
+            if listener is not None:
+                listener.cancel()
+                await asyncio.gather(listener, return_exceptions=True)
+
+    async def _listen(self, subscriber: redis.asyncio.Redis) -> None:
+        """Set `wake` on every message of the wake channel; resubscribe after Redis outages."""
         while True:
             try:
-                await self.tick()
+                async with subscriber.pubsub() as pubsub:
+                    await pubsub.subscribe(self.store.keys.allocator_wake())
+                    async for message in pubsub.listen():
+                        if message.get("type") == "message":
+                            self.wake.set()
             except REDIS_DOWN_ERRORS as error:
-                log.warning("allocator_redis_unavailable", error=str(error))
-            await asyncio.sleep(self.config.allocator_interval_ms / 1000)
+                log.warning("allocator_wakeups_unavailable", error=str(error))
+                await asyncio.sleep(self.config.allocator_interval_ms / 1000)
 
-    async def tick(self) -> None:
-        if not await self._hold_lock():
-            return
-        await self.expire_leases()
-        await self.forget_dead_workers()
-        await self.allocate()
+    def _housekeeping_due(self) -> bool:
+        return self.store.clock.now_ms() - self._last_housekeeping_ms >= self.config.allocator_interval_ms
 
     @property
     def lock_ttl_ms(self) -> int:
         return self.config.allocator_interval_ms * 4 + 1000
 
-    async def _hold_lock(self) -> bool:
-        client, key, ttl_ms = self.store.client, self.store.keys.allocator_lock(), self.lock_ttl_ms
-        if await client.set(key, self.owner, nx=True, px=ttl_ms):
-            return True
-        if await client.get(key) == self.owner.encode():
-            await client.pexpire(key, ttl_ms)
-            return True
-        return False
+    async def tick(self, *, housekeeping: bool = True) -> None:
+        """One pass: (housekeeping,) then start what fits. Nothing unless this replica holds
+        the allocator lock."""
+        view = await self.reader.read(owner=self.owner, lock_ttl_ms=self.lock_ttl_ms,
+                                      scan_limit=self.config.queue_scan_limit)
+        if not view.holds_lock:
+            return
+        if housekeeping:
+            self._last_housekeeping_ms = self.store.clock.now_ms()
+            self._quotas.clear()
+            if await self.expire_leases() + await self.forget_dead_workers():
+                view = await self.reader.read(owner=self.owner, lock_ttl_ms=self.lock_ttl_ms,
+                                              scan_limit=self.config.queue_scan_limit)
+        await self.allocate(view)
 
-    async def expire_leases(self) -> None:
-        """Release leases whose TTL passed (their worker stopped heartbeating); end their jobs."""
+    async def expire_leases(self) -> int:
+        """Release leases whose TTL passed (their worker stopped heartbeating); re-queue or end
+        their jobs. How many were released."""
+        released = 0
         for lease_id in await self.leases.expired_ids():
             lease = await self.leases.release(lease_id, only_if_expired=True)
             if lease is not None:
+                released += 1
                 log.warning("lease_expired", lease_id=lease_id, job_id=lease.job_id,
                             worker_id=lease.worker_id)
                 await self.lifecycle.lease_lost(lease, reason="no heartbeat within the worker TTL")
+        return released
 
-    async def forget_dead_workers(self) -> None:
+    async def forget_dead_workers(self) -> int:
         cutoff = self.store.clock.now_ms() - self.config.dead_worker_retention_ms
-        for worker_id in await self.workers.dead_before(cutoff):
+        dead = await self.workers.dead_before(cutoff)
+        for worker_id in dead:
             await self.workers.remove(worker_id)
             log.info("worker_forgotten", worker_id=worker_id)
+        return len(dead)
 
-    async def allocate(self) -> None:
-        """One pass over the queue."""
-        alive = [w for w in await self.workers.all() if w.state is WorkerState.ALIVE]
-        free = {w.worker_id: await self._free_slots(w) for w in alive}
-        for job_id in await self.store.queued_ids(self.config.queue_scan_limit):
-            job = await self._queued(job_id)
-            if job is None:
+    async def allocate(self, view: PassView) -> None:
+        """Start every queued job that fits, in queue order; note why the others wait."""
+        waiting: dict[str, str] = {}
+        starving: QueuedJob | None = None
+        usage = dict(view.usage)
+        quotas = await self._quotas_of({job.tenant_id for job in view.queued})
+        for job in view.queued:
+            if job.state is not JobState.QUEUED:
                 continue
-            plan = place([*job.resources, COORDINATOR_REQUEST], alive, free)
+            reason = quota_reason(job, quotas.get(job.tenant_id, Quota()), usage.get(job.tenant_id, Usage()))
+            if reason is None and starving is not None:
+                reason = (f"waiting behind job {starving.job_id}, which has waited "
+                          f"{self._waited_s(starving)} s: no backfilling past it until it starts")
+            plan = place([*job.resources, COORDINATOR_REQUEST], view.alive, view.free) if reason is None else reason
             if isinstance(plan, str):
-                if plan != job.status_message:
-                    await self.store.set_status_message(job_id, plan)
+                waiting[job.job_id] = plan
+                if reason is None and starving is None and self._waited_s(job) * 1000 >= self.config.starvation_ms:
+                    starving = job
                 continue
-            if await self.start(job, plan):
-                for placement in plan:
-                    taken = set(placement.slots)
-                    free[placement.worker.worker_id] = [s for s in free[placement.worker.worker_id]
-                                                        if s not in taken]
+            result = await self._start(job, plan)
+            if result.ok:
+                take_slots(view, plan)
+                usage[job.tenant_id] = add_running(usage.get(job.tenant_id, Usage()), job.device_count)
+            elif result.status.startswith("quota"):
+                waiting[job.job_id] = f"waiting for the tenant's quota ({result.status}: {result.detail} in use)"
+        await self._note_waiting(view.queued, waiting)
 
-    async def _queued(self, job_id: str) -> Job | None:
-        """The job if it is QUEUED; an ALLOCATING one whose allocation was interrupted (its
-        scheduler died mid-way) is re-queued first."""
-        job = await self.store.get(job_id)
-        if job is None or job.state is not JobState.ALLOCATING:
-            return job if job is not None and job.state is JobState.QUEUED else None
-        if self.store.clock.now_ms() - job.update_time_ms <= self.lock_ttl_ms:
-            return None
-        if job.cancel_requested:
-            await self.lifecycle.end(job_id, expected=JobState.ALLOCATING, to=JobState.CANCELLED,
-                                     reason="cancelled while devices were being leased")
-            return None
-        await self.lifecycle.release_all(job_id)
-        moved = await self.store.transition(job_id, expected=JobState.ALLOCATING, to=JobState.QUEUED,
-                                            reason="allocation was interrupted; queued again")
-        return await self.store.get(job_id) if moved.ok else None
+    def _waited_s(self, job: QueuedJob) -> int:
+        return max(0, self.store.clock.now_ms() - job.create_time_ms) // 1000
 
-    async def _free_slots(self, worker: Worker) -> list[str]:
-        slots = worker_slots(worker, self.config.coordinator_capacity)
-        busy = await self.leases.busy_slots(worker.worker_id, slots)
-        return [slot for slot in slots if slot not in busy]
+    async def _quotas_of(self, tenant_ids: set[str]) -> dict[str, Quota]:
+        missing = tenant_ids - set(self._quotas)
+        if missing:
+            self._quotas.update(await self.tenants.quotas(missing))
+        return self._quotas
 
-    async def start(self, job: Job, plan: list[Placement]) -> bool:
-        """QUEUED -> ALLOCATING -> RUNNING; back to QUEUED when a lease was taken meanwhile."""
+    async def _start(self, job: QueuedJob, plan: Sequence[Placement]) -> StartResult:
+        drafts = [LeaseDraft(worker_id=p.worker.worker_id, role=p.request.role, slots=p.slots,
+                             device_ids=p.device_ids) for p in plan]
         where = ", ".join(f"{p.request.role.lower()} on {p.worker.worker_id}" for p in plan)
-        moved = await self.store.transition(job.job_id, expected=JobState.QUEUED,
-                                            to=JobState.ALLOCATING, reason=f"leasing {where}")
-        if not moved.ok:
-            return False
-        try:
-            leases = await self._acquire_all(job, plan)
-        except LeaseUnavailable as error:
-            await self.store.transition(job.job_id, expected=JobState.ALLOCATING, to=JobState.QUEUED,
-                                        reason=f"a device was taken meanwhile ({error}); retrying",
-                                        fields={"status_message": "retrying allocation"})
-            return False
-        return await self._run(job, plan, leases, where)
-
-    async def _acquire_all(self, job: Job, plan: list[Placement]) -> list[Lease]:
-        leases: list[Lease] = []
-        try:
-            for p in plan:
-                leases.append(await self.leases.acquire(
-                    job_id=job.job_id, worker_id=p.worker.worker_id, role=p.request.role,
-                    slots=p.slots, device_ids=p.device_ids, ttl_ms=self.config.worker_ttl_ms))
-        except LeaseUnavailable:
-            for lease in leases:
-                await self.leases.release(lease.lease_id)
-            raise
-        return leases
-
-    async def _run(self, job: Job, plan: list[Placement], leases: list[Lease], where: str) -> bool:
-        assignments = tuple(assignment(p, lease) for p, lease in zip(plan, leases, strict=True))
-        now = self.store.clock.now_ms()
-        fields = {"assignments": encode_assignments(assignments), "start_time": now,
-                  "attempt": job.attempt + 1, "status_message": ""}
-        result = await self.store.transition(job.job_id, expected=JobState.ALLOCATING,
-                                             to=JobState.RUNNING, reason=f"running: {where}",
-                                             fields=fields, refuse_if_cancel_requested=True)
+        result = await self.store.start(job, drafts, addresses=[p.worker.address for p in plan],
+                                        ttl_ms=self.config.worker_ttl_ms, where=where)
         if result.ok:
             log.info("job_started", job_id=job.job_id, where=where)
-            return True
-        for lease in leases:
-            await self.leases.release(lease.lease_id)
-        if result.current == "cancel_requested":
-            await self.lifecycle.end(job.job_id, expected=JobState.ALLOCATING, to=JobState.CANCELLED,
-                                     reason="cancelled while devices were being leased")
-        return False
+        else:
+            log.info("job_not_started", job_id=job.job_id, status=result.status, detail=result.detail)
+        return result
+
+    async def _note_waiting(self, queued: Sequence[QueuedJob], waiting: dict[str, str]) -> None:
+        changed = {job.job_id: waiting[job.job_id] for job in queued
+                   if job.job_id in waiting and waiting[job.job_id] != job.status_message}
+        if changed:
+            await self.store.set_status_messages(changed)
 
 
-def assignment(placement: Placement, lease: Lease) -> Assignment:
-    return Assignment(role=placement.request.role, worker_id=placement.worker.worker_id,
-                      address=placement.worker.address, device_ids=placement.device_ids,
-                      lease=LeaseContext(job_id=lease.job_id, lease_id=lease.lease_id,
-                                         fencing_token=lease.fencing_token))
+def quota_reason(job: QueuedJob, quota: Quota, usage: Usage) -> str | None:
+    """Why the tenant's quota keeps `job` waiting now, or None."""
+    if quota.max_concurrent_jobs and usage.running_jobs >= quota.max_concurrent_jobs:
+        return (f"waiting for the tenant's quota: {usage.running_jobs} jobs running, "
+                f"max_concurrent_jobs is {quota.max_concurrent_jobs}")
+    if quota.max_devices and usage.devices + job.device_count > quota.max_devices:
+        return (f"waiting for the tenant's quota: needs {job.device_count} devices, "
+                f"{usage.devices} of max_devices {quota.max_devices} in use")
+    return None
+
+
+def add_running(usage: Usage, devices: int) -> Usage:
+    return Usage(devices=usage.devices + devices, running_jobs=usage.running_jobs + 1,
+                 queued_jobs=max(0, usage.queued_jobs - 1))
+
+
+def take_slots(view: PassView, plan: Sequence[Placement]) -> None:
+    for placement in plan:
+        taken = set(placement.slots)
+        worker_id = placement.worker.worker_id
+        view.free[worker_id] = [s for s in view.free[worker_id] if s not in taken]

@@ -17,6 +17,8 @@ from opentinker_scheduler.leases import LeaseTable
 from opentinker_scheduler.lifecycle import Lifecycle
 from opentinker_scheduler.lua import Scripts
 from opentinker_scheduler.pool import WorkerPool
+from opentinker_scheduler.queue_view import QueueReader
+from opentinker_scheduler.tenants import TenantStore
 from opentinker_scheduler.workers import WorkerRegistry
 
 
@@ -35,7 +37,8 @@ def build_scheduler(client: redis.asyncio.Redis, blocking_client: redis.asyncio.
     clock, keys = clock or SystemClock(), keys or Keys()
     scripts = Scripts.register(client)
     store = JobStore(client=client, keys=keys, scripts=scripts, clock=clock,
-                     request_id_ttl_s=config.request_id_ttl_s)
+                     request_id_ttl_s=config.request_id_ttl_s, aging_ms=config.queue_aging_ms)
+    tenants = TenantStore(client=client, keys=keys, clock=clock)
     leases = LeaseTable(client=client, keys=keys, scripts=scripts, clock=clock)
     registry = WorkerRegistry(client=client, keys=keys, scripts=scripts, clock=clock)
     lifecycle = Lifecycle(store=store, leases=leases)
@@ -43,6 +46,8 @@ def build_scheduler(client: redis.asyncio.Redis, blocking_client: redis.asyncio.
                       block_ms=config.watch_block_ms)
     jobs = JobService(config=config, store=store, events=events, leases=leases, lifecycle=lifecycle)
     pool = WorkerPool(config=config, registry=registry, store=store, leases=leases, lifecycle=lifecycle)
+    reader = QueueReader(client=client, keys=keys, scripts=scripts, clock=clock,
+                         coordinator_capacity=config.coordinator_capacity)
     allocator = Allocator(config=config, store=store, leases=leases, workers=registry,
-                          lifecycle=lifecycle)
+                          lifecycle=lifecycle, tenants=tenants, reader=reader)
     return Scheduler(config=config, jobs=jobs, pool=pool, allocator=allocator)

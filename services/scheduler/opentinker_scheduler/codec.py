@@ -53,6 +53,14 @@ def encode_assignments(assignments: tuple[Assignment, ...]) -> str:
                         "fencing_token": a.lease.fencing_token} for a in assignments])
 
 
+def assignment_prefix(draft, address: str) -> str:  # noqa: ANN001 - a leases.LeaseDraft
+    """An assignment's JSON (as encode_assignments writes it) up to its fencing token, which
+    the START script appends with the closing brace once it has drawn the token."""
+    text = json.dumps({"role": draft.role, "worker_id": draft.worker_id, "address": address,
+                       "device_ids": list(draft.device_ids), "lease_id": draft.lease_id})
+    return text[:-1] + ', "fencing_token": '
+
+
 def decode_assignments(job_id: str, data: str) -> tuple[Assignment, ...]:
     return tuple(Assignment(
         role=Role(a["role"]), worker_id=a["worker_id"], address=a["address"],
@@ -68,7 +76,8 @@ def job_fields(job: Job, *, spec_hash: str) -> dict[str, str | bytes | int]:
             "resources": encode_resources(job.resources), "state": job.state,
             "create_time": job.create_time_ms, "update_time": job.update_time_ms,
             "attempt": job.attempt, "cancel_requested": "0", "assignments": "[]",
-            "retries_left": job.retries_left}
+            "retries_left": job.retries_left,
+            "device_count": sum(r.device_count for r in job.resources)}
 
 
 def decode_job(raw: RawHash, *, metrics: Mapping[bytes, bytes], queue_rank: int | None) -> Job:

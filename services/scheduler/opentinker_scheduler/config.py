@@ -25,5 +25,9 @@ class SchedulerConfig:
     """Longest single XREAD BLOCK of a WatchJob stream before it loops."""
     queue_scan_limit: int = 200
     """Queued jobs the allocator considers per pass (highest priority first)."""
+    queue_aging_ms: int = 60_000
+    """Waiting this long in the queue is worth one priority point (nothing starves)."""
+    starvation_ms: int = 300_000
+    """A queued job that has waited this long without fitting stops backfilling behind it."""
     tenant_id: str = DEFAULT_TENANT
     """Every job belongs to this tenant until authentication (issue 4) names the caller's."""

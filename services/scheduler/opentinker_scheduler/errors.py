@@ -36,6 +36,12 @@ class FailedPrecondition(SchedulerError):
     reason = "JOB_NOT_CANCELLABLE"
 
 
+class QuotaExceeded(SchedulerError):
+    """The caller's tenant is at one of its quota limits."""
+
+    reason = "QUOTA_EXCEEDED"
+
+
 class StaleLease(FailedPrecondition):
     """The LeaseContext is not a current lease of the job (expired, released or superseded)."""
 

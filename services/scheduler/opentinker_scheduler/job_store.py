@@ -14,8 +14,9 @@ import redis.asyncio
 
 from opentinker.core.redis_store import Keys
 from opentinker_scheduler.clock import Clock
-from opentinker_scheduler.codec import decode_job, job_fields
+from opentinker_scheduler.codec import assignment_prefix, decode_job, job_fields
 from opentinker_scheduler.events import Payload, StateChanged, encode_payload
+from opentinker_scheduler.leases import LeaseDraft, draft_keys, drafts_json
 from opentinker_scheduler.lua import Scripts
 from opentinker_scheduler.model import Job, JobState, LeaseContext
 
@@ -24,6 +25,27 @@ class Created(enum.StrEnum):
     CREATED = "created"
     EXISTING = "existing"  # same request_id, same spec: the earlier job
     REUSED = "reused"      # same request_id, different spec: refused
+
+
+class SubmitRefused(Exception):
+    """The tenant's quota refuses the job: `limit` names the quota field, `value` its value."""
+
+    def __init__(self, limit: str, value: int) -> None:
+        super().__init__(f"{limit}={value}")
+        self.limit, self.value = limit, value
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartResult:
+    """What START did: `ok`, or why not (`state`, `busy`, `worker_unavailable`, `quota_jobs`,
+    `quota_devices`) with a detail (the state found, the busy slot key, the usage)."""
+
+    status: str
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
 
 
 class AppendStatus(enum.StrEnum):
@@ -59,6 +81,8 @@ class JobStore:
     scripts: Scripts
     clock: Clock
     request_id_ttl_s: int
+    aging_ms: int = 60_000
+    """Queue aging: waiting this long is worth one priority point."""
 
     async def create(self, job: Job, *, request_id: str, spec_hash: str) -> tuple[Created, str]:
         """Store a QUEUED job with its first event, once per (tenant, request_id)."""
@@ -67,11 +91,15 @@ class JobStore:
         fields = [part for pair in job_fields(job, spec_hash=spec_hash).items() for part in pair]
         keys = [self.keys.idempotency(job.tenant_id, request_id), self.keys.job(job.job_id),
                 self.keys.job_events(job.job_id), self.keys.tenant_job_index(job.tenant_id),
-                self.keys.job_index(), self.keys.job_queue(), self.keys.job_counter()]
+                self.keys.job_index(), self.keys.job_queue(), self.keys.job_counter(),
+                self.keys.tenant(job.tenant_id), self.keys.tenant_usage()]
         args = [spec_hash, job.job_id, job.create_time_ms, self.request_id_ttl_s, job.priority,
-                event, *fields]
-        status, job_id = await self.scripts.submit(keys=keys, args=args)
-        return Created(status.decode()), job_id.decode()
+                event, self.aging_ms, job.tenant_id, self.keys.allocator_wake(),
+                sum(r.device_count for r in job.resources), *fields]
+        status, detail = await self.scripts.submit(keys=keys, args=args)
+        if status in (b"quota", b"too_big"):
+            raise SubmitRefused("max_queued_jobs" if status == b"quota" else "max_devices", int(detail))
+        return Created(status.decode()), detail.decode()
 
     async def get(self, job_id: str) -> Job | None:
         async with self.client.pipeline(transaction=False) as pipe:
@@ -86,12 +114,30 @@ class JobStore:
         """Move `expected` -> `to` and append the StateChanged event, or refuse."""
         event = encode_payload(StateChanged(from_state=expected, to_state=to, reason=reason))
         pairs = [part for pair in (fields or {}).items() for part in pair]
-        keys = [self.keys.job(job_id), self.keys.job_events(job_id), self.keys.job_queue()]
-        args = [self.clock.now_ms(), expected, to, event, int(refuse_if_cancel_requested), *pairs]
+        keys = [self.keys.job(job_id), self.keys.job_events(job_id), self.keys.job_queue(),
+                self.keys.tenant_usage()]
+        args = [self.clock.now_ms(), expected, to, event, int(refuse_if_cancel_requested),
+                self.aging_ms, self.keys.allocator_wake(), *pairs]
         ok, current = await self.scripts.transition(keys=keys, args=args)
         if ok:
             return Transition(ok=True, current=str(to), sequence=int(current))
         return Transition(ok=False, current=current.decode() if current else "")
+
+    async def start(self, job: Job, drafts: Sequence[LeaseDraft], *, addresses: Sequence[str],
+                    ttl_ms: int, where: str) -> StartResult:
+        """QUEUED -> ALLOCATING -> RUNNING with every lease in `drafts`, atomically (one round
+        trip), within the tenant's quota; or nothing at all."""
+        keys = [self.keys.job(job.job_id), self.keys.job_events(job.job_id), self.keys.job_queue(),
+                self.keys.fencing_counter(), self.keys.lease_expiry(), self.keys.job_leases(job.job_id),
+                self.keys.tenant(job.tenant_id), self.keys.tenant_usage(), *draft_keys(self.keys, drafts)]
+        events = [encode_payload(StateChanged(from_state=JobState.QUEUED, to_state=JobState.ALLOCATING,
+                                              reason=f"leasing {where}")),
+                  encode_payload(StateChanged(from_state=JobState.ALLOCATING, to_state=JobState.RUNNING,
+                                              reason=f"running: {where}"))]
+        prefixes = [assignment_prefix(d, address) for d, address in zip(drafts, addresses, strict=True)]
+        args = [self.clock.now_ms(), ttl_ms, drafts_json(drafts), *events, job.tenant_id, *prefixes]
+        status, detail = await self.scripts.start(keys=keys, args=args)
+        return StartResult(status=status.decode(), detail=detail.decode())
 
     async def request_cancel(self, job_id: str, *, expected: JobState, event: Payload,
                              workers: Sequence[str]) -> tuple[int, str]:
@@ -118,8 +164,10 @@ class JobStore:
         status, sequence = await self.scripts.append_events(keys=keys, args=args)
         return AppendStatus(status.decode()), int(sequence or 0)
 
-    async def set_status_message(self, job_id: str, message: str) -> None:
-        await self.client.hset(self.keys.job(job_id), "status_message", message)
+    async def set_status_messages(self, messages: Mapping[str, str]) -> None:
+        """Why each queued job waits, in one round trip (only jobs still QUEUED are touched)."""
+        await self.scripts.note_waiting(keys=[self.keys.job(job_id) for job_id in messages],
+                                        args=list(messages.values()))
 
     async def queued_ids(self, limit: int) -> list[str]:
         """QUEUED job ids, highest priority first, FIFO within a priority."""

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from opentinker_scheduler.config import SchedulerConfig
-from opentinker_scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, StaleLease
+from opentinker_scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, QuotaExceeded, StaleLease
 from opentinker_scheduler.event_log import EventLog
 from opentinker_scheduler.events import JobEvent, LogLine, Payload
-from opentinker_scheduler.job_store import AppendStatus, Created, JobStore
+from opentinker_scheduler.job_store import AppendStatus, Created, JobStore, SubmitRefused
 from opentinker_scheduler.leases import LeaseTable
 from opentinker_scheduler.lifecycle import Lifecycle
 from opentinker_scheduler.model import Job, JobSpecFacts, JobState, JobType, LeaseContext, Page
@@ -50,8 +50,11 @@ class JobService:
         job = self._new_job(facts, spec_blob)
         if validate_only:
             return dataclasses.replace(job, job_id=""), False
-        created, job_id = await self.store.create(
-            job, request_id=request_id or job.job_id, spec_hash=hashlib.sha256(spec_blob).hexdigest())
+        try:
+            created, job_id = await self.store.create(
+                job, request_id=request_id or job.job_id, spec_hash=hashlib.sha256(spec_blob).hexdigest())
+        except SubmitRefused as refused:
+            raise quota_refusal(job, refused) from None
         if created is Created.REUSED:
             raise InvalidArgument("request_id", f"was already used for job {job_id} with a "
                                   "different spec; use a new request_id", reason="REQUEST_ID_REUSED")
@@ -193,6 +196,17 @@ class JobService:
         if job.state is final_state or cancelled_failure:
             return job
         raise FailedPrecondition(f"job {job.job_id} already ended {job.state}")
+
+
+def quota_refusal(job: Job, refused: SubmitRefused) -> QuotaExceeded | FailedPrecondition:
+    if refused.limit == "max_devices":
+        devices = sum(r.device_count for r in job.resources)
+        return FailedPrecondition(
+            f"spec.resources: the job needs {devices} devices but tenant {job.tenant_id}'s quota "
+            f"max_devices is {refused.value}, so it could never start; ask fewer devices or an admin "
+            "to raise the quota", reason="QUOTA_EXCEEDED")
+    return QuotaExceeded(f"tenant {job.tenant_id} already has {refused.value} queued jobs (its quota "
+                         "max_queued_jobs); wait for some to start or cancel some")
 
 
 def check_lease_context(lease: LeaseContext) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis.asyncio
 
@@ -27,6 +27,36 @@ class LeaseUnavailable(Exception):
     """A slot is held by an unexpired lease, or the worker is dead or draining."""
 
 
+def new_lease_id() -> str:
+    return f"lease-{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaseDraft:
+    """A lease about to be taken: `slots` of `worker_id` for one role of a job."""
+
+    worker_id: str
+    role: Role
+    slots: tuple[str, ...]
+    device_ids: tuple[str, ...] = ()
+    lease_id: str = field(default_factory=new_lease_id)
+
+
+def draft_keys(keys: Keys, drafts: Sequence[LeaseDraft]) -> list[str]:
+    """The KEYS the Lua lease functions expect for `drafts` (record, worker, worker set, slots)."""
+    return [key for d in drafts for key in (
+        keys.lease(d.lease_id), keys.worker(d.worker_id), keys.worker_leases(d.worker_id),
+        *(keys.device_lease(d.worker_id, slot) for slot in d.slots))]
+
+
+def drafts_json(drafts: Sequence[LeaseDraft]) -> str:
+    if any(not d.slots for d in drafts):
+        raise ValueError("a lease needs at least one slot")
+    return json.dumps([{"lease_id": d.lease_id, "worker_id": d.worker_id, "role": d.role,
+                        "slot_count": len(d.slots), "slots_json": json.dumps(list(d.slots)),
+                        "device_ids_json": json.dumps(list(d.device_ids))} for d in drafts])
+
+
 @dataclass(frozen=True, kw_only=True)
 class LeaseTable:
     client: redis.asyncio.Redis
@@ -37,24 +67,26 @@ class LeaseTable:
     def _slot_keys(self, worker_id: str, slots: Sequence[str]) -> list[str]:
         return [self.keys.device_lease(worker_id, slot) for slot in slots]
 
+    async def acquire_all(self, *, job_id: str, drafts: Sequence[LeaseDraft], ttl_ms: int) -> list[Lease]:
+        """Take every lease in `drafts` or none (LeaseUnavailable): the same Lua functions
+        START uses when the allocator starts a job."""
+        now = self.clock.now_ms()
+        keys = [self.keys.fencing_counter(), self.keys.job_leases(job_id), self.keys.lease_expiry(),
+                *draft_keys(self.keys, drafts)]
+        status, detail = await self.scripts.lease_acquire(keys=keys, args=[now, ttl_ms, job_id,
+                                                                           drafts_json(drafts)])
+        if status != b"ok":
+            raise LeaseUnavailable(f"{status.decode()} {detail.decode()}".strip())
+        tokens = json.loads(detail)
+        return [Lease(lease_id=d.lease_id, job_id=job_id, worker_id=d.worker_id, role=d.role,
+                      slots=d.slots, device_ids=d.device_ids, fencing_token=int(token),
+                      expire_time_ms=now + ttl_ms) for d, token in zip(drafts, tokens, strict=True)]
+
     async def acquire(self, *, job_id: str, worker_id: str, role: Role, slots: Sequence[str],
                       device_ids: Sequence[str], ttl_ms: int) -> Lease:
         """Take every slot in `slots` on `worker_id` or none (LeaseUnavailable)."""
-        if not slots:
-            raise ValueError("a lease needs at least one slot")
-        lease_id = f"lease-{uuid.uuid4().hex}"
-        now = self.clock.now_ms()
-        keys = [self.keys.fencing_counter(), self.keys.lease(lease_id), self.keys.job_leases(job_id),
-                self.keys.worker_leases(worker_id), self.keys.lease_expiry(),
-                self.keys.worker(worker_id), *self._slot_keys(worker_id, slots)]
-        args = [now, ttl_ms, lease_id, job_id, worker_id, role, json.dumps(list(slots)),
-                json.dumps(list(device_ids))]
-        status, detail = await self.scripts.lease_acquire(keys=keys, args=args)
-        if status != b"ok":
-            raise LeaseUnavailable(f"{status.decode()} {detail.decode()}".strip())
-        return Lease(lease_id=lease_id, job_id=job_id, worker_id=worker_id, role=role,
-                     slots=tuple(slots), device_ids=tuple(device_ids),
-                     fencing_token=int(detail), expire_time_ms=now + ttl_ms)
+        draft = LeaseDraft(worker_id=worker_id, role=role, slots=tuple(slots), device_ids=tuple(device_ids))
+        return (await self.acquire_all(job_id=job_id, drafts=[draft], ttl_ms=ttl_ms))[0]
 
     async def get(self, lease_id: str) -> Lease | None:
         raw = await self.client.hgetall(self.keys.lease(lease_id))

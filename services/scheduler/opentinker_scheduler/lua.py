@@ -13,52 +13,181 @@ from dataclasses import dataclass
 import redis.asyncio
 from redis.commands.core import AsyncScript
 
-# (100 - priority) * 2^40 + submission order: ZRANGE gives priority first, then FIFO.
+# Aged priority: a job counts as submitted `priority * aging_ms` earlier than it was, so higher
+# priorities go first, FIFO within a priority, and a job that waited `aging_ms` longer than
+# another has caught up one priority point on it (nothing starves). The low 10 bits hold the
+# submission order (FIFO among jobs submitted within the same millisecond).
 _QUEUE_SCORE = """
-local function queue_score(priority, order)
-  return (100 - tonumber(priority)) * 1099511627776 + tonumber(order)
+local function queue_score(priority, create_time, order, aging_ms)
+  local aged = tonumber(create_time) - tonumber(priority) * tonumber(aging_ms)
+  return aged * 1024 + (tonumber(order) % 1024)
+end
+"""
+
+# Per-tenant usage, kept in one hash by the scripts that change job states:
+# `<tenant>:queued`, `<tenant>:jobs` (RUNNING or ALLOCATING), `<tenant>:devices` (theirs).
+_USAGE = """
+local function is_active(state) return state == 'RUNNING' or state == 'ALLOCATING' end
+local function count_transition(usage_key, tenant, devices, from, to)
+  if from == 'QUEUED' and to ~= 'QUEUED' then redis.call('HINCRBY', usage_key, tenant .. ':queued', -1) end
+  if to == 'QUEUED' and from ~= 'QUEUED' then redis.call('HINCRBY', usage_key, tenant .. ':queued', 1) end
+  if is_active(from) and not is_active(to) then
+    redis.call('HINCRBY', usage_key, tenant .. ':jobs', -1)
+    redis.call('HINCRBY', usage_key, tenant .. ':devices', -tonumber(devices))
+    return true
+  end
+  if is_active(to) and not is_active(from) then
+    redis.call('HINCRBY', usage_key, tenant .. ':jobs', 1)
+    redis.call('HINCRBY', usage_key, tenant .. ':devices', tonumber(devices))
+  end
+  return false
+end
+"""
+
+# Leases of one job, all or none. `leases` is a list of {lease_id, worker_id, role, slot_count,
+# slots_json, device_ids_json}; from KEYS[base] on, each lease has its record, its worker, the
+# worker's lease set and then its slot keys.
+_LEASES = """
+local function check_leases(leases, base, now)
+  local k = base
+  for _, l in ipairs(leases) do
+    local worker = redis.call('HMGET', KEYS[k + 1], 'expire_at', 'draining')
+    if not worker[1] or tonumber(worker[1]) <= now or worker[2] == '1' then
+      return 'worker_unavailable', l.worker_id
+    end
+    for s = 1, l.slot_count do
+      local held_until = redis.call('HGET', KEYS[k + 2 + s], 'expire_at')
+      if held_until and tonumber(held_until) > now then return 'busy', KEYS[k + 2 + s] end
+    end
+    k = k + 3 + l.slot_count
+  end
+  return 'ok', ''
+end
+
+local function take_leases(leases, base, now, ttl, job_id, fencing_key, job_leases_key, expiry_key)
+  local tokens, k, expire = {}, base, now + ttl
+  for i, l in ipairs(leases) do
+    local token = redis.call('INCR', fencing_key)
+    tokens[i] = token
+    for s = 1, l.slot_count do
+      redis.call('HSET', KEYS[k + 2 + s], 'lease_id', l.lease_id, 'job_id', job_id, 'expire_at', expire)
+    end
+    redis.call('HSET', KEYS[k], 'lease_id', l.lease_id, 'job_id', job_id, 'worker_id', l.worker_id,
+               'role', l.role, 'slots', l.slots_json, 'device_ids', l.device_ids_json,
+               'fencing_token', token, 'expire_at', expire)
+    redis.call('SADD', job_leases_key, l.lease_id)
+    redis.call('SADD', KEYS[k + 2], l.lease_id)
+    redis.call('ZADD', expiry_key, expire, l.lease_id)
+    k = k + 3 + l.slot_count
+  end
+  return tokens
 end
 """
 
 SUBMIT = _QUEUE_SCORE + """
--- KEYS: idem, job, events, tenant index, global index, queue, job counter
--- ARGV: spec_hash, job_id, now, idem_ttl_s, priority, event_json, job field pairs...
+-- KEYS: idem, job, events, tenant index, global index, queue, job counter, tenant, usage
+-- ARGV: spec_hash, job_id, now, idem_ttl_s, priority, event_json, aging_ms, tenant_id,
+--       wake channel, device_count, job field pairs...
 local found = redis.call('HMGET', KEYS[1], 'job_id', 'spec_hash')
 if found[1] then
   if found[2] == ARGV[1] then return {'existing', found[1]} end
   return {'reused', found[1]}
 end
+local quota = redis.call('HMGET', KEYS[8], 'max_queued_jobs', 'max_devices')
+local max_queued, max_devices = tonumber(quota[1] or '0'), tonumber(quota[2] or '0')
+if max_devices > 0 and tonumber(ARGV[10]) > max_devices then return {'too_big', tostring(max_devices)} end
+local queued = tonumber(redis.call('HGET', KEYS[9], ARGV[8] .. ':queued') or '0')
+if max_queued > 0 and queued >= max_queued then return {'quota', tostring(max_queued)} end
 local order = redis.call('INCR', KEYS[7])
-redis.call('HSET', KEYS[2], 'order', order, 'last_event_sequence', 1, unpack(ARGV, 7))
+redis.call('HSET', KEYS[2], 'order', order, 'last_event_sequence', 1, unpack(ARGV, 11))
 redis.call('XADD', KEYS[3], '1-0', 'time', ARGV[3], 'data', ARGV[6])
 redis.call('ZADD', KEYS[4], order, ARGV[2])
 redis.call('ZADD', KEYS[5], order, ARGV[2])
-redis.call('ZADD', KEYS[6], queue_score(ARGV[5], order), ARGV[2])
+redis.call('ZADD', KEYS[6], queue_score(ARGV[5], ARGV[3], order, ARGV[7]), ARGV[2])
+redis.call('HINCRBY', KEYS[9], ARGV[8] .. ':queued', 1)
 redis.call('HSET', KEYS[1], 'job_id', ARGV[2], 'spec_hash', ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
+redis.call('PUBLISH', ARGV[9], 'submitted')
 return {'created', ARGV[2]}
 """
 
-TRANSITION = _QUEUE_SCORE + """
--- KEYS: job, events, queue
--- ARGV: now, expected state, new state, event_json, refuse_if_cancel_requested, field pairs...
+TRANSITION = _QUEUE_SCORE + _USAGE + """
+-- KEYS: job, events, queue, usage
+-- ARGV: now, expected state, new state, event_json, refuse_if_cancel_requested, aging_ms,
+--       wake channel, field pairs...
 local cur = redis.call('HGET', KEYS[1], 'state')
 if not cur then return {0, ''} end
 if cur ~= ARGV[2] then return {0, cur} end
 if ARGV[5] == '1' and redis.call('HGET', KEYS[1], 'cancel_requested') == '1' then
   return {0, 'cancel_requested'}
 end
-redis.call('HSET', KEYS[1], 'state', ARGV[3], 'update_time', ARGV[1], unpack(ARGV, 6))
+redis.call('HSET', KEYS[1], 'state', ARGV[3], 'update_time', ARGV[1], unpack(ARGV, 8))
 local seq = redis.call('HINCRBY', KEYS[1], 'last_event_sequence', 1)
 redis.call('XADD', KEYS[2], seq .. '-0', 'time', ARGV[1], 'data', ARGV[4])
-local job = redis.call('HMGET', KEYS[1], 'job_id', 'priority', 'order')
-if ARGV[3] == 'QUEUED' or ARGV[3] == 'ALLOCATING' then
-  -- an ALLOCATING job stays in the queue so an interrupted allocation is found and retried
-  redis.call('ZADD', KEYS[3], queue_score(job[2], job[3]), job[1])
+local job = redis.call('HMGET', KEYS[1], 'job_id', 'priority', 'order', 'create_time', 'tenant_id',
+                       'device_count')
+if ARGV[3] == 'QUEUED' then
+  redis.call('ZADD', KEYS[3], queue_score(job[2], job[4], job[3], ARGV[6]), job[1])
 else
   redis.call('ZREM', KEYS[3], job[1])
 end
+local freed = count_transition(KEYS[4], job[5], job[6] or '0', cur, ARGV[3])
+if freed or ARGV[3] == 'QUEUED' then redis.call('PUBLISH', ARGV[7], 'freed') end
 return {1, seq}
+"""
+
+START = _USAGE + _LEASES + """
+-- QUEUED -> ALLOCATING -> RUNNING with every lease of the job, in one step, or nothing.
+-- KEYS: job, events, queue, fencing, lease expiry, job leases, tenant, usage, lease keys...
+-- ARGV: now, ttl, leases_json, allocating_event_json, running_event_json, tenant_id,
+--       assignment prefixes (one per lease: its JSON up to the fencing token)...
+local now = tonumber(ARGV[1])
+local job = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'job_id', 'device_count')
+if job[1] ~= 'QUEUED' then return {'state', job[1] or ''} end
+local tenant, devices = ARGV[6], tonumber(job[4] or '0')
+local quota = redis.call('HMGET', KEYS[7], 'max_concurrent_jobs', 'max_devices')
+local used = redis.call('HMGET', KEYS[8], tenant .. ':jobs', tenant .. ':devices')
+local max_jobs, max_devices = tonumber(quota[1] or '0'), tonumber(quota[2] or '0')
+if max_jobs > 0 and tonumber(used[1] or '0') >= max_jobs then return {'quota_jobs', used[1]} end
+if max_devices > 0 and tonumber(used[2] or '0') + devices > max_devices then
+  return {'quota_devices', used[2] or '0'}
+end
+local leases = cjson.decode(ARGV[3])
+local status, detail = check_leases(leases, 9, now)
+if status ~= 'ok' then return {status, detail} end
+local tokens = take_leases(leases, 9, now, tonumber(ARGV[2]), job[3], KEYS[4], KEYS[6], KEYS[5])
+local parts = {}
+for i = 1, #leases do parts[i] = ARGV[6 + i] .. tokens[i] .. '}' end
+redis.call('HSET', KEYS[1], 'state', 'RUNNING', 'update_time', now, 'start_time', now,
+           'attempt', tonumber(job[2] or '0') + 1, 'status_message', '',
+           'assignments', '[' .. table.concat(parts, ',') .. ']')
+local seq = redis.call('HINCRBY', KEYS[1], 'last_event_sequence', 1)
+redis.call('XADD', KEYS[2], seq .. '-0', 'time', now, 'data', ARGV[4])
+seq = redis.call('HINCRBY', KEYS[1], 'last_event_sequence', 1)
+redis.call('XADD', KEYS[2], seq .. '-0', 'time', now, 'data', ARGV[5])
+redis.call('ZREM', KEYS[3], job[3])
+count_transition(KEYS[8], tenant, devices, 'QUEUED', 'RUNNING')
+return {'ok', tostring(seq)}
+"""
+
+NOTE_WAITING = """
+-- KEYS: jobs...   ARGV: status messages... (one per job; jobs no longer QUEUED are left alone)
+for i = 1, #KEYS do
+  if redis.call('HGET', KEYS[i], 'state') == 'QUEUED' then
+    redis.call('HSET', KEYS[i], 'status_message', ARGV[i])
+  end
+end
+return #KEYS
+"""
+
+HOLD_LOCK = """
+-- KEYS: lock   ARGV: owner, ttl_ms. 1 when `owner` holds the lock now (taken or renewed).
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
 """
 
 REQUEST_CANCEL = """
@@ -102,30 +231,15 @@ if ARGV[3] == '1' then redis.call('SET', KEYS[3], seq, 'EX', ARGV[2]) end
 return {'ok', tostring(seq)}
 """
 
-LEASE_ACQUIRE = """
--- KEYS: fencing counter, lease record, job leases, worker leases, expiry, worker, slot keys...
--- ARGV: now, ttl, lease_id, job_id, worker_id, role, slots_json, device_ids_json
+LEASE_ACQUIRE = _LEASES + """
+-- The leases of one job, all or none, without touching the job (see START).
+-- KEYS: fencing counter, job leases, expiry, lease keys...   ARGV: now, ttl, job_id, leases_json
 local now = tonumber(ARGV[1])
-local worker = redis.call('HMGET', KEYS[6], 'expire_at', 'draining')
-if not worker[1] or tonumber(worker[1]) <= now or worker[2] == '1' then
-  return {'worker_unavailable', ''}
-end
-for i = 7, #KEYS do
-  local held_until = redis.call('HGET', KEYS[i], 'expire_at')
-  if held_until and tonumber(held_until) > now then return {'busy', KEYS[i]} end
-end
-local token = redis.call('INCR', KEYS[1])
-local expire = now + tonumber(ARGV[2])
-for i = 7, #KEYS do
-  redis.call('HSET', KEYS[i], 'lease_id', ARGV[3], 'job_id', ARGV[4], 'expire_at', expire)
-end
-redis.call('HSET', KEYS[2], 'lease_id', ARGV[3], 'job_id', ARGV[4], 'worker_id', ARGV[5],
-           'role', ARGV[6], 'slots', ARGV[7], 'device_ids', ARGV[8], 'fencing_token', token,
-           'expire_at', expire)
-redis.call('SADD', KEYS[3], ARGV[3])
-redis.call('SADD', KEYS[4], ARGV[3])
-redis.call('ZADD', KEYS[5], expire, ARGV[3])
-return {'ok', tostring(token)}
+local leases = cjson.decode(ARGV[4])
+local status, detail = check_leases(leases, 4, now)
+if status ~= 'ok' then return {status, detail} end
+local tokens = take_leases(leases, 4, now, tonumber(ARGV[2]), ARGV[3], KEYS[1], KEYS[2], KEYS[3])
+return {'ok', cjson.encode(tokens)}
 """
 
 LEASE_RENEW = """
@@ -176,6 +290,9 @@ class Scripts:
 
     submit: AsyncScript
     transition: AsyncScript
+    start: AsyncScript
+    hold_lock: AsyncScript
+    note_waiting: AsyncScript
     request_cancel: AsyncScript
     append_events: AsyncScript
     lease_acquire: AsyncScript
@@ -185,7 +302,9 @@ class Scripts:
 
     @classmethod
     def register(cls, client: redis.asyncio.Redis) -> Scripts:
-        sources = {"submit": SUBMIT, "transition": TRANSITION, "request_cancel": REQUEST_CANCEL,
+        sources = {"submit": SUBMIT, "transition": TRANSITION, "start": START, "hold_lock": HOLD_LOCK,
+                   "note_waiting": NOTE_WAITING,
+                   "request_cancel": REQUEST_CANCEL,
                    "append_events": APPEND_EVENTS, "lease_acquire": LEASE_ACQUIRE,
                    "lease_renew": LEASE_RENEW, "lease_release": LEASE_RELEASE,
                    "worker_touch": WORKER_TOUCH}

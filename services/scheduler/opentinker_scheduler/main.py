@@ -7,6 +7,8 @@ The allocator loop runs as a start hook beside the health tracker.
 
 from functools import partial
 
+import redis.asyncio
+
 from opentinker.core.entrypoint import run_service
 from opentinker.core.redis_store import connect
 from opentinker.core.server import HealthReporter, ServerPlan
@@ -26,13 +28,13 @@ async def build_plan(settings: SchedulerSettings) -> ServerPlan:
     scheduler = build_scheduler(client, blocking_client, config=settings.domain_config())
     watch_redis = partial(track_redis_health, client, check_seconds=settings.redis_check_seconds)
     return ServerPlan(services=[scheduler_service_binding(scheduler)], serving_at_start=False,
-                      start_hooks=[watch_redis, partial(run_allocator, scheduler.allocator)],
+                      start_hooks=[watch_redis, partial(run_allocator, scheduler.allocator, blocking_client)],
                       close_hooks=[client.aclose, blocking_client.aclose])
 
 
-async def run_allocator(allocator: Allocator, health: HealthReporter) -> None:
-    """A start hook: the allocator loop until shutdown cancels it."""
-    await allocator.run_forever()
+async def run_allocator(allocator: Allocator, subscriber: redis.asyncio.Redis, health: HealthReporter) -> None:
+    """A start hook: the allocator loop (woken through `subscriber`) until shutdown cancels it."""
+    await allocator.run_forever(subscriber)
 
 
 def main() -> int:

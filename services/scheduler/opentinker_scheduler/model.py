@@ -225,6 +225,46 @@ class Worker:
     version: str = ""
 
 
+@dataclass(frozen=True, kw_only=True)
+class Quota:
+    """Limits of one tenant; 0 means unlimited."""
+
+    max_devices: int = 0
+    max_concurrent_jobs: int = 0
+    max_queued_jobs: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Usage:
+    """What a tenant uses now: devices and jobs RUNNING, jobs QUEUED."""
+
+    devices: int = 0
+    running_jobs: int = 0
+    queued_jobs: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tenant:
+    tenant_id: str
+    display_name: str = ""
+    quota: Quota = field(default_factory=Quota)
+    create_time_ms: int = 0
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueuedJob:
+    """The facts of a queued job the allocator needs (read without its spec)."""
+
+    job_id: str
+    tenant_id: str
+    state: JobState
+    resources: tuple[ResourceRequest, ...]
+    device_count: int
+    create_time_ms: int
+    status_message: str = ""
+
+
 T = TypeVar("T")
 
 

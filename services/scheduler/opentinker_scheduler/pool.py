@@ -73,8 +73,8 @@ class WorkerPool:
         if drain:
             await self.registry.set_draining(worker_id)
             return await self.registry.get(worker_id) or worker
+        await self.registry.remove(worker_id)  # first: its re-queued jobs must not land on it again
         await self._drop_leases(worker_id, reason="the worker deregistered")
-        await self.registry.remove(worker_id)
         return dataclasses.replace(worker, state=WorkerState.DEAD, leases=())
 
     async def _drop_leases(self, worker_id: str, *, reason: str) -> None:

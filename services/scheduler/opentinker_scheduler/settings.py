@@ -33,6 +33,12 @@ class SchedulerSettings(ServiceSettings):
         8, "Jobs one Coordinator worker (a worker without devices) serves at once.", min=1, max=1024)
     dead_worker_retention_seconds: float = setting(
         300.0, "How long ListWorkers still shows a DEAD worker before it is forgotten.", min=0)
+    queue_aging_seconds: float = setting(
+        60.0, "Queue aging: a job that has waited this much longer than another counts one priority "
+        "point higher, so low-priority jobs are never starved by a stream of higher ones.", positive=True)
+    starvation_seconds: float = setting(
+        300.0, "A queued job that has waited this long without fitting stops backfilling: smaller "
+        "jobs behind it wait until it starts.", positive=True)
     request_id_ttl_seconds: int = setting(
         86400, "How long a request_id is remembered for idempotent retries.", min=60)
 
@@ -52,7 +58,8 @@ class SchedulerSettings(ServiceSettings):
             dead_worker_retention_ms=_ms(self.dead_worker_retention_seconds),
             coordinator_capacity=self.coordinator_capacity,
             request_id_ttl_s=self.request_id_ttl_seconds,
-            allocator_interval_ms=_ms(self.allocator_interval_seconds))
+            allocator_interval_ms=_ms(self.allocator_interval_seconds),
+            queue_aging_ms=_ms(self.queue_aging_seconds), starvation_ms=_ms(self.starvation_seconds))
 
 
 def _ms(seconds: float) -> int:

@@ -115,6 +115,8 @@ class Keys:
       P leases:expiry                         sorted set: lease ids by expiry time (ms)
       P fencing                               counter: monotonically increasing fencing tokens
       P allocator:lock                        string: the one scheduler allowed to allocate
+      P allocator:wake                        pub/sub channel: "a job was queued or devices freed"
+      P tenant-usage                          hash: `<tenant>:queued|jobs|devices` counters
     """
 
     prefix: str = "ot:"
@@ -185,3 +187,9 @@ class Keys:
 
     def allocator_lock(self) -> str:
         return f"{self.prefix}allocator:lock"
+
+    def allocator_wake(self) -> str:
+        return f"{self.prefix}allocator:wake"
+
+    def tenant_usage(self) -> str:
+        return f"{self.prefix}tenant-usage"
