@@ -27,6 +27,8 @@ from opentinker.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
 from opentinker.cli import state
 from opentinker.cli.health_probe import SERVING, check_health
+from opentinker.client.channels import keyed_channel
+from opentinker.client.credentials import admin_key_path
 
 # service -> (full service name, a call to make on a channel)
 CALLS = {
@@ -58,7 +60,7 @@ def call_outcome(call, channel: grpc.Channel) -> str:
     return "OK"
 
 
-def check_service(name: str, address: str) -> list[str]:
+def check_service(name: str, address: str, api_key: str) -> list[str]:
     full_name, call = CALLS[name]
     problems = []
     health = check_health(address)
@@ -67,6 +69,10 @@ def check_service(name: str, address: str) -> list[str]:
     with grpc.insecure_channel(address) as channel:
         if full_name not in reflected_services(channel):
             problems.append(f"{name}: reflection does not list {full_name}")
+        if call_outcome(call, channel) != "UNAUTHENTICATED: missing API key: send the metadata " \
+                "'authorization: Bearer <api key>'":
+            problems.append(f"{name}: a call without an API key was not refused as UNAUTHENTICATED")
+    with keyed_channel(address, api_key) as channel:
         outcome = call_outcome(call, channel)
     print(f"{name:<12} {address:<22} health={health:<8} reflection=ok  call -> {outcome}")
     if outcome.startswith(("UNAVAILABLE", "DEADLINE_EXCEEDED", "INTERNAL", "UNKNOWN")):
@@ -82,8 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     if record is None:
         print(f"no stack recorded in {args.state_dir}; run: opentinker up", file=sys.stderr)
         return 1
+    api_key = admin_key_path(args.state_dir).read_text().strip()
     problems = [p for proc in record.processes if proc.name in CALLS
-                for p in check_service(proc.name, proc.address)]
+                for p in check_service(proc.name, proc.address, api_key)]
     for problem in problems:
         print(f"FAIL {problem}", file=sys.stderr)
     return 1 if problems else 0

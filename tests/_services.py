@@ -63,7 +63,8 @@ class ServiceProcess:
     """A service subprocess whose stderr (its log) goes to a file."""
 
     def __init__(self, case: ServiceCase, *, port: int, log_path: Path, **settings: str) -> None:
-        env = {f"{case.env_prefix}PORT": str(port), **settings}
+        """Auth is off (OPENTINKER_AUTH=disabled) unless `settings` say otherwise."""
+        env = {"OPENTINKER_AUTH": "disabled", f"{case.env_prefix}PORT": str(port), **settings}
         self.case = case
         self.address = f"127.0.0.1:{port}"
         self.log_path = log_path

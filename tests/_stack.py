@@ -50,6 +50,11 @@ class LocalStack:
             raise RuntimeError(f"opentinker up failed ({result.returncode}):\n{result.stderr}\n{self.logs()}")
         self.status = json.loads(result.stdout)
 
+    @property
+    def api_key(self) -> str:
+        """The stack's admin key (`opentinker up` writes it to <state-dir>/admin.key)."""
+        return (self.state_dir / "admin.key").read_text().strip()
+
     def address(self, name: str) -> str:
         return f"127.0.0.1:{self.ports[name]}"
 

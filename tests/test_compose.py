@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from opentinker.cli.topology import SERVICES, service_env
+from opentinker.core.auth import new_api_key
 from tests._stack import free_ports
 
 pytestmark = pytest.mark.timeout(180)
@@ -25,11 +26,14 @@ REPO = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = REPO / "docker-compose.yml"
 NAMES = tuple(s.name for s in SERVICES)
 REDIS_CONTAINER_PORT = 6379
+KEY_FROM_DOT_ENV = new_api_key()
+"""What `.env` would hold: compose interpolates ${OPENTINKER_API_KEY:?...} with it."""
 
 
 @pytest.fixture(scope="module")
 def compose() -> dict:
-    return yaml.safe_load(COMPOSE_FILE.read_text())
+    text = re.sub(r"\$\{OPENTINKER_API_KEY:\?[^}]*\}", KEY_FROM_DOT_ENV, COMPOSE_FILE.read_text())
+    return yaml.safe_load(text)
 
 
 def env_of(service: dict) -> dict[str, str]:
@@ -63,11 +67,15 @@ def test_docker_compose_config_accepts_the_file():
         if os.environ.get("CI"):
             pytest.fail("docker-compose is not installed; CI must have it")
         pytest.skip("docker-compose is not installed")
-    result = subprocess.run(
-        [exe, "-f", str(COMPOSE_FILE), "config", "-q"],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
-    )
+    def config(**env: str) -> subprocess.CompletedProcess:
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("OPENTINKER_")}
+        return subprocess.run([exe, "-f", str(COMPOSE_FILE), "config", "-q"], cwd=REPO,
+                              capture_output=True, text=True, timeout=60, env={**clean, **env})
+
+    result = config(OPENTINKER_API_KEY=new_api_key())
     assert result.returncode == 0, result.stderr
+    missing = config()
+    assert missing.returncode != 0 and "set OPENTINKER_API_KEY to an admin key" in missing.stderr
 
 
 def test_redis_service_keeps_an_append_only_file(compose):
@@ -95,11 +103,12 @@ def test_service_wiring_matches_the_launcher(compose, name):
     default_ports = {s.name: s.default_port for s in SERVICES}
     launcher_env = service_env(spec, host="0.0.0.0", ports=default_ports,
                                redis_url="redis://redis:6379/0", checkpoint_dir="/data/checkpoints",
-                               advertise_host=name)
+                               api_key=KEY_FROM_DOT_ENV, advertise_host=name)
     assert set(env) == set(launcher_env)
     advertise = f"OPENTINKER_{name.upper()}_ADVERTISE_ADDRESS"
     assert env.get(advertise) == launcher_env.get(advertise)  # workers advertise their compose hostname
     assert env.get("OPENTINKER_CHECKPOINT_DIR") == launcher_env.get("OPENTINKER_CHECKPOINT_DIR")
+    assert env["OPENTINKER_API_KEY"] == KEY_FROM_DOT_ENV  # required: compose refuses to start without it
     for peer in spec.peers:
         peer_port = next(s.default_port for s in SERVICES if s.name == peer)
         assert env[f"OPENTINKER_{name.upper()}_{peer.upper()}_ADDRESS"] == f"{peer}:{peer_port}"

@@ -29,7 +29,7 @@ from opentinker.core.server import (
     start_server,
     stop_server,
 )
-from opentinker.core.settings import ServiceSettings, port_setting
+from opentinker.core.settings import ServiceSettings, port_setting, setting
 from opentinker.core.unimplemented import rpc_method_names, unimplemented_servicer
 
 ENVHOST = "opentinker.envhost.v1.EnvHostService"
@@ -42,6 +42,8 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 class InProcessSettings(ServiceSettings):
     ENV_PREFIX: ClassVar[str] = "OPENTINKER_INPROC_"
     port: int = port_setting(0)
+    auth: str = setting("disabled", "Off: these tests are about serving, not auth (tests/test_auth.py).",
+                        choices=("api_keys", "disabled"), env="OPENTINKER_AUTH")
 
 
 class SlowEnvHost(envhost_grpc.EnvHostServiceServicer):

@@ -53,8 +53,6 @@ def test_reflection_lists_service_health_and_reflection(service: ServiceProcess)
 NOT_YET_LIVE = {
     "Coordinator": {"ResumeRun", "OpenMatch", "JoinMatch", "GetMatch", "AwaitTurn", "SubmitAction",
                     "LeaveMatch", "ArriveAtBarrier"},
-    "Scheduler": {"CreateTenant", "GetTenant", "ListTenants", "UpdateTenantQuota", "CreateApiKey",
-                  "ListApiKeys", "RevokeApiKey"},
 }
 # An empty request is bad input: it must get one of these, never UNKNOWN or INTERNAL.
 CANONICAL_REFUSALS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,

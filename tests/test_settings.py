@@ -9,6 +9,7 @@ from typing import ClassVar
 
 import pytest
 
+from opentinker.core.auth import new_api_key
 from opentinker.core.errors import SettingsError
 from opentinker.core.settings import (
     ServiceSettings,
@@ -45,6 +46,8 @@ class DemoSettings(ServiceSettings):
     workdir: Path = setting(Path("/tmp/demo"), "A path.")
     peer_address: str = address_setting("127.0.0.1:50051", "A peer.")
     redis_url: str = redis_url_setting("The shared Redis.")
+    auth: str = setting("disabled", "Off, so the tests of other fields need no key.",
+                        choices=("api_keys", "disabled"), env="OPENTINKER_AUTH")
 
 
 ALL_SERVICE_SETTINGS = (SchedulerSettings, TrainerSettings, RolloutSettings, EnvHostSettings,
@@ -201,7 +204,7 @@ def test_describe_settings_lists_every_field_with_type_default_and_doc() -> None
 
 @pytest.mark.parametrize(("cls", "port"), list(zip(ALL_SERVICE_SETTINGS, range(50051, 50056))))
 def test_service_settings_defaults_and_prefixes(cls: type[ServiceSettings], port: int) -> None:
-    settings = load_settings(cls, {})
+    settings = load_settings(cls, {"OPENTINKER_AUTH": "disabled"})
     assert settings.port == port
     assert settings.host == "127.0.0.1" and settings.grace_seconds == 5.0
     name = cls.__name__.removesuffix("Settings").upper()
@@ -210,14 +213,38 @@ def test_service_settings_defaults_and_prefixes(cls: type[ServiceSettings], port
 
 
 def test_peer_addresses_match_the_contract() -> None:
-    coordinator = load_settings(CoordinatorSettings, {
+    off = {"OPENTINKER_AUTH": "disabled"}
+    coordinator = load_settings(CoordinatorSettings, {**off,
         "OPENTINKER_COORDINATOR_SCHEDULER_ADDRESS": "s:1", "OPENTINKER_COORDINATOR_TRAINER_ADDRESS": "t:2",
         "OPENTINKER_COORDINATOR_ROLLOUT_ADDRESS": "r:3"})
     assert (coordinator.scheduler_address, coordinator.trainer_address,
             coordinator.rollout_address) == ("s:1", "t:2", "r:3")
-    rollout = load_settings(RolloutSettings, {"OPENTINKER_ROLLOUT_ENVHOST_ADDRESS": "e:4"})
+    rollout = load_settings(RolloutSettings, {**off, "OPENTINKER_ROLLOUT_ENVHOST_ADDRESS": "e:4"})
     assert rollout.envhost_address == "e:4" and rollout.scheduler_address == "127.0.0.1:50051"
-    scheduler = load_settings(SchedulerSettings, {"OPENTINKER_REDIS_URL": "redis://r:6379/1"})
+    scheduler = load_settings(SchedulerSettings, {**off, "OPENTINKER_REDIS_URL": "redis://r:6379/1"})
     assert scheduler.redis_url == "redis://r:6379/1"
     with pytest.raises(SettingsError, match="OPENTINKER_TRAINER_CPU_SLOTS='0' is invalid"):
-        load_settings(TrainerSettings, {"OPENTINKER_TRAINER_CPU_SLOTS": "0"})
+        load_settings(TrainerSettings, {**off, "OPENTINKER_TRAINER_CPU_SLOTS": "0"})
+
+
+@pytest.mark.parametrize("cls", ALL_SERVICE_SETTINGS)
+def test_auth_is_on_by_default_and_needs_the_service_key(cls: type[ServiceSettings]) -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings(cls, {})
+    assert "OPENTINKER_API_KEY is required while OPENTINKER_AUTH=api_keys" in str(caught.value)
+    key = new_api_key()
+    settings = load_settings(cls, {"OPENTINKER_API_KEY": key})
+    assert settings.auth_enabled and settings.api_key == key
+    assert not load_settings(cls, {"OPENTINKER_AUTH": "disabled"}).auth_enabled
+
+
+def test_the_api_key_never_shows_in_repr_logs_or_errors() -> None:
+    key = new_api_key()
+    settings = load(OPENTINKER_API_KEY=key, OPENTINKER_REDIS_URL="redis://:hunter2@10.0.0.5:6379/0")
+    assert key not in repr(settings)
+    loggable = settings.loggable()
+    assert loggable["api_key"] == "***" and key not in str(loggable) and "hunter2" not in str(loggable)
+    wrong = key[:-1] + "!"  # not a key: the error says so without echoing it
+    error = error_of(OPENTINKER_API_KEY=wrong)
+    assert "OPENTINKER_API_KEY='***' is invalid: not an OpenTinker API key" in error
+    assert wrong not in error

@@ -13,6 +13,8 @@ from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
 from opentinker.ml.chat import render_prompt
 from opentinker.ml.tokenizer import build_byte_tokenizer
 
+from opentinker.client.channels import keyed_channel
+
 TOLERANCE = 1e-4
 MODEL = model_pb2.ModelReference(builtin=model_pb2.BuiltinModel(name="tiny-llama", seed=11))
 FULL = model_pb2.Adaptation(full=model_pb2.FullAdaptation())
@@ -24,8 +26,8 @@ def lease(job_id: str) -> resources_pb2.LeaseContext:
 
 @pytest.fixture
 def stubs(stack):
-    with grpc.insecure_channel(stack.address("trainer")) as trainer, \
-            grpc.insecure_channel(stack.address("rollout")) as rollout:
+    with keyed_channel(stack.address("trainer"), stack.api_key) as trainer, \
+            keyed_channel(stack.address("rollout"), stack.api_key) as rollout:
         yield trainer_grpc.TrainerServiceStub(trainer), rollout_grpc.RolloutServiceStub(rollout)
 
 

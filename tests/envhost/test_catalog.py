@@ -13,7 +13,7 @@ from tests.envhost.games import catalog_with_test_games
 
 
 def test_default_catalog_is_the_builtins() -> None:
-    catalog = GameCatalog.from_setting(EnvHostSettings().games)
+    catalog = GameCatalog.from_setting(EnvHostSettings(auth="disabled").games)
     assert list(catalog.specs) == ["math"]
     assert catalog.get("math").source == "builtin"
     with pytest.raises(UnknownEnvironment, match="known: math"):
@@ -22,7 +22,7 @@ def test_default_catalog_is_the_builtins() -> None:
 
 def test_user_games_load_by_import_path_from_the_environment() -> None:
     settings = load_settings(EnvHostSettings, {
-        "OPENTINKER_ENVHOST_GAMES": " echo = tests.envhost.games:Echo , seated=tests.envhost.games:Seated"})
+        "OPENTINKER_AUTH": "disabled", "OPENTINKER_ENVHOST_GAMES": " echo = tests.envhost.games:Echo , seated=tests.envhost.games:Seated"})
     catalog = GameCatalog.from_setting(settings.games)
     assert list(catalog.specs) == ["echo", "math", "seated"]
     echo = catalog.get("echo")
@@ -42,7 +42,7 @@ def test_user_games_load_by_import_path_from_the_environment() -> None:
 ])
 def test_a_bad_games_setting_is_a_settings_error_naming_the_variable(value: str, problem: str) -> None:
     with pytest.raises(SettingsError) as caught:
-        load_settings(EnvHostSettings, {"OPENTINKER_ENVHOST_GAMES": value})
+        load_settings(EnvHostSettings, {"OPENTINKER_AUTH": "disabled", "OPENTINKER_ENVHOST_GAMES": value})
     assert "OPENTINKER_ENVHOST_GAMES=" in str(caught.value) and problem in str(caught.value)
 
 

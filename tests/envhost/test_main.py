@@ -10,7 +10,7 @@ from opentinker_envhost.settings import EnvHostSettings
 
 
 def test_settings_reach_the_manager() -> None:
-    settings = EnvHostSettings(max_sessions=3, call_timeout_seconds=2.5, session_ttl_seconds=9,
+    settings = EnvHostSettings(auth="disabled", max_sessions=3, call_timeout_seconds=2.5, session_ttl_seconds=9,
                                max_observation_chars=50, games="echo=tests.envhost.games:Echo")
     manager = session_manager(settings)
     assert (manager.limits.max_sessions, manager.limits.call_timeout_s) == (3, 2.5)
@@ -19,7 +19,7 @@ def test_settings_reach_the_manager() -> None:
 
 
 def test_plan_hosts_envhost_with_a_reaper_worker_registration_and_close_hooks() -> None:
-    plan = asyncio.run(build_plan(EnvHostSettings(port=0)))
+    plan = asyncio.run(build_plan(EnvHostSettings(port=0, auth="disabled")))
     assert [binding.full_name for binding in plan.services] == ["opentinker.envhost.v1.EnvHostService"]
     # the idle reaper and the scheduler registration start; registration stops before sessions close
     assert len(plan.start_hooks) == 2
@@ -28,7 +28,7 @@ def test_plan_hosts_envhost_with_a_reaper_worker_registration_and_close_hooks() 
 
 def test_the_reaper_closes_idle_sessions_in_the_background() -> None:
     async def scenario() -> None:
-        manager = session_manager(EnvHostSettings(session_ttl_seconds=0.2))
+        manager = session_manager(EnvHostSettings(auth="disabled", session_ttl_seconds=0.2))
         idle = await manager.open("math", {})
         reaper = asyncio.create_task(idle_reaper(manager)(HealthReporter([])))
         await asyncio.sleep(0.5)

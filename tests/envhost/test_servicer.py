@@ -33,7 +33,7 @@ async def envhost(**limits: Any) -> AsyncIterator[Stub]:
     """An EnvHost with the test games on a free port, and a stub connected to it."""
     manager = SessionManager(catalog_with_test_games(), SessionLimits(**limits))
     plan = ServerPlan(services=[envhost_service_binding(manager)], close_hooks=[manager.close_all])
-    started = await start_server(EnvHostSettings(port=0), plan)
+    started = await start_server(EnvHostSettings(port=0, auth="disabled"), plan)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{started.port}") as channel:
             yield pb_grpc.EnvHostServiceStub(channel)

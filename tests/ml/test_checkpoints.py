@@ -29,8 +29,8 @@ def manifest(checkpoint_id: str = "job-1-step-3") -> CheckpointManifest:
 
 
 def test_checkpoint_dir_comes_from_the_shared_variable() -> None:
-    assert load_settings(SomeSettings, {}).checkpoint_dir == Path(".opentinker/checkpoints")
-    settings = load_settings(SomeSettings, {"OPENTINKER_CHECKPOINT_DIR": "/data/ckpt"})
+    assert load_settings(SomeSettings, {"OPENTINKER_AUTH": "disabled"}).checkpoint_dir == Path(".opentinker/checkpoints")
+    settings = load_settings(SomeSettings, {"OPENTINKER_AUTH": "disabled", "OPENTINKER_CHECKPOINT_DIR": "/data/ckpt"})
     assert settings.checkpoint_dir == Path("/data/ckpt")
 
 

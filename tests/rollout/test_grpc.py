@@ -81,8 +81,8 @@ async def with_servers(scenario, tmp_path):
     game = CountingGame()
     env_binding = ServiceBinding(full_name="opentinker.envhost.v1.EnvHostService", servicer=game,
                                  add_to_server=env_grpc.add_EnvHostServiceServicer_to_server)
-    env_server = await start_server(EnvSettings(), ServerPlan(services=[env_binding]))
-    settings = RolloutSettings(port=0, checkpoint_dir=tmp_path, max_batch_size=16,
+    env_server = await start_server(EnvSettings(auth="disabled"), ServerPlan(services=[env_binding]))
+    settings = RolloutSettings(auth="disabled", port=0, checkpoint_dir=tmp_path, max_batch_size=16,
                                envhost_address=f"127.0.0.1:{env_server.port}")
     plan = await build_plan(settings)
     rollout_server = await start_server(settings, plan)

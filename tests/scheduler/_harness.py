@@ -14,6 +14,8 @@ from opentinker.api.common.v1 import algorithm_pb2, environment_pb2, model_pb2, 
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
+from opentinker.core.auth import ApiKeyStore
+from opentinker.core.auth_interceptor import authenticated_channel
 from opentinker.core.redis_store import connect
 from opentinker.core.server import ServerPlan, start_server, stop_server
 from opentinker_scheduler.app import Scheduler, build_scheduler
@@ -50,16 +52,23 @@ class Harness:
 
 @asynccontextmanager
 async def scheduler_server(redis_url: str, *, config: SchedulerConfig = FAST, clock: Clock | None = None,
-                           run_allocator: bool = False, port: int = 0) -> AsyncIterator[Harness]:
+                           run_allocator: bool = False, port: int = 0,
+                           admin_key: str | None = None) -> AsyncIterator[Harness]:
     """Serve the SchedulerService on 127.0.0.1:<port>; the allocator loop only when asked
-    (otherwise tests call `scheduler.allocator.tick()` themselves)."""
+    (otherwise tests call `scheduler.allocator.tick()` themselves). Auth is off unless an
+    `admin_key` is given: then it is installed and the harness stub sends it."""
     client, blocking = connect(redis_url), connect(redis_url, socket_timeout=None)
     scheduler = build_scheduler(client, blocking, config=config, clock=clock)
     hooks = [lambda health: scheduler.allocator.run_forever(blocking)] if run_allocator else []
-    plan = ServerPlan(services=[scheduler_service_binding(scheduler)], start_hooks=hooks)
-    started = await start_server(SchedulerSettings(port=port), plan)
+    plan = ServerPlan(services=[scheduler_service_binding(scheduler)], start_hooks=hooks, admin_only=False)
+    if admin_key:
+        await ApiKeyStore(client=client).ensure(admin_key, description="test admin key")
+        settings = SchedulerSettings(port=port, redis_url=redis_url, api_key=admin_key, auth_cache_seconds=0.2)
+    else:
+        settings = SchedulerSettings(port=port, auth="disabled")
+    started = await start_server(settings, plan)
     address = f"127.0.0.1:{started.port}"
-    channel = grpc.aio.insecure_channel(address)
+    channel = authenticated_channel(address, admin_key or "")
     try:
         yield Harness(scheduler=scheduler, stub=pb_grpc.SchedulerServiceStub(channel), address=address)
     finally:

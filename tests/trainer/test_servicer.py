@@ -62,7 +62,7 @@ class ServerThread:
 @pytest.fixture(scope="module")
 def stub(tmp_path_factory) -> Iterator[pb_grpc.TrainerServiceStub]:
     checkpoints = tmp_path_factory.mktemp("checkpoints")
-    settings = TrainerSettings(port=0, checkpoint_dir=checkpoints, device="cpu")  # CPU: FB takes a while
+    settings = TrainerSettings(auth="disabled", port=0, checkpoint_dir=checkpoints, device="cpu")  # CPU: FB takes a while
     with ServerThread(settings) as address:
         with grpc.insecure_channel(address) as channel:
             yield pb_grpc.TrainerServiceStub(channel)

@@ -15,8 +15,8 @@ from tests.trainer.helpers import CE, rows_close, sft_datums, spec
 
 
 def test_checkpoint_dir_is_read_from_the_shared_variable() -> None:
-    assert load_settings(TrainerSettings, {}).checkpoint_dir == Path(".opentinker/checkpoints")
-    settings = load_settings(TrainerSettings, {"OPENTINKER_CHECKPOINT_DIR": "/srv/ckpt"})
+    assert load_settings(TrainerSettings, {"OPENTINKER_AUTH": "disabled"}).checkpoint_dir == Path(".opentinker/checkpoints")
+    settings = load_settings(TrainerSettings, {"OPENTINKER_AUTH": "disabled", "OPENTINKER_CHECKPOINT_DIR": "/srv/ckpt"})
     assert settings.checkpoint_dir == Path("/srv/ckpt")
 
 

@@ -13,6 +13,7 @@ from opentinker.api.common.v1 import resources_pb2
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.api.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
 from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as scheduler_grpc
+from opentinker.core.auth_interceptor import authenticated_channel
 from opentinker_coordinator import job_plans
 from opentinker_coordinator.inference_driver import InferencePorts, run_inference
 from opentinker_coordinator.remote import RemoteRollout, RemoteTrainer, RemoteWeightSync, SchedulerReporter
@@ -33,6 +34,8 @@ class LaunchConfig:
     """Where INFERENCE jobs without an output_path write their JSONL."""
     checkpoint_dir: Path
     """Shared checkpoint root (tokenizers of checkpoint models for SFT data)."""
+    api_key: str = ""
+    """Sent on every call to the Scheduler, Trainer and Rollout (OPENTINKER_API_KEY)."""
 
 
 def assignment_for(job: job_pb2.Job, role: int) -> job_pb2.Assignment | None:
@@ -56,7 +59,7 @@ class JobLauncher:
         self.config = config
 
     async def __call__(self, run: RunState) -> None:
-        async with grpc.aio.insecure_channel(self.config.scheduler_address) as scheduler:
+        async with authenticated_channel(self.config.scheduler_address, self.config.api_key) as scheduler:
             job = (await scheduler_grpc.SchedulerServiceStub(scheduler).GetJob(
                 scheduler_pb.GetJobRequest(job_id=run.job_id))).job
             own_lease = lease_for(job, resources_pb2.ROLE_COORDINATOR, resources_pb2.LeaseContext(
@@ -110,7 +113,8 @@ class JobLauncher:
                 await _close_quietly(trainer, rollout)
 
     def _channel(self, job: job_pb2.Job, role: int, default: str) -> grpc.aio.Channel:
-        return grpc.aio.insecure_channel(address_for(job, role, default), options=[("grpc.max_receive_message_length", 64 << 20)])
+        return authenticated_channel(address_for(job, role, default), self.config.api_key,
+                                     options=[("grpc.max_receive_message_length", 64 << 20)])
 
 
 async def _close_quietly(*ports) -> None:

@@ -34,7 +34,7 @@ async def build_plan(settings: CoordinatorSettings) -> ServerPlan:
     launcher = JobLauncher(LaunchConfig(
         scheduler_address=settings.scheduler_address, trainer_address=settings.trainer_address,
         rollout_address=settings.rollout_address, output_dir=settings.output_dir,
-        checkpoint_dir=settings.checkpoint_dir))
+        checkpoint_dir=settings.checkpoint_dir, api_key=settings.api_key))
     registry = RunRegistry(launcher)
     worker = registration(settings, registry)
     return ServerPlan(services=[coordinator_service_binding(registry)], start_hooks=[worker.start],

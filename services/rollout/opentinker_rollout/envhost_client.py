@@ -17,6 +17,7 @@ from google.protobuf import json_format, struct_pb2
 
 from opentinker.api.envhost.v1 import envhost_service_pb2 as envhost_pb2
 from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
+from opentinker.core.auth_interceptor import authenticated_channel
 from opentinker.core.errors import TRACEBACK_METADATA_KEY
 from opentinker_rollout.environment import (
     EnvironmentFactory,
@@ -39,14 +40,15 @@ class EnvironmentTarget:
 
 
 class EnvHostChannels:
-    """One insecure aio channel per EnvHost address, closed together."""
+    """One aio channel per EnvHost address (sending `api_key` on every call), closed together."""
 
-    def __init__(self) -> None:
+    def __init__(self, api_key: str = "") -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._api_key = api_key
 
     def stub(self, address: str) -> envhost_grpc.EnvHostServiceStub:
         if address not in self._channels:
-            self._channels[address] = grpc.aio.insecure_channel(address)
+            self._channels[address] = authenticated_channel(address, self._api_key)
         return envhost_grpc.EnvHostServiceStub(self._channels[address])
 
     async def close(self) -> None:

@@ -16,7 +16,7 @@ async def build_plan(settings: RolloutSettings) -> ServerPlan:
     """The RolloutService over a policy registry; EnvHost channels are dialled on first use."""
     registry = PolicyRegistry(checkpoint_root=settings.checkpoint_dir,
                               default_max_batch_size=settings.max_batch_size)
-    channels = EnvHostChannels()
+    channels = EnvHostChannels(settings.api_key)
     servicer = RolloutServicer(registry, channels, default_envhost_address=settings.envhost_address,
                                max_concurrent_episodes=settings.max_concurrent_episodes)
     registration = WorkerRegistration.for_settings(

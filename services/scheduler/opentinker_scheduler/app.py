@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import redis.asyncio
 
+from opentinker.core.auth import ApiKeyStore
 from opentinker.core.redis_store import Keys
 from opentinker_scheduler.allocator import Allocator
 from opentinker_scheduler.clock import Clock, SystemClock
@@ -18,6 +19,7 @@ from opentinker_scheduler.lifecycle import Lifecycle
 from opentinker_scheduler.lua import Scripts
 from opentinker_scheduler.pool import WorkerPool
 from opentinker_scheduler.queue_view import QueueReader
+from opentinker_scheduler.tenant_admin import TenantAdmin
 from opentinker_scheduler.tenants import TenantStore
 from opentinker_scheduler.workers import WorkerRegistry
 
@@ -28,6 +30,7 @@ class Scheduler:
     jobs: JobService
     pool: WorkerPool
     allocator: Allocator
+    tenant_admin: TenantAdmin
 
 
 def build_scheduler(client: redis.asyncio.Redis, blocking_client: redis.asyncio.Redis, *,
@@ -50,4 +53,5 @@ def build_scheduler(client: redis.asyncio.Redis, blocking_client: redis.asyncio.
                          coordinator_capacity=config.coordinator_capacity)
     allocator = Allocator(config=config, store=store, leases=leases, workers=registry,
                           lifecycle=lifecycle, tenants=tenants, reader=reader)
-    return Scheduler(config=config, jobs=jobs, pool=pool, allocator=allocator)
+    admin = TenantAdmin(tenants=tenants, api_keys=ApiKeyStore(client=client, keys=keys))
+    return Scheduler(config=config, jobs=jobs, pool=pool, allocator=allocator, tenant_admin=admin)

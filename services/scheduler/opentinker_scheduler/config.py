@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DEFAULT_TENANT = "default"
-
 
 @dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:
@@ -29,5 +27,4 @@ class SchedulerConfig:
     """Waiting this long in the queue is worth one priority point (nothing starves)."""
     starvation_ms: int = 300_000
     """A queued job that has waited this long without fitting stops backfilling behind it."""
-    tenant_id: str = DEFAULT_TENANT
-    """Every job belongs to this tenant until authentication (issue 4) names the caller's."""
+

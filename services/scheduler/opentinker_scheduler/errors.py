@@ -36,6 +36,13 @@ class FailedPrecondition(SchedulerError):
     reason = "JOB_NOT_CANCELLABLE"
 
 
+class PermissionDenied(SchedulerError):
+    """The caller is authenticated, but its key may not do this (e.g. a tenant key calling an
+    admin-only RPC)."""
+
+    reason = "UNAUTHENTICATED"
+
+
 class QuotaExceeded(SchedulerError):
     """The caller's tenant is at one of its quota limits."""
 

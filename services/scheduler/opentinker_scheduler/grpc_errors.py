@@ -17,13 +17,14 @@ import grpc
 
 from opentinker.core.errors import REASON_METADATA_KEY
 from opentinker.core.redis_store import REDIS_DOWN_ERRORS
-from opentinker_scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, QuotaExceeded, SchedulerError
+from opentinker_scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, QuotaExceeded, SchedulerError
 
 CODES: tuple[tuple[type[SchedulerError], grpc.StatusCode], ...] = (
     (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFound, grpc.StatusCode.NOT_FOUND),
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (QuotaExceeded, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
 )
 REDIS_DOWN_MESSAGE = "the scheduler's state store (Redis) is unavailable; retry later"
 

@@ -15,7 +15,7 @@ from opentinker_scheduler.events import JobEvent, LogLine, Payload
 from opentinker_scheduler.job_store import AppendStatus, Created, JobStore, SubmitRefused
 from opentinker_scheduler.leases import LeaseTable
 from opentinker_scheduler.lifecycle import Lifecycle
-from opentinker_scheduler.model import Job, JobSpecFacts, JobState, JobType, LeaseContext, Page
+from opentinker_scheduler.model import Caller, Job, JobSpecFacts, JobState, JobType, LeaseContext, Page
 from opentinker_scheduler.paging import decode_token, encode_token, page_size
 from opentinker_scheduler.reports import build_report
 from opentinker_scheduler.validation import default_resources, effective_priority, retries_allowed, validate_spec
@@ -42,12 +42,13 @@ class JobService:
     leases: LeaseTable
     lifecycle: Lifecycle
 
-    async def submit(self, facts: JobSpecFacts, spec_blob: bytes, *, request_id: str,
+    async def submit(self, facts: JobSpecFacts, spec_blob: bytes, *, caller: Caller, request_id: str,
                      validate_only: bool = False) -> tuple[Job, bool]:
-        """Validate and queue; (job, created). A reused request_id returns the first job."""
+        """Validate and queue for the caller's tenant; (job, created). A reused request_id
+        returns the first job."""
         check_id("request_id", request_id, required=False)
         validate_spec(facts)
-        job = self._new_job(facts, spec_blob)
+        job = self._new_job(facts, spec_blob, caller.tenant_id)
         if validate_only:
             return dataclasses.replace(job, job_id=""), False
         try:
@@ -58,24 +59,25 @@ class JobService:
         if created is Created.REUSED:
             raise InvalidArgument("request_id", f"was already used for job {job_id} with a "
                                   "different spec; use a new request_id", reason="REQUEST_ID_REUSED")
-        return await self.get(job_id), created is Created.CREATED
+        return await self.get(job_id, caller), created is Created.CREATED
 
-    def _new_job(self, facts: JobSpecFacts, spec_blob: bytes) -> Job:
+    def _new_job(self, facts: JobSpecFacts, spec_blob: bytes, tenant_id: str) -> Job:
         now = self.store.clock.now_ms()
-        return Job(job_id=f"job-{uuid.uuid4().hex}", tenant_id=self.config.tenant_id,
+        return Job(job_id=f"job-{uuid.uuid4().hex}", tenant_id=tenant_id,
                    type=facts.type, priority=effective_priority(facts), spec_blob=spec_blob,
                    resources=facts.resources or default_resources(facts.type),
                    state=JobState.QUEUED, create_time_ms=now, update_time_ms=now,
                    retries_left=retries_allowed(facts))
 
-    async def get(self, job_id: str) -> Job:
+    async def get(self, job_id: str, caller: Caller) -> Job:
+        """The job; NOT_FOUND for another tenant's job (an admin key sees every job)."""
         check_id("job_id", job_id)
         job = await self.store.get(job_id)
-        if job is None or job.tenant_id != self.config.tenant_id:
+        if job is None or not (caller.admin or job.tenant_id == caller.tenant_id):
             raise NotFound(f"job {job_id} not found")
         return job
 
-    async def list(self, *, size: int, token: str, states: Sequence[JobState],
+    async def list(self, caller: Caller, *, size: int, token: str, states: Sequence[JobState],
                    job_type: JobType) -> Page[Job]:
         """Newest first, filtered by state (any of) and type; `token` resumes a previous page."""
         limit = page_size(size)
@@ -83,17 +85,17 @@ class JobService:
         before = int(position) if position and position.isdigit() else None
         if position and before is None:
             raise InvalidArgument("page_token", "is not a next_page_token returned by ListJobs")
-        found = await self._collect(limit + 1, before, set(states), job_type)
+        found = await self._collect(caller.tenant_id, limit + 1, before, set(states), job_type)
         more = len(found) > limit
         page = found[:limit]
         next_token = encode_token("jobs", str(page[-1][1])) if more else ""
         return Page(items=[job for job, _ in page], next_page_token=next_token)
 
-    async def _collect(self, wanted: int, before: int | None, states: set[JobState],
+    async def _collect(self, tenant_id: str, wanted: int, before: int | None, states: set[JobState],
                        job_type: JobType) -> list[tuple[Job, int]]:
         found: list[tuple[Job, int]] = []
         while len(found) < wanted:
-            rows = await self.store.index_page(self.config.tenant_id, before_order=before,
+            rows = await self.store.index_page(tenant_id, before_order=before,
                                                count=max(wanted, 100))
             if not rows:
                 break
@@ -104,18 +106,18 @@ class JobService:
             before = rows[-1][1]
         return found[:wanted]
 
-    async def cancel(self, job_id: str, *, reason: str = "") -> Job:
+    async def cancel(self, job_id: str, caller: Caller, *, reason: str = "") -> Job:
         """QUEUED: CANCELLED now. ALLOCATING/RUNNING: cancel_requested; CANCELLED once every
         assigned worker was told (Heartbeat stop_job_ids) or lost. Idempotent."""
         for _ in range(CAS_RETRIES):
-            job = await self.get(job_id)
+            job = await self.get(job_id, caller)
             if job.state is JobState.CANCELLED or job.cancel_requested:
                 return job
             if job.state.terminal:
                 raise FailedPrecondition(f"job {job_id} already ended {job.state}; only queued, "
                                          "allocating or running jobs can be cancelled")
             if await self._try_cancel(job, reason or "cancelled by the user"):
-                return await self.get(job_id)
+                return await self.get(job_id, caller)
         raise FailedPrecondition(f"job {job_id} kept changing state; retry the cancel",
                                  reason="UNSPECIFIED")
 
@@ -133,20 +135,20 @@ class JobService:
                                      reason=reason)
         return code != 0
 
-    async def watch(self, job_id: str, *, after_sequence: int,
+    async def watch(self, job_id: str, caller: Caller, *, after_sequence: int,
                     follow_after_end: bool) -> AsyncIterator[JobEvent]:
         """Stored events after `after_sequence`, then live ones; ends after the terminal event
         (unless follow_after_end), or at once when the job already ended before it."""
         if after_sequence < 0:
             raise InvalidArgument("after_sequence", f"must be >= 0, got {after_sequence}")
-        job = await self.get(job_id)
+        job = await self.get(job_id, caller)
         last = after_sequence
         async for event in self.events.replay(job_id, last):
             yield event
             last = event.sequence
             if event.is_terminal and not follow_after_end:
                 return
-        job = await self.get(job_id)
+        job = await self.get(job_id, caller)
         if job.state.terminal and not follow_after_end:
             return
         while True:
@@ -157,28 +159,30 @@ class JobService:
                     return
 
     async def report(self, lease: LeaseContext, payloads: Sequence[Payload | None], *,
-                     request_id: str) -> int:
+                     caller: Caller, request_id: str) -> int:
         """Append events for a job the caller holds a current lease on; the last sequence."""
+        caller.require_admin("ReportJobEvents (a worker's call)")
         check_lease_context(lease)
         check_id("request_id", request_id, required=False)
         report = build_report(payloads, lease=lease, request_id=request_id,
                               now_ms=self.store.clock.now_ms())
         status, sequence = await self.store.append(lease.job_id, report)
         if status is AppendStatus.STALE:
-            await self.get(lease.job_id)  # NOT_FOUND beats a stale lease for an unknown job
+            await self.get(lease.job_id, caller)  # NOT_FOUND beats a stale lease for an unknown job
             raise stale_lease(lease)
         if status is AppendStatus.MISSING:
             raise NotFound(f"job {lease.job_id} not found")
         return sequence
 
-    async def finish(self, lease: LeaseContext, final_state: JobState, *, message: str) -> Job:
+    async def finish(self, lease: LeaseContext, final_state: JobState, *, caller: Caller, message: str) -> Job:
         """The Coordinator ends a RUNNING job: SUCCEEDED, or FAILED (CANCELLED when a cancel was
         requested). Retrying with the same final state returns the ended job."""
+        caller.require_admin("FinishJob (the Coordinator's call)")
         check_lease_context(lease)
         if final_state not in FINAL_STATES:
             raise InvalidArgument("final_state", f"must be STATE_SUCCEEDED or STATE_FAILED, got {final_state}")
         for _ in range(CAS_RETRIES):
-            job = await self.get(lease.job_id)
+            job = await self.get(lease.job_id, caller)
             if job.state.terminal:
                 return self._already_ended(job, final_state)
             if not await self.leases.is_current(lease):
@@ -187,7 +191,7 @@ class JobService:
             result = await self.lifecycle.end(job.job_id, expected=job.state, to=to,
                                               reason=message or f"finished: {to.lower()}")
             if result.ok:
-                return await self.get(job.job_id)
+                return await self.get(job.job_id, caller)
         raise FailedPrecondition(f"job {lease.job_id} kept changing state; retry", reason="UNSPECIFIED")
 
     @staticmethod

@@ -8,9 +8,11 @@ The allocator loop runs as a start hook beside the health tracker.
 from functools import partial
 
 import redis.asyncio
+import structlog
 
 from opentinker.core.entrypoint import run_service
-from opentinker.core.redis_store import connect
+from opentinker.core.auth import ApiKeyStore
+from opentinker.core.redis_store import connect, ping_until_ready
 from opentinker.core.server import HealthReporter, ServerPlan
 from opentinker_scheduler.allocator import Allocator
 from opentinker_scheduler.app import build_scheduler
@@ -19,6 +21,7 @@ from opentinker_scheduler.servicer import scheduler_service_binding
 from opentinker_scheduler.settings import SchedulerSettings
 
 SERVICE_NAME = "scheduler"
+log = structlog.get_logger(__name__)
 
 
 async def build_plan(settings: SchedulerSettings) -> ServerPlan:
@@ -27,9 +30,20 @@ async def build_plan(settings: SchedulerSettings) -> ServerPlan:
     blocking_client = connect(settings.redis_url, socket_timeout=None)  # WatchJob's XREAD BLOCK
     scheduler = build_scheduler(client, blocking_client, config=settings.domain_config())
     watch_redis = partial(track_redis_health, client, check_seconds=settings.redis_check_seconds)
+    hooks = [watch_redis, partial(run_allocator, scheduler.allocator, blocking_client)]
+    if settings.auth_enabled:
+        hooks.append(partial(install_service_key, client, settings.api_key))
     return ServerPlan(services=[scheduler_service_binding(scheduler)], serving_at_start=False,
-                      start_hooks=[watch_redis, partial(run_allocator, scheduler.allocator, blocking_client)],
-                      close_hooks=[client.aclose, blocking_client.aclose])
+                      start_hooks=hooks, close_hooks=[client.aclose, blocking_client.aclose],
+                      admin_only=False)
+
+
+async def install_service_key(client: redis.asyncio.Redis, api_key: str, health: HealthReporter) -> None:
+    """A start hook: once Redis answers, store OPENTINKER_API_KEY (hashed) as an admin key, so
+    every OpenTinker process holding it can call every other one."""
+    await ping_until_ready(client)
+    record = await ApiKeyStore(client=client).ensure(api_key, description="service key (OPENTINKER_API_KEY)")
+    log.info("service_key_installed", key_id=record.key_id, tenant_id=record.tenant_id)
 
 
 async def run_allocator(allocator: Allocator, subscriber: redis.asyncio.Redis, health: HealthReporter) -> None:

@@ -226,6 +226,22 @@ class Worker:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Caller:
+    """Who makes a request: a tenant, and whether with an admin key. Admin keys run OpenTinker's
+    own services (workers, the Coordinator) and manage tenants; tenant keys see their own jobs."""
+
+    tenant_id: str
+    admin: bool = False
+
+    def require_admin(self, what: str) -> None:
+        from opentinker_scheduler.errors import PermissionDenied
+
+        if not self.admin:
+            raise PermissionDenied(f"{what} needs an admin key; this key belongs to tenant "
+                                   f"{self.tenant_id} without admin rights")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Quota:
     """Limits of one tenant; 0 means unlimited."""
 

@@ -11,7 +11,7 @@ from opentinker_scheduler.job_store import JobStore
 from opentinker_scheduler.jobs import check_id
 from opentinker_scheduler.leases import LeaseTable
 from opentinker_scheduler.lifecycle import Lifecycle
-from opentinker_scheduler.model import Assignment, JobState, Lease, Page, Role, Worker, WorkerRegistration, WorkerState
+from opentinker_scheduler.model import Assignment, Caller, JobState, Lease, Page, Role, Worker, WorkerRegistration, WorkerState
 from opentinker_scheduler.paging import decode_token, encode_token, page_size
 from opentinker_scheduler.workers import WorkerRegistry
 
@@ -30,16 +30,18 @@ class WorkerPool:
     leases: LeaseTable
     lifecycle: Lifecycle
 
-    async def register(self, registration: WorkerRegistration) -> Worker:
+    async def register(self, registration: WorkerRegistration, caller: Caller) -> Worker:
         """Join (or re-join after a restart: the old registration's leases are lost)."""
+        caller.require_admin("RegisterWorker")
         check_registration(registration)
         await self._drop_leases(registration.worker_id, reason="the worker registered again (restarted)")
         return await self.registry.put(registration, ttl_ms=self.config.worker_ttl_ms)
 
-    async def heartbeat(self, worker_id: str) -> HeartbeatResult:
+    async def heartbeat(self, worker_id: str, caller: Caller) -> HeartbeatResult:
         """Renew the worker and its leases; its assignments and the jobs it must stop.
 
         NOT_FOUND when the worker is unknown or was declared dead: it must register again."""
+        caller.require_admin("Heartbeat")
         check_id("worker_id", worker_id)
         if not await self.registry.touch(worker_id, ttl_ms=self.config.worker_ttl_ms):
             raise NotFound(f"worker {worker_id} is not registered or missed heartbeats past its "
@@ -64,8 +66,9 @@ class WorkerPool:
         if job.state is JobState.RUNNING:
             result.assignments.extend(a for a in job.assignments if a.lease.lease_id == lease.lease_id)
 
-    async def deregister(self, worker_id: str, *, drain: bool) -> Worker:
-        """drain: DRAINING (no new jobs, current ones continue); else leave now, ending its jobs."""
+    async def deregister(self, worker_id: str, caller: Caller, *, drain: bool) -> Worker:
+        """drain: DRAINING (no new jobs, current ones continue); else leave now, re-queueing its jobs."""
+        caller.require_admin("DeregisterWorker")
         check_id("worker_id", worker_id)
         worker = await self.registry.get(worker_id)
         if worker is None:
@@ -83,8 +86,9 @@ class WorkerPool:
             if released is not None:
                 await self.lifecycle.lease_lost(released, reason=reason)
 
-    async def list(self, *, size: int, token: str, role: Role) -> Page[Worker]:
+    async def list(self, caller: Caller, *, size: int, token: str, role: Role) -> Page[Worker]:
         """Workers by id, optionally of one role, with their leases."""
+        caller.require_admin("ListWorkers")
         limit = page_size(size)
         after = decode_token("workers", token) or ""
         workers = [w for w in await self.registry.all()

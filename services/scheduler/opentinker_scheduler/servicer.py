@@ -1,6 +1,7 @@
 """The SchedulerService servicer: converts protobuf <-> domain objects and calls the domain.
 
-Tenant and API-key RPCs answer UNIMPLEMENTED until issue 4. Errors are mapped in grpc_errors.
+Every call acts for `current_principal()` (the API key the AuthInterceptor verified; with auth
+disabled, an admin of the `default` tenant). Errors are mapped in grpc_errors.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import grpc
 
 from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
+from opentinker.core.auth_interceptor import current_principal
 from opentinker.core.server import ServiceBinding
 from opentinker.core.unimplemented import unimplemented_servicer
 from opentinker_scheduler import grpc_errors
@@ -25,6 +27,7 @@ from opentinker_scheduler.convert_jobs import (
     spec_blob,
     state_from_proto,
 )
+from opentinker_scheduler.convert_tenants import api_key_to_proto, caller_from_principal, quota_from_proto, tenant_to_proto
 from opentinker_scheduler.convert_workers import (
     assignment_to_proto,
     lease_context_from_proto,
@@ -38,40 +41,45 @@ Context = grpc.aio.ServicerContext
 _Base = type(unimplemented_servicer(pb_grpc.SchedulerServiceServicer, SERVICE_FULL_NAME))
 
 
+def caller():  # noqa: ANN201
+    return caller_from_principal(current_principal())
+
+
 class SchedulerServicer(_Base):  # type: ignore[misc, valid-type]
     def __init__(self, scheduler: Scheduler) -> None:
         self.jobs = scheduler.jobs
         self.pool = scheduler.pool
+        self.admin = scheduler.tenant_admin
         self.interval = duration(scheduler.config.heartbeat_interval_ms)
 
     @grpc_errors.unary
     async def SubmitJob(self, request: pb.SubmitJobRequest, context: Context) -> pb.SubmitJobResponse:
         job, created = await self.jobs.submit(facts_from_spec(request.spec), spec_blob(request.spec),
-                                              request_id=request.request_id,
+                                              caller=caller(), request_id=request.request_id,
                                               validate_only=request.validate_only)
         return pb.SubmitJobResponse(job=job_to_proto(job), created=created)
 
     @grpc_errors.unary
     async def GetJob(self, request: pb.GetJobRequest, context: Context) -> pb.GetJobResponse:
-        return pb.GetJobResponse(job=job_to_proto(await self.jobs.get(request.job_id)))
+        return pb.GetJobResponse(job=job_to_proto(await self.jobs.get(request.job_id, caller())))
 
     @grpc_errors.unary
     async def ListJobs(self, request: pb.ListJobsRequest, context: Context) -> pb.ListJobsResponse:
         states = [state_from_proto(s, field=f"states[{i}]") for i, s in enumerate(request.states)]
-        page = await self.jobs.list(size=request.page_size, token=request.page_token, states=states,
+        page = await self.jobs.list(caller(), size=request.page_size, token=request.page_token, states=states,
                                     job_type=job_type_from_proto(request.type, field="type"))
         return pb.ListJobsResponse(jobs=[job_to_proto(j) for j in page.items],
                                    next_page_token=page.next_page_token)
 
     @grpc_errors.unary
     async def CancelJob(self, request: pb.CancelJobRequest, context: Context) -> pb.CancelJobResponse:
-        job = await self.jobs.cancel(request.job_id, reason=request.reason)
+        job = await self.jobs.cancel(request.job_id, caller(), reason=request.reason)
         return pb.CancelJobResponse(job=job_to_proto(job))
 
     @grpc_errors.streaming
     async def WatchJob(self, request: pb.WatchJobRequest,
                        context: Context) -> AsyncIterator[pb.WatchJobResponse]:
-        events = self.jobs.watch(request.job_id, after_sequence=request.after_sequence,
+        events = self.jobs.watch(request.job_id, caller(), after_sequence=request.after_sequence,
                                  follow_after_end=request.follow_after_end)
         async for event in events:
             yield pb.WatchJobResponse(event=event_to_proto(event))
@@ -79,24 +87,24 @@ class SchedulerServicer(_Base):  # type: ignore[misc, valid-type]
     @grpc_errors.unary
     async def RegisterWorker(self, request: pb.RegisterWorkerRequest,
                              context: Context) -> pb.RegisterWorkerResponse:
-        worker = await self.pool.register(registration_from_proto(request))
+        worker = await self.pool.register(registration_from_proto(request), caller())
         return pb.RegisterWorkerResponse(worker=worker_to_proto(worker), heartbeat_interval=self.interval)
 
     @grpc_errors.unary
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: Context) -> pb.HeartbeatResponse:
-        result = await self.pool.heartbeat(request.worker_id)
+        result = await self.pool.heartbeat(request.worker_id, caller())
         return pb.HeartbeatResponse(assignments=[assignment_to_proto(a) for a in result.assignments],
                                     stop_job_ids=result.stop_job_ids, heartbeat_interval=self.interval)
 
     @grpc_errors.unary
     async def DeregisterWorker(self, request: pb.DeregisterWorkerRequest,
                                context: Context) -> pb.DeregisterWorkerResponse:
-        worker = await self.pool.deregister(request.worker_id, drain=request.drain)
+        worker = await self.pool.deregister(request.worker_id, caller(), drain=request.drain)
         return pb.DeregisterWorkerResponse(worker=worker_to_proto(worker))
 
     @grpc_errors.unary
     async def ListWorkers(self, request: pb.ListWorkersRequest, context: Context) -> pb.ListWorkersResponse:
-        page = await self.pool.list(size=request.page_size, token=request.page_token,
+        page = await self.pool.list(caller(), size=request.page_size, token=request.page_token,
                                     role=role_from_proto(request.role, field="role"))
         return pb.ListWorkersResponse(workers=[worker_to_proto(w) for w in page.items],
                                       next_page_token=page.next_page_token)
@@ -106,15 +114,56 @@ class SchedulerServicer(_Base):  # type: ignore[misc, valid-type]
                               context: Context) -> pb.ReportJobEventsResponse:
         payloads = [payload_from_proto(e, field=f"events[{i}]") for i, e in enumerate(request.events)]
         sequence = await self.jobs.report(lease_context_from_proto(request.lease), payloads,
-                                          request_id=request.request_id)
+                                          caller=caller(), request_id=request.request_id)
         return pb.ReportJobEventsResponse(last_sequence=sequence)
 
     @grpc_errors.unary
     async def FinishJob(self, request: pb.FinishJobRequest, context: Context) -> pb.FinishJobResponse:
         job = await self.jobs.finish(lease_context_from_proto(request.lease),
                                      state_from_proto(request.final_state, field="final_state"),
-                                     message=request.message)
+                                     caller=caller(), message=request.message)
         return pb.FinishJobResponse(job=job_to_proto(job))
+
+    @grpc_errors.unary
+    async def CreateTenant(self, request: pb.CreateTenantRequest, context: Context) -> pb.CreateTenantResponse:
+        tenant, key, secret = await self.admin.create_tenant(
+            caller(), tenant_id=request.tenant_id, display_name=request.display_name,
+            quota=quota_from_proto(request.quota))
+        return pb.CreateTenantResponse(tenant=tenant_to_proto(tenant), api_key=api_key_to_proto(key),
+                                       api_key_secret=secret)
+
+    @grpc_errors.unary
+    async def GetTenant(self, request: pb.GetTenantRequest, context: Context) -> pb.GetTenantResponse:
+        return pb.GetTenantResponse(tenant=tenant_to_proto(await self.admin.get_tenant(caller(), request.tenant_id)))
+
+    @grpc_errors.unary
+    async def ListTenants(self, request: pb.ListTenantsRequest, context: Context) -> pb.ListTenantsResponse:
+        page = await self.admin.list_tenants(caller(), size=request.page_size, token=request.page_token)
+        return pb.ListTenantsResponse(tenants=[tenant_to_proto(t) for t in page.items],
+                                      next_page_token=page.next_page_token)
+
+    @grpc_errors.unary
+    async def UpdateTenantQuota(self, request: pb.UpdateTenantQuotaRequest,
+                                context: Context) -> pb.UpdateTenantQuotaResponse:
+        tenant = await self.admin.update_quota(caller(), request.tenant_id, quota_from_proto(request.quota))
+        return pb.UpdateTenantQuotaResponse(tenant=tenant_to_proto(tenant))
+
+    @grpc_errors.unary
+    async def CreateApiKey(self, request: pb.CreateApiKeyRequest, context: Context) -> pb.CreateApiKeyResponse:
+        key, secret = await self.admin.create_api_key(caller(), tenant_id=request.tenant_id,
+                                                      admin=request.admin, description=request.description)
+        return pb.CreateApiKeyResponse(api_key=api_key_to_proto(key), secret=secret)
+
+    @grpc_errors.unary
+    async def ListApiKeys(self, request: pb.ListApiKeysRequest, context: Context) -> pb.ListApiKeysResponse:
+        page = await self.admin.list_api_keys(caller(), request.tenant_id, size=request.page_size,
+                                              token=request.page_token)
+        return pb.ListApiKeysResponse(api_keys=[api_key_to_proto(k) for k in page.items],
+                                      next_page_token=page.next_page_token)
+
+    @grpc_errors.unary
+    async def RevokeApiKey(self, request: pb.RevokeApiKeyRequest, context: Context) -> pb.RevokeApiKeyResponse:
+        return pb.RevokeApiKeyResponse(api_key=api_key_to_proto(await self.admin.revoke_api_key(caller(), request.key_id)))
 
 
 def scheduler_service_binding(scheduler: Scheduler) -> ServiceBinding:

@@ -17,6 +17,7 @@ from opentinker.cli.errors import StartFailed
 from opentinker.cli.health_probe import SERVING, check_health
 from opentinker.cli.state import ProcessRecord, StackRecord
 from opentinker.cli.topology import REDIS, SERVICES, connect_host, service_env
+from opentinker.client.credentials import ensure_admin_key
 
 log = structlog.get_logger("opentinker.cli")
 
@@ -56,6 +57,7 @@ class Launcher:
                                   redis_external=config.redis_url is not None)
         self.popens: dict[str, subprocess.Popen] = {}
         self.log_offsets: dict[str, int] = {}
+        self.api_key = ensure_admin_key(config.state_dir)
 
     def launch_all(self, progress: Progress) -> None:
         if self.config.redis_url is None:
@@ -65,7 +67,8 @@ class Launcher:
             env = self._base_env() | service_env(service, host=self.config.host,
                                                  ports=self.config.ports,
                                                  redis_url=self.record.redis_url,
-                                                 checkpoint_dir=str(self.config.state_dir / "checkpoints"))
+                                                 checkpoint_dir=str(self.config.state_dir / "checkpoints"),
+                                                 api_key=self.api_key)
             address = f"{connect_host(self.config.host)}:{self.config.ports[service.name]}"
             self._start(service.name, [sys.executable, "-m", service.module], env, address)
         self._wait_services(progress)

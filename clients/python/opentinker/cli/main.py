@@ -10,7 +10,7 @@ from pathlib import Path
 
 import structlog
 
-from opentinker.cli import jobs, stack, state
+from opentinker.cli import admin, jobs, stack, state
 from opentinker.cli.errors import StackError, StartFailed
 from opentinker.cli.health_probe import SERVING
 from opentinker.cli.launcher import UpConfig
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     down.add_argument("--timeout", type=float, default=10.0,
                       help="seconds to wait after SIGTERM before SIGKILL (default 10)")
     jobs.register(commands)
+    admin.register(commands)
     return parser
 
 
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if hasattr(args, "handler"):
         _configure_logging(False)
-        return jobs.handle(args)
+        return admin.handle(args) if args.command == "admin" else jobs.handle(args)
     _configure_logging(args.verbose)
     args.state_dir = args.state_dir.resolve()
     handlers = {"up": cmd_up, "status": cmd_status, "down": cmd_down}

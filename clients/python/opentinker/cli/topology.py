@@ -62,7 +62,7 @@ CHECKPOINT_USERS = ("trainer", "rollout", "coordinator")
 
 def service_env(
     service: ServiceDef, *, host: str, ports: dict[str, int], redis_url: str, checkpoint_dir: str,
-    advertise_host: str | None = None,
+    api_key: str, advertise_host: str | None = None,
 ) -> dict[str, str]:
     """The OPENTINKER_* variables one service process needs.
 
@@ -72,6 +72,7 @@ def service_env(
     peer_host = connect_host(host)
     env = {
         "OPENTINKER_REDIS_URL": redis_url,
+        "OPENTINKER_API_KEY": api_key,
         f"{service.env_prefix}HOST": host,
         f"{service.env_prefix}PORT": str(ports[service.name]),
     }

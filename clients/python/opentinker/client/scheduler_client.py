@@ -22,6 +22,7 @@ from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from opentinker.client.errors import OpenTinkerError, from_rpc_error
+from opentinker.client.credentials import resolve_api_key
 from opentinker.client.spec import job_spec_from_dict
 
 TERMINAL_STATES = (job_pb2.Job.STATE_SUCCEEDED, job_pb2.Job.STATE_FAILED, job_pb2.Job.STATE_CANCELLED)
@@ -45,6 +46,7 @@ class SchedulerClient:
         self.channel = grpc.insecure_channel(self.address, options=[("grpc.enable_http_proxy", 0)])
         self.stub = pb_grpc.SchedulerServiceStub(self.channel)
         self.timeout = timeout
+        api_key = resolve_api_key(api_key)
         self.metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
 
     def __enter__(self) -> "SchedulerClient":

@@ -7,7 +7,6 @@ that is already taken), 1 for an unexpected crash (logged with its traceback).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
@@ -41,7 +40,7 @@ def run_service(settings_cls: type[S], build_plan: PlanBuilder[S], *, service: s
 
 def _serve_logging_failures(settings: S, build_plan: PlanBuilder[S]) -> int:
     log = structlog.get_logger(__name__)
-    log.info("starting", settings=dataclasses.asdict(settings))
+    log.info("starting", settings=settings.loggable())
     try:
         asyncio.run(_build_and_serve(settings, build_plan))
     except PortInUseError as error:

@@ -105,7 +105,8 @@ class Keys:
       P tenant:{tenant}:request:{request_id}  hash: idempotency record of a SubmitJob
       P tenant:{tenant}                       hash: the tenant record
       P tenants                               set: every tenant id
-      P apikey:{key_hash}                     hash: API key record, looked up by its hash
+      P apikey:{key_id}                       hash: API key record (salt + hash of the secret)
+      P tenant:{tenant}:apikeys               set: ids of a tenant's API keys
       P worker:{worker_id}                    hash: a registered worker (expire_at = liveness)
       P workers                               sorted set: worker ids by heartbeat expiry
       P lease:{worker_id}:{device}            hash: the lease on one device slot
@@ -157,9 +158,12 @@ class Keys:
     def tenant_index(self) -> str:
         return f"{self.prefix}tenants"
 
-    def api_key(self, key_hash: str) -> str:
-        """Keyed by a hash of the API key; the raw key is never stored or used in a key name."""
-        return f"{self.prefix}apikey:{_part('key_hash', key_hash)}"
+    def api_key(self, key_id: str) -> str:
+        """Keyed by the key's public id; its secret is stored only salted and hashed."""
+        return f"{self.prefix}apikey:{_part('key_id', key_id)}"
+
+    def tenant_api_keys(self, tenant_id: str) -> str:
+        return f"{self.tenant(tenant_id)}:apikeys"
 
     def worker(self, worker_id: str) -> str:
         return f"{self.prefix}worker:{_part('worker_id', worker_id)}"

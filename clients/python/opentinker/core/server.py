@@ -78,6 +78,9 @@ class ServerPlan:
     close_hooks: Sequence[CloseHook] = ()
     serving_at_start: bool = True
     options: Sequence[tuple[str, Any]] = ()
+    admin_only: bool = True
+    """With auth on, accept only admin (service) keys: true for the services OpenTinker's own
+    processes call; the Scheduler, which users call, authorizes per RPC instead."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,6 +91,7 @@ class StartedServer:
     health: HealthReporter
     port: int
     background: list[asyncio.Task[None]] = field(default_factory=list)
+    closers: list[CloseHook] = field(default_factory=list)
 
 
 async def serve(settings: ServiceSettings, plan: ServerPlan, *,
@@ -107,8 +111,11 @@ async def serve(settings: ServiceSettings, plan: ServerPlan, *,
 
 
 async def start_server(settings: ServiceSettings, plan: ServerPlan) -> StartedServer:
-    """Build the server, bind host:port (PortInUseError if taken), start it and its hooks."""
-    server = grpc.aio.server(options=[*SERVER_OPTIONS, *plan.options])
+    """Build the server, bind host:port (PortInUseError if taken), start it and its hooks.
+
+    With OPENTINKER_AUTH=api_keys every call (but health and reflection) needs an API key."""
+    interceptors, closers = auth_interceptors(settings, plan)
+    server = grpc.aio.server(options=[*SERVER_OPTIONS, *plan.options], interceptors=interceptors)
     reporter = HealthReporter([binding.full_name for binding in plan.services])
     register_services(server, plan.services, reporter)
     port = bind_port(server, settings.host, settings.port, port_env_var(settings))
@@ -117,7 +124,22 @@ async def start_server(settings: ServiceSettings, plan: ServerPlan) -> StartedSe
     log.info("server_started", address=format_address(settings.host, port),
              services=[binding.full_name for binding in plan.services])
     tasks = [start_background(hook(reporter)) for hook in plan.start_hooks]
-    return StartedServer(server=server, health=reporter, port=port, background=tasks)
+    return StartedServer(server=server, health=reporter, port=port, background=tasks, closers=closers)
+
+
+def auth_interceptors(settings: ServiceSettings, plan: ServerPlan) -> tuple[list[Any], list[CloseHook]]:
+    """The API-key interceptor (and its Redis client's close) when auth is on; none when off."""
+    if not settings.auth_enabled:
+        log.warning("auth_disabled", detail="OPENTINKER_AUTH=disabled: anyone who reaches the port may call")
+        return [], []
+    from opentinker.core.auth import ApiKeyStore, CachingVerifier  # redis: only servers with auth need it
+    from opentinker.core.auth_interceptor import AuthInterceptor
+    from opentinker.core.redis_store import connect
+
+    client = connect(settings.redis_url)
+    verifier = CachingVerifier(ApiKeyStore(client=client), ttl_seconds=settings.auth_cache_seconds)
+    label = plan.services[0].full_name.rsplit(".", 1)[-1] if plan.services else "service"
+    return [AuthInterceptor(verifier.verify, service_label=label, admin_only=plan.admin_only)], [client.aclose]
 
 
 async def stop_server(started: StartedServer, *, grace_seconds: float) -> None:
@@ -127,6 +149,7 @@ async def stop_server(started: StartedServer, *, grace_seconds: float) -> None:
         task.cancel()
     await asyncio.gather(*started.background, return_exceptions=True)
     await started.server.stop(grace_seconds)
+    await run_close_hooks(started.closers)
 
 
 def register_services(server: grpc.aio.Server, services: Sequence[ServiceBinding],

@@ -27,6 +27,9 @@ from opentinker.core.redaction import mask_url_credentials
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("json", "console")
 SHARED_REDIS_URL_ENV = "OPENTINKER_REDIS_URL"
+SHARED_AUTH_ENV = "OPENTINKER_AUTH"
+SHARED_API_KEY_ENV = "OPENTINKER_API_KEY"
+AUTH_MODES = ("api_keys", "disabled")
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6390/0"
 BOOL_WORDS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 GRPC_TARGET_SCHEMES = ("dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:")
@@ -46,16 +49,18 @@ def setting(
     env: str | None = None,
     check: Check | None = None,
     type_name: str | None = None,
+    secret: bool = False,
 ) -> Any:
     """Declare a documented settings field; the keyword arguments become validation rules.
 
     `env` replaces the prefixed variable name (shared settings); `check` returns a problem
-    description or None; `type_name` is what docs/settings.md shows as the type.
+    description or None; `type_name` is what docs/settings.md shows as the type. A `secret`
+    may be empty (unset), is left out of repr() and shows as *** in logs and error messages.
     """
     metadata = {"doc": doc, "choices": tuple(choices) if choices else None, "min": min,
                 "max": max, "positive": positive, "env": env, "check": check,
-                "type_name": type_name}
-    return dataclasses.field(default=default, metadata=metadata)
+                "type_name": type_name, "secret": secret}
+    return dataclasses.field(default=default, metadata=metadata, repr=not secret)
 
 
 def check_address(value: str) -> str | None:
@@ -81,6 +86,19 @@ def check_redis_url(value: str) -> str | None:
         port_ok = False
     if not parts.hostname or not port_ok:
         return "must name a host and an optional port from 1 to 65535, e.g. redis://127.0.0.1:6390/0"
+    return None
+
+
+def check_api_key(value: str) -> str | None:
+    """Accept an OpenTinker API key (`otk_<16 hex digits>_<43 characters>`) or nothing."""
+    from opentinker.core.auth import InvalidApiKey, parse_api_key  # auth imports redis; keep settings light
+
+    if not value:
+        return None
+    try:
+        parse_api_key(value)
+    except InvalidApiKey as error:
+        return f"{error}; create one with `opentinker admin new-key`"
     return None
 
 
@@ -119,6 +137,21 @@ class ServiceSettings:
     advertise_address: str = setting(
         "auto", "host:port other services use to reach this one (what a worker registers with the "
         "Scheduler); auto = host:port with 0.0.0.0 replaced by 127.0.0.1.")
+    redis_url: str = redis_url_setting(
+        "Redis holding the API keys every call is checked against (and, for the Scheduler, all "
+        "state), e.g. redis://:password@host:6379/0.")
+    auth: str = setting(
+        "api_keys", "How callers authenticate: api_keys (every call carries 'authorization: Bearer "
+        "<api key>') or disabled (anyone who reaches the port may call: for a local machine only).",
+        choices=AUTH_MODES, env=SHARED_AUTH_ENV)
+    api_key: str = setting(
+        "", "This process's admin (service) key, sent on its calls to other OpenTinker services; the "
+        "Scheduler installs it (salted and hashed) at start. Create one with `opentinker admin "
+        "new-key`. Required while OPENTINKER_AUTH=api_keys.", env=SHARED_API_KEY_ENV,
+        check=check_api_key, type_name="API key", secret=True)
+    auth_cache_seconds: float = setting(
+        5.0, "How long a verified API key is trusted without asking Redis again; a revoked key stops "
+        "working within this time.", min=0, env="OPENTINKER_AUTH_CACHE_SECONDS")
 
     @property
     def reachable_address(self) -> str:
@@ -128,9 +161,29 @@ class ServiceSettings:
         host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::", "[::]") else self.host
         return f"{host}:{self.port}"
 
+    @property
+    def auth_enabled(self) -> bool:
+        return self.auth == "api_keys"
+
+    def loggable(self) -> dict[str, Any]:
+        """The settings for a log line: secrets as ***, URL passwords masked."""
+        values = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.metadata.get("secret"):
+                value = "***" if value else ""
+            elif isinstance(value, str):
+                value = mask_url_credentials(value)
+            values[f.name] = value
+        return values
+
     def __post_init__(self) -> None:
         problems = [_problem_line(type(self), f, getattr(self, f.name))
                     for f in dataclasses.fields(self)]
+        if self.auth == "api_keys" and not self.api_key:
+            problems.append(f"{SHARED_API_KEY_ENV} is required while {SHARED_AUTH_ENV}=api_keys: set it "
+                            "to the cluster's admin key (create one with `opentinker admin new-key`), "
+                            f"or set {SHARED_AUTH_ENV}=disabled on a machine only you can reach")
         _raise_if_any(type(self), [p for p in problems if p])
 
 
@@ -270,8 +323,9 @@ def _problem_line(cls: type[ServiceSettings], f: dataclasses.Field[Any], value: 
 
 
 def _invalid_line(cls: type[ServiceSettings], f: dataclasses.Field[Any], shown: str, problem: str) -> str:
-    """`VAR='value' is invalid: problem`, with any URL password masked."""
-    return f"{env_var_name(cls, f)}={mask_url_credentials(shown)!r} is invalid: {problem}"
+    """`VAR='value' is invalid: problem`, with any URL password (and any secret) masked."""
+    shown = "***" if f.metadata.get("secret") else mask_url_credentials(shown)
+    return f"{env_var_name(cls, f)}={shown!r} is invalid: {problem}"
 
 
 def _value_problem(kind: type, f: dataclasses.Field[Any], value: Any) -> str | None:
@@ -280,7 +334,7 @@ def _value_problem(kind: type, f: dataclasses.Field[Any], value: Any) -> str | N
         return type_problem
     meta = f.metadata
     if isinstance(value, str) and not value.strip():
-        return "must not be empty"
+        return None if meta.get("secret") else "must not be empty"
     if isinstance(value, float) and not math.isfinite(value):
         return "must be a finite number"
     if meta.get("choices") and value not in meta["choices"]:

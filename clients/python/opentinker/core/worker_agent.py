@@ -34,6 +34,7 @@ from opentinker.api.common.v1 import resources_pb2
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
+from opentinker.core.auth_interceptor import authenticated_channel
 from opentinker.core.devices import Device
 from opentinker.core.redis_store import Backoff
 
@@ -69,7 +70,8 @@ class WorkerAgent:
     def __init__(self, *, scheduler_address: str, role: int | str, worker_id: str, address: str,
                  devices: Sequence[Device] = (), on_assignment: AssignmentCallback,
                  on_stop: StopCallback, labels: Mapping[str, str] | None = None, version: str = "",
-                 backoff: Backoff = DEFAULT_BACKOFF, rpc_timeout_seconds: float = 5.0) -> None:
+                 backoff: Backoff = DEFAULT_BACKOFF, rpc_timeout_seconds: float = 5.0,
+                 api_key: str = "") -> None:
         self.scheduler_address = scheduler_address
         self.worker_id = worker_id
         self.registration = pb.RegisterWorkerRequest(
@@ -79,6 +81,7 @@ class WorkerAgent:
         self.on_stop = on_stop
         self.backoff = backoff
         self.rpc_timeout = rpc_timeout_seconds
+        self._api_key = api_key
         self.heartbeat_interval = 1.0
         self.registered = asyncio.Event()
         self._assignments: dict[str, job_pb2.Assignment] = {}
@@ -97,7 +100,7 @@ class WorkerAgent:
         """Start the background register + heartbeat task (returns at once)."""
         if self._task is not None:
             raise RuntimeError("WorkerAgent.start() was already called")
-        self._channel = grpc.aio.insecure_channel(self.scheduler_address, options=RECONNECT_OPTIONS)
+        self._channel = authenticated_channel(self.scheduler_address, self._api_key, options=RECONNECT_OPTIONS)
         self._stub = pb_grpc.SchedulerServiceStub(self._channel)
         self._task = asyncio.create_task(self._run(), name=f"worker-agent-{self.worker_id}")
 

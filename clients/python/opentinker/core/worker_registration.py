@@ -44,7 +44,7 @@ class WorkerRegistration:
         address = settings.reachable_address
         agent = WorkerAgent(scheduler_address=settings.scheduler_address, role=role,
                             worker_id=f"{role}@{address}", address=address, devices=devices,
-                            on_assignment=on_assignment, on_stop=on_stop)
+                            on_assignment=on_assignment, on_stop=on_stop, api_key=settings.api_key)
         return cls(agent)
 
     async def start(self, health: HealthReporter) -> None:

@@ -1,0 +1,166 @@
+"""API-key authentication for every OpenTinker gRPC server, and the key on outgoing channels.
+
+Server side: `AuthInterceptor` reads `authorization: Bearer <key>` on every call (health checks
+and reflection stay open), verifies the key (`opentinker.core.auth`), and runs the handler with
+the caller's `Principal` in `current_principal()`. Missing, malformed, unknown or revoked keys get
+UNAUTHENTICATED; a service for OpenTinker's own processes (`admin_only`) answers a tenant key
+with PERMISSION_DENIED. Keys never reach logs: only their public id does.
+
+Client side: `authenticated_channel(address, api_key)` is an aio channel that adds the header
+to every call.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import grpc
+import structlog
+
+from opentinker.core.auth import Principal, bearer_token
+from opentinker.core.redis_store import REDIS_DOWN_ERRORS
+
+log = structlog.get_logger(__name__)
+
+OPEN_SERVICES = frozenset({"grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection",
+                           "grpc.reflection.v1.ServerReflection"})
+LOCAL_PRINCIPAL = Principal(tenant_id="default", admin=True, key_id="")
+"""Who every caller is when auth is disabled (OPENTINKER_AUTH=disabled, local use only)."""
+_PRINCIPAL: contextvars.ContextVar[Principal] = contextvars.ContextVar("opentinker_principal",
+                                                                       default=LOCAL_PRINCIPAL)
+Verify = Callable[[str], Awaitable[Principal | None]]
+
+
+def current_principal() -> Principal:
+    """The caller of the RPC being handled (LOCAL_PRINCIPAL when auth is disabled)."""
+    return _PRINCIPAL.get()
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, verify: Verify, *, service_label: str, admin_only: bool = False) -> None:
+        self.verify = verify
+        self.service_label = service_label
+        self.admin_only = admin_only
+
+    async def intercept_service(self, continuation, handler_call_details):  # noqa: ANN001, ANN201
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method or ""
+        if handler is None or method.lstrip("/").split("/")[0] in OPEN_SERVICES:
+            return handler
+        token = bearer_token(handler_call_details.invocation_metadata or ())
+        try:
+            principal = await self.verify(token) if token else None
+        except REDIS_DOWN_ERRORS as error:
+            log.warning("auth_store_unavailable", method=method, error=str(error))
+            return _refusal(handler, grpc.StatusCode.UNAVAILABLE,
+                            "cannot verify API keys: the key store (Redis) is unavailable; retry later")
+        refused = self._refusal_reason(token, principal)
+        if refused is not None:
+            log.info("call_refused", method=method, code=refused[0].name)
+            return _refusal(handler, *refused)
+        return _with_principal(handler, principal)
+
+    def _refusal_reason(self, token: str | None, principal: Principal | None) -> tuple[grpc.StatusCode, str] | None:
+        if token is None:
+            return (grpc.StatusCode.UNAUTHENTICATED,
+                    "missing API key: send the metadata 'authorization: Bearer <api key>'")
+        if principal is None:
+            return grpc.StatusCode.UNAUTHENTICATED, "invalid API key: unknown, revoked or malformed"
+        if self.admin_only and not principal.admin:
+            return (grpc.StatusCode.PERMISSION_DENIED,
+                    f"the {self.service_label} serves OpenTinker's own services and needs an admin "
+                    "(service) key; users reach their jobs through the Scheduler")
+        return None
+
+
+def _with_principal(handler: grpc.RpcMethodHandler, principal: Principal) -> grpc.RpcMethodHandler:
+    """The same handler, run with `principal` as current_principal()."""
+    def bind(behavior: Callable[..., Any], streaming_response: bool) -> Callable[..., Any]:
+        if streaming_response:
+            async def stream(request: Any, context: grpc.aio.ServicerContext):  # noqa: ANN202
+                token = _PRINCIPAL.set(principal)
+                try:
+                    async for item in behavior(request, context):
+                        yield item
+                finally:
+                    _PRINCIPAL.reset(token)
+            return stream
+
+        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            token = _PRINCIPAL.set(principal)
+            try:
+                return await behavior(request, context)
+            finally:
+                _PRINCIPAL.reset(token)
+        return unary
+    return _rebuild(handler, bind)
+
+
+def _refusal(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
+    def bind(behavior: Callable[..., Any], streaming_response: bool) -> Callable[..., Any]:
+        async def refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
+            await context.abort(code, message)
+        return refuse
+    return _rebuild(handler, bind)
+
+
+def _rebuild(handler: grpc.RpcMethodHandler,
+             bind: Callable[[Callable[..., Any], bool], Callable[..., Any]]) -> grpc.RpcMethodHandler:
+    serializers = {"request_deserializer": handler.request_deserializer,
+                   "response_serializer": handler.response_serializer}
+    if handler.unary_unary:
+        return grpc.unary_unary_rpc_method_handler(bind(handler.unary_unary, False), **serializers)
+    if handler.unary_stream:
+        return grpc.unary_stream_rpc_method_handler(bind(handler.unary_stream, True), **serializers)
+    if handler.stream_unary:
+        return grpc.stream_unary_rpc_method_handler(bind(handler.stream_unary, False), **serializers)
+    return grpc.stream_stream_rpc_method_handler(bind(handler.stream_stream, True), **serializers)
+
+
+class _Bearer:
+    """Adds `authorization: Bearer <key>` to a call's metadata."""
+
+    def __init__(self, api_key: str) -> None:
+        self._header = ("authorization", f"Bearer {api_key}")
+
+    def _details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+        metadata = grpc.aio.Metadata(*(details.metadata or ()))
+        metadata.add(*self._header)
+        return grpc.aio.ClientCallDetails(details.method, details.timeout, metadata, details.credentials,
+                                          details.wait_for_ready)
+
+
+# grpc.aio files each interceptor under ONE call type (the first base it matches), so every
+# call type needs its own class.
+class _BearerUnaryUnary(_Bearer, grpc.aio.UnaryUnaryClientInterceptor):
+    async def intercept_unary_unary(self, continuation, details, request):  # noqa: ANN001, ANN201
+        return await continuation(self._details(details), request)
+
+
+class _BearerUnaryStream(_Bearer, grpc.aio.UnaryStreamClientInterceptor):
+    async def intercept_unary_stream(self, continuation, details, request):  # noqa: ANN001, ANN201
+        return await continuation(self._details(details), request)
+
+
+class _BearerStreamUnary(_Bearer, grpc.aio.StreamUnaryClientInterceptor):
+    async def intercept_stream_unary(self, continuation, details, request_iterator):  # noqa: ANN001, ANN201
+        return await continuation(self._details(details), request_iterator)
+
+
+class _BearerStreamStream(_Bearer, grpc.aio.StreamStreamClientInterceptor):
+    async def intercept_stream_stream(self, continuation, details, request_iterator):  # noqa: ANN001, ANN201
+        return await continuation(self._details(details), request_iterator)
+
+
+def bearer_interceptors(api_key: str) -> list[grpc.aio.ClientInterceptor]:
+    return [kind(api_key) for kind in (_BearerUnaryUnary, _BearerUnaryStream, _BearerStreamUnary,
+                                       _BearerStreamStream)]
+
+
+def authenticated_channel(address: str, api_key: str = "", *,
+                          options: Sequence[tuple[str, Any]] = ()) -> grpc.aio.Channel:
+    """An aio channel to `address` that sends `api_key` with every call (none when empty)."""
+    interceptors = bearer_interceptors(api_key) if api_key else None
+    return grpc.aio.insecure_channel(address, options=list(options), interceptors=interceptors)
