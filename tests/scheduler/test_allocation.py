@@ -351,3 +351,24 @@ def test_register_rejects_bad_workers(redis_url: str) -> None:
                 assert error.details().startswith(field), error.details()
 
     asyncio.run(scenario())
+
+
+def test_a_requeue_cut_short_by_a_crash_is_finished_by_the_heartbeats(redis_url: str) -> None:
+    """The scheduler re-queued a job and died before releasing its leases: each worker's next
+    heartbeat releases its now-orphaned lease (and stops the job), and the job starts again."""
+    async def scenario() -> None:
+        async with scheduler_server(redis_url, clock=ManualClock()) as h:
+            await register_pool(h)
+            job = await running_job(h)
+            moved = await h.scheduler.jobs.store.transition(
+                job.job_id, expected=JobState.RUNNING, to=JobState.QUEUED, reason="re-queued; then a crash",
+                fields={"assignments": "[]"})
+            assert moved.ok and len(await h.scheduler.jobs.leases.of_job(job.job_id)) == 3
+            for worker in ("trainer-1", "rollout-1", "coord-1"):
+                assert (await heartbeat(h, worker)).assignments == []
+            assert await h.scheduler.jobs.leases.of_job(job.job_id) == []
+            await h.scheduler.allocator.tick()
+            again = await get(h, job.job_id)
+            assert again.state == S.STATE_RUNNING and again.attempt == 2
+
+    asyncio.run(scenario())

@@ -10,10 +10,12 @@ What the issue tracker promises and these tests check:
    other takes over when the holder dies, and no device is ever leased to two jobs.
 3. CancelJob stops the job on every worker and frees its devices within seconds.
 
-Two tests are strict xfails, each for a bug it reproduces deterministically (see RECONNECT_BUG
-and ZOMBIE_BUG): an outage shorter than the worker TTL still loses the leases (the WorkerAgent
-reconnects on gRPC's backoff), and a scheduler killed between releasing a lease and re-queueing
-its job leaves that job RUNNING forever.
+Two tests pin bugs they once reproduced deterministically: an outage shorter than the worker
+TTL lost the leases (the WorkerAgent reconnected on gRPC's default backoff: attempts ~1, 2.6,
+5.2 s after the first failure; it now caps the backoff at 0.5 s), and a scheduler killed
+between releasing a lease and re-queueing its job left that job RUNNING forever (a job is now
+handled before its lease is released, and the expiry sweep re-queues any RUNNING job whose
+lease vanished).
 
 Intervals are short (heartbeat 0.2 s, allocator 0.1 s, so the allocator lock TTL is
 4 * 0.1 + 1 = 1.4 s); every timing assertion is a generous upper bound (the machine is noisy).
@@ -451,32 +453,21 @@ def test_sigkilled_scheduler_is_replaced_with_every_job_lease_and_event_intact(c
     print(f"restart took {restart_s:.2f}s")
 
 
-RECONNECT_BUG = (
-    "BUG (WorkerAgent, clients/python/opentinker/core/worker_agent.py): its gRPC channel is "
-    "created without reconnect-backoff options, so after the scheduler was unreachable it "
-    "reconnects on gRPC's default exponential backoff (attempts ~1, 2.6, 5.2, 9.3 s after the "
-    "first failure, +-20% jitter), not at the heartbeat interval; a restart whose outage is "
-    "shorter than the worker TTL still loses the leases (first heartbeat after the TTL) and "
-    "interrupts the running jobs (re-queued, or FAILED without retries left). Fix: cap the "
-    "backoff, e.g. grpc.initial/max_reconnect_backoff_ms ~ the heartbeat interval.")
-OUTAGE_TTL_S = 3.9  # below gRPC's earliest 3rd reconnect attempt: 0.8 + 1.28 + 2.048 = 4.13 s
-OUTAGE_S = 3.45  # after gRPC's latest 2nd attempt (1.2 + 1.92 = 3.12 s, + a heartbeat interval)
+OUTAGE_TTL_S = 4.5  # gRPC's default backoff would reconnect only ~5.2 s after the first failure
+OUTAGE_S = 3.0  # past gRPC's default 2nd attempt (~2.6 s); capped at 0.5 s, we are back by ~3.6 s
 
 
 class LeasesLost(AssertionError):
-    """The one failure the xfail below expects (any other failure is a real test failure)."""
+    """The leases of a job did not survive an outage shorter than the worker TTL."""
 
 
-@pytest.mark.xfail(strict=True, raises=LeasesLost, reason=RECONNECT_BUG)
 def test_leases_survive_a_restart_whose_outage_is_shorter_than_the_worker_ttl(cluster: Cluster) -> None:
     """Like the restart test, with the outage made exact: the workers reach the scheduler through
     a TCP proxy (the scheduler's stable address, as a Service VIP or DNS name would be). The proxy
     stops listening and scheduler A is SIGKILLed; B starts on another port; the proxy listens
-    again, forwarding to B, 3.45 s after it stopped: shorter than the 3.9 s worker TTL, so every
-    lease should survive. It does not: the workers' first heartbeat comes at gRPC's 3rd
-    reconnect attempt (>= 4.13 s after the first failed heartbeat), past the TTL: job 1 loses
-    its leases ("no heartbeat within the worker TTL" or "the worker registered again") and is
-    interrupted (re-queued for another attempt, or FAILED when no retries are left)."""
+    again, forwarding to B, 3.0 s after it stopped: shorter than the 4.5 s worker TTL, so every
+    lease must survive. With gRPC's default reconnect backoff the workers' first heartbeat came
+    at the 3rd reconnect attempt (~5.2 s), past the TTL, and job 1 was interrupted."""
     scheduler_a = cluster.start_scheduler("a", worker_ttl_s=OUTAGE_TTL_S)
     proxy = cluster.start_proxy(scheduler_a)
     trainer = cluster.start_worker("trainer-1", "trainer", proxy, cpu_devices=1)
@@ -638,17 +629,8 @@ def test_two_replicas_share_redis_and_the_allocator_fails_over_when_the_lock_hol
     print(f"allocator failover took {failover_s:.2f}s (lock TTL {LOCK_TTL_S}s)")
 
 
-ZOMBIE_BUG = (
-    "BUG (scheduler: WorkerPool._drop_leases and Allocator.expire_leases): a lease is released "
-    "(one Lua script) and its job is re-queued/ended in later, separate Redis calls "
-    "(Lifecycle.lease_lost); a scheduler killed between the two leaves the job RUNNING with an "
-    "assignment whose lease no longer exists, and nothing in Redis says it must still be handled: "
-    "no successor ever re-queues it, its other workers keep renewing their leases, so it holds "
-    "their devices forever and queued jobs starve.")
-
-
 class ZombieJob(AssertionError):
-    """The one failure the xfail below expects (any other failure is a real test failure)."""
+    """A job stayed RUNNING on a lease that no longer exists."""
 
 
 def release_lease_as_the_scheduler_would(redis_url: str, lease_id: str) -> None:
@@ -665,7 +647,6 @@ def release_lease_as_the_scheduler_would(redis_url: str, lease_id: str) -> None:
     asyncio.run(release())
 
 
-@pytest.mark.xfail(strict=True, raises=ZombieJob, reason=ZOMBIE_BUG)
 def test_a_scheduler_killed_between_releasing_a_lease_and_requeueing_its_job(cluster: Cluster) -> None:
     """"kill -9 the scheduler at any moment". Replicas A (the allocator) and B run; the workers
     heartbeat B. Job 1 RUNS on the trainer (1 CPU device) and the coordinator; job 2 is QUEUED.
@@ -677,7 +658,7 @@ def test_a_scheduler_killed_between_releasing_a_lease_and_requeueing_its_job(clu
     again (same worker id) and registers with B. B holds every piece of state, so within the
     worker TTL plus the allocator lock TTL (and a margin) job 1 should no longer be RUNNING on a
     lease that is gone: re-queued (then started again) or ended, freeing the trainer device for
-    job 2 if it is not restarted. It stays RUNNING forever, holding the trainer device."""
+    job 2 if it is not restarted. (It once stayed RUNNING forever, holding the trainer device.)"""
     scheduler_a = cluster.start_scheduler("a")
     cluster.wait_for(cluster.lock_owner, "replica A holds the allocator lock")
     scheduler_b = cluster.start_scheduler("b")

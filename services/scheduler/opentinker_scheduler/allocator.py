@@ -106,16 +106,24 @@ class Allocator:
         await self.allocate(view)
 
     async def expire_leases(self) -> int:
-        """Release leases whose TTL passed (their worker stopped heartbeating); re-queue or end
-        their jobs. How many were released."""
+        """Re-queue or end the jobs of leases whose TTL passed (their worker stopped
+        heartbeating), then release those leases. How many were released.
+
+        The job is handled first: a scheduler killed in between leaves the expired lease in
+        place, and the next pass (on any replica) handles it again."""
         released = 0
+        now = self.store.clock.now_ms()
         for lease_id in await self.leases.expired_ids():
-            lease = await self.leases.release(lease_id, only_if_expired=True)
-            if lease is not None:
-                released += 1
-                log.warning("lease_expired", lease_id=lease_id, job_id=lease.job_id,
-                            worker_id=lease.worker_id)
-                await self.lifecycle.lease_lost(lease, reason="no heartbeat within the worker TTL")
+            lease = await self.leases.get(lease_id)
+            if lease is None or lease.expire_time_ms > now:
+                continue
+            log.warning("lease_expired", lease_id=lease_id, job_id=lease.job_id, worker_id=lease.worker_id)
+            await self.lifecycle.lease_lost(lease, reason="no heartbeat within the worker TTL")
+            await self.leases.release(lease_id, only_if_expired=True)
+            released += 1
+        for job_id, assignment in await self.store.assignments_without_lease():
+            await self.lifecycle.lost_without_lease(job_id, assignment)
+            released += 1
         return released
 
     async def forget_dead_workers(self) -> int:

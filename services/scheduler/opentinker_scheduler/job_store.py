@@ -14,11 +14,11 @@ import redis.asyncio
 
 from opentinker.core.redis_store import Keys
 from opentinker_scheduler.clock import Clock
-from opentinker_scheduler.codec import assignment_prefix, decode_job, job_fields
+from opentinker_scheduler.codec import assignment_prefix, decode_assignments, decode_job, job_fields
 from opentinker_scheduler.events import Payload, StateChanged, encode_payload
 from opentinker_scheduler.leases import LeaseDraft, draft_keys, drafts_json
 from opentinker_scheduler.lua import Scripts
-from opentinker_scheduler.model import Job, JobState, LeaseContext
+from opentinker_scheduler.model import Assignment, Job, JobState, LeaseContext
 
 
 class Created(enum.StrEnum):
@@ -115,7 +115,7 @@ class JobStore:
         event = encode_payload(StateChanged(from_state=expected, to_state=to, reason=reason))
         pairs = [part for pair in (fields or {}).items() for part in pair]
         keys = [self.keys.job(job_id), self.keys.job_events(job_id), self.keys.job_queue(),
-                self.keys.tenant_usage()]
+                self.keys.tenant_usage(), self.keys.running_jobs()]
         args = [self.clock.now_ms(), expected, to, event, int(refuse_if_cancel_requested),
                 self.aging_ms, self.keys.allocator_wake(), *pairs]
         ok, current = await self.scripts.transition(keys=keys, args=args)
@@ -129,7 +129,8 @@ class JobStore:
         trip), within the tenant's quota; or nothing at all."""
         keys = [self.keys.job(job.job_id), self.keys.job_events(job.job_id), self.keys.job_queue(),
                 self.keys.fencing_counter(), self.keys.lease_expiry(), self.keys.job_leases(job.job_id),
-                self.keys.tenant(job.tenant_id), self.keys.tenant_usage(), *draft_keys(self.keys, drafts)]
+                self.keys.tenant(job.tenant_id), self.keys.tenant_usage(), self.keys.running_jobs(),
+                *draft_keys(self.keys, drafts)]
         events = [encode_payload(StateChanged(from_state=JobState.QUEUED, to_state=JobState.ALLOCATING,
                                               reason=f"leasing {where}")),
                   encode_payload(StateChanged(from_state=JobState.ALLOCATING, to_state=JobState.RUNNING,
@@ -138,6 +139,22 @@ class JobStore:
         args = [self.clock.now_ms(), ttl_ms, drafts_json(drafts), *events, job.tenant_id, *prefixes]
         status, detail = await self.scripts.start(keys=keys, args=args)
         return StartResult(status=status.decode(), detail=detail.decode())
+
+    async def assignments_without_lease(self) -> list[tuple[str, Assignment]]:
+        """(job id, assignment) of RUNNING jobs whose lease record is gone: a scheduler stopped
+        between releasing a lease and re-queueing its job. Two pipelined round trips."""
+        job_ids = sorted(i.decode() for i in await self.client.smembers(self.keys.running_jobs()))
+        async with self.client.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:
+                pipe.hget(self.keys.job(job_id), "assignments")
+            raw = await pipe.execute()
+        pairs = [(job_id, a) for job_id, data in zip(job_ids, raw, strict=True)
+                 for a in decode_assignments(job_id, (data or b"[]").decode())]
+        async with self.client.pipeline(transaction=False) as pipe:
+            for _, assignment in pairs:
+                pipe.exists(self.keys.lease(assignment.lease.lease_id))
+            present = await pipe.execute()
+        return [pair for pair, exists in zip(pairs, present, strict=True) if not exists]
 
     async def request_cancel(self, job_id: str, *, expected: JobState, event: Payload,
                              workers: Sequence[str]) -> tuple[int, str]:

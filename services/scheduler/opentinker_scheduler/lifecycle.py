@@ -9,7 +9,7 @@ import structlog
 from opentinker_scheduler.events import WorkerLost
 from opentinker_scheduler.job_store import JobStore, Report, Transition
 from opentinker_scheduler.leases import LeaseTable
-from opentinker_scheduler.model import Job, JobState, Lease
+from opentinker_scheduler.model import Assignment, Job, JobState, Lease
 
 log = structlog.get_logger(__name__)
 ACTIVE_STATES = (JobState.ALLOCATING, JobState.RUNNING)
@@ -41,8 +41,8 @@ class Lifecycle:
         The job is re-queued (resuming from its last checkpoint) while it has retries left;
         a job whose cancel was requested ends CANCELLED; one without retries left, FAILED."""
         job = await self.store.get(lease.job_id)
-        if job is None or job.state not in ACTIVE_STATES:
-            return job
+        if job is None or job.state not in ACTIVE_STATES or not holds(job, lease.lease_id):
+            return job  # an earlier attempt's lease: that attempt was handled already
         await self.store.append(job.job_id, Report(payloads=[WorkerLost(
             worker_id=lease.worker_id, role=lease.role, reason=reason)]))
         lost = f"lost the {lease.role.lower()} lease on worker {lease.worker_id}: {reason}"
@@ -55,6 +55,15 @@ class Lifecycle:
                            reason=f"{lost}; no retries left after {job.attempt} attempt"
                                   f"{'s' * (job.attempt != 1)} (spec.training.max_retries)")
         return await self.store.get(job.job_id)
+
+    async def lost_without_lease(self, job_id: str, assignment: Assignment) -> None:
+        """A RUNNING job's assignment whose lease record vanished: handle it as a lost lease."""
+        lease = Lease(lease_id=assignment.lease.lease_id, job_id=job_id, worker_id=assignment.worker_id,
+                      role=assignment.role, slots=(), device_ids=assignment.device_ids,
+                      fencing_token=assignment.lease.fencing_token, expire_time_ms=0)
+        log.warning("lease_vanished", job_id=job_id, lease_id=lease.lease_id, worker_id=lease.worker_id)
+        await self.lease_lost(lease, reason="its lease vanished (a scheduler stopped between releasing "
+                                            "the lease and re-queueing the job)")
 
     async def requeue(self, job: Job, why: str) -> Transition:
         """Back to QUEUED with one retry fewer; the next attempt resumes from `resume_from`."""
@@ -71,3 +80,8 @@ class Lifecycle:
             await self.store.clear_stopping(job.job_id)
             log.warning("job_requeued", job_id=job.job_id, attempt=job.attempt, retries_left=left)
         return result
+
+
+def holds(job: Job, lease_id: str) -> bool:
+    """Whether `lease_id` is one of the job's current assignments (not an earlier attempt's)."""
+    return any(a.lease.lease_id == lease_id for a in job.assignments)

@@ -112,7 +112,7 @@ return {'created', ARGV[2]}
 """
 
 TRANSITION = _QUEUE_SCORE + _USAGE + """
--- KEYS: job, events, queue, usage
+-- KEYS: job, events, queue, usage, running set
 -- ARGV: now, expected state, new state, event_json, refuse_if_cancel_requested, aging_ms,
 --       wake channel, field pairs...
 local cur = redis.call('HGET', KEYS[1], 'state')
@@ -132,13 +132,15 @@ else
   redis.call('ZREM', KEYS[3], job[1])
 end
 local freed = count_transition(KEYS[4], job[5], job[6] or '0', cur, ARGV[3])
+if is_active(ARGV[3]) then redis.call('SADD', KEYS[5], job[1]) else redis.call('SREM', KEYS[5], job[1]) end
 if freed or ARGV[3] == 'QUEUED' then redis.call('PUBLISH', ARGV[7], 'freed') end
 return {1, seq}
 """
 
 START = _USAGE + _LEASES + """
 -- QUEUED -> ALLOCATING -> RUNNING with every lease of the job, in one step, or nothing.
--- KEYS: job, events, queue, fencing, lease expiry, job leases, tenant, usage, lease keys...
+-- KEYS: job, events, queue, fencing, lease expiry, job leases, tenant, usage, running set,
+--       lease keys...
 -- ARGV: now, ttl, leases_json, allocating_event_json, running_event_json, tenant_id,
 --       assignment prefixes (one per lease: its JSON up to the fencing token)...
 local now = tonumber(ARGV[1])
@@ -153,9 +155,9 @@ if max_devices > 0 and tonumber(used[2] or '0') + devices > max_devices then
   return {'quota_devices', used[2] or '0'}
 end
 local leases = cjson.decode(ARGV[3])
-local status, detail = check_leases(leases, 9, now)
+local status, detail = check_leases(leases, 10, now)
 if status ~= 'ok' then return {status, detail} end
-local tokens = take_leases(leases, 9, now, tonumber(ARGV[2]), job[3], KEYS[4], KEYS[6], KEYS[5])
+local tokens = take_leases(leases, 10, now, tonumber(ARGV[2]), job[3], KEYS[4], KEYS[6], KEYS[5])
 local parts = {}
 for i = 1, #leases do parts[i] = ARGV[6 + i] .. tokens[i] .. '}' end
 redis.call('HSET', KEYS[1], 'state', 'RUNNING', 'update_time', now, 'start_time', now,
@@ -166,6 +168,7 @@ redis.call('XADD', KEYS[2], seq .. '-0', 'time', now, 'data', ARGV[4])
 seq = redis.call('HINCRBY', KEYS[1], 'last_event_sequence', 1)
 redis.call('XADD', KEYS[2], seq .. '-0', 'time', now, 'data', ARGV[5])
 redis.call('ZREM', KEYS[3], job[3])
+redis.call('SADD', KEYS[9], job[3])
 count_transition(KEYS[8], tenant, devices, 'QUEUED', 'RUNNING')
 return {'ok', tostring(seq)}
 """

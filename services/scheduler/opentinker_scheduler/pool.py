@@ -10,7 +10,7 @@ from opentinker_scheduler.errors import InvalidArgument, NotFound
 from opentinker_scheduler.job_store import JobStore
 from opentinker_scheduler.jobs import check_id
 from opentinker_scheduler.leases import LeaseTable
-from opentinker_scheduler.lifecycle import Lifecycle
+from opentinker_scheduler.lifecycle import Lifecycle, holds
 from opentinker_scheduler.model import Assignment, Caller, JobState, Lease, Page, Role, Worker, WorkerRegistration, WorkerState
 from opentinker_scheduler.paging import decode_token, encode_token, page_size
 from opentinker_scheduler.workers import WorkerRegistry
@@ -54,8 +54,8 @@ class WorkerPool:
 
     async def _collect(self, lease: Lease, result: HeartbeatResult) -> None:
         job = await self.store.get(lease.job_id)
-        if job is None or job.state.terminal:
-            await self.leases.release(lease.lease_id)
+        if job is None or job.state.terminal or not holds(job, lease.lease_id):
+            await self.leases.release(lease.lease_id)  # the job ended or moved on without this lease
             return
         if job.cancel_requested:
             result.stop_job_ids.append(job.job_id)
@@ -81,10 +81,11 @@ class WorkerPool:
         return dataclasses.replace(worker, state=WorkerState.DEAD, leases=())
 
     async def _drop_leases(self, worker_id: str, *, reason: str) -> None:
+        """Handle each lease's job first, then release the lease: a scheduler killed in between
+        leaves the lease for the heartbeat or the expiry sweep to find."""
         for lease in await self.leases.of_worker(worker_id):
-            released = await self.leases.release(lease.lease_id)
-            if released is not None:
-                await self.lifecycle.lease_lost(released, reason=reason)
+            await self.lifecycle.lease_lost(lease, reason=reason)
+            await self.leases.release(lease.lease_id)
 
     async def list(self, caller: Caller, *, size: int, token: str, role: Role) -> Page[Worker]:
         """Workers by id, optionally of one role, with their leases."""

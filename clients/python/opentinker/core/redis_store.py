@@ -100,6 +100,7 @@ class Keys:
       P job:{job_id}:stopping                 set: workers still to be told to stop (cancel)
       P jobs                                  sorted set: every job id by submission order
       P jobs:counter                          counter: submission order of jobs
+      P jobs:running                          set: ids of RUNNING jobs
       P queue                                 sorted set: QUEUED job ids by priority, then FIFO
       P tenant:{tenant}:jobs                  sorted set: a tenant's job ids by submission order
       P tenant:{tenant}:request:{request_id}  hash: idempotency record of a SubmitJob
@@ -142,6 +143,9 @@ class Keys:
 
     def job_counter(self) -> str:
         return f"{self.prefix}jobs:counter"
+
+    def running_jobs(self) -> str:
+        return f"{self.prefix}jobs:running"
 
     def job_queue(self) -> str:
         return f"{self.prefix}queue"
