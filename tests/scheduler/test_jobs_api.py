@@ -90,6 +90,16 @@ BAD_SPECS = [
      "spec.resources[0].device_count"),
     (_bad(lambda s: setattr(s, "type", job_pb2.JOB_TYPE_SFT)), "spec.dataset.path"),
     (_bad(lambda s: setattr(s, "type", 42)), "spec.type"),
+    (_bad(lambda s: setattr(s.policy.algorithm.advantage, "estimator", 99)), "spec.policy.algorithm.advantage.estimator"),
+    (_bad(lambda s: setattr(s.training, "max_retries", -1)), "spec.training.max_retries"),
+    (_bad(lambda s: setattr(s.training, "max_retries", 101)), "spec.training.max_retries"),
+    (_bad(lambda s: setattr(s, "display_name", "x" * 201)), "spec.display_name"),
+    (_bad(lambda s: s.labels.update({" bad key": "v"})), "spec.labels[' bad key']"),
+    (_bad(lambda s: s.labels.update({"team": "v" * 257})), "spec.labels['team']"),
+    (_bad(lambda s: setattr(s.inference, "output_path", "/tmp/x.jsonl")), "spec.inference.output_path"),
+    (_bad(lambda s: (setattr(s, "type", job_pb2.JOB_TYPE_INFERENCE), s.environment.ClearField("env_name"))),
+     "spec.environment.env_name"),
+    (_bad(lambda s: setattr(s.training.max_duration, "seconds", -5)), "spec.training.max_duration.seconds"),
 ]
 
 

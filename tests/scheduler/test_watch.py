@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import grpc
 
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from tests.scheduler._harness import lease_of, register_pool, rl_spec, rpc_error, running_job, scheduler_server
+from opentinker.core.redis_store import connect
+from tests.scheduler._harness import FAST, lease_of, register_pool, rl_spec, rpc_error, running_job, scheduler_server
 
 S = job_pb2.Job
 
@@ -77,5 +79,28 @@ def test_watch_unknown_job_is_not_found_and_negative_sequence_invalid(redis_url:
             error = await rpc_error(collect(h.stub, job.job_id, after=-1))
             assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert "after_sequence" in error.details()
+
+    asyncio.run(scenario())
+
+
+def test_a_job_keeps_its_latest_events_and_watching_from_a_trimmed_position_is_out_of_range(redis_url: str) -> None:
+    async def scenario() -> None:
+        config = dataclasses.replace(FAST, max_events_per_job=6)
+        async with scheduler_server(redis_url, config=config) as h:
+            await register_pool(h)
+            job = await running_job(h)  # events 1-3: QUEUED, ALLOCATING, RUNNING
+            await h.stub.ReportJobEvents(pb.ReportJobEventsRequest(
+                lease=lease_of(job), events=[metrics_event(step, 0.0) for step in range(1, 8)]))  # 4-10
+            async with connect(redis_url) as client:
+                assert await client.xlen(f"ot:job:{job.job_id}:events") == 6
+            error = await rpc_error(collect(h.stub, job.job_id, follow=True, timeout=1.0))
+            assert error.code() == grpc.StatusCode.OUT_OF_RANGE
+            assert error.details() == (f"events 1..4 of job {job.job_id} were trimmed (a job keeps its last 6 "
+                                       "events); watch again with after_sequence >= 4")
+            watcher = asyncio.create_task(collect(h.stub, job.job_id, after=7))
+            await asyncio.sleep(0.2)
+            await h.stub.FinishJob(pb.FinishJobRequest(lease=lease_of(job), final_state=S.STATE_SUCCEEDED))
+            events = await asyncio.wait_for(watcher, 5)
+            assert [e.sequence for e in events] == [8, 9, 10, 11]  # no gap, no duplicate
 
     asyncio.run(scenario())

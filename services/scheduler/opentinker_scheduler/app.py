@@ -38,7 +38,7 @@ def build_scheduler(client: redis.asyncio.Redis, blocking_client: redis.asyncio.
                     keys: Keys | None = None) -> Scheduler:
     """`blocking_client` must have no socket timeout (it serves WatchJob's XREAD BLOCK)."""
     clock, keys = clock or SystemClock(), keys or Keys()
-    scripts = Scripts.register(client)
+    scripts = Scripts.register(client, max_events_per_job=config.max_events_per_job)
     store = JobStore(client=client, keys=keys, scripts=scripts, clock=clock,
                      request_id_ttl_s=config.request_id_ttl_s, aging_ms=config.queue_aging_ms)
     tenants = TenantStore(client=client, keys=keys, clock=clock)

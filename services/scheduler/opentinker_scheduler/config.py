@@ -25,6 +25,8 @@ class SchedulerConfig:
     """Queued jobs the allocator considers per pass (highest priority first)."""
     queue_aging_ms: int = 60_000
     """Waiting this long in the queue is worth one priority point (nothing starves)."""
+    max_events_per_job: int = 100_000
+    """A job's event stream keeps this many of its latest events (WatchJob from before: OUT_OF_RANGE)."""
     starvation_ms: int = 300_000
     """A queued job that has waited this long without fitting stops backfilling behind it."""
 

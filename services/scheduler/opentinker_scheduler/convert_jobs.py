@@ -60,7 +60,9 @@ def facts_from_spec(spec: job_pb2.JobSpec) -> JobSpecFacts:
         group_size=training.group_size, target_loss=training.target_loss,
         max_retries=training.max_retries if training.HasField("max_retries") else None,
         resources=tuple(resource_from_proto(r, f"spec.resources[{i}]") for i, r in enumerate(spec.resources)),
-        numbers=tuple(numeric_fields(spec, "spec")), label_count=len(spec.labels))
+        numbers=tuple(numeric_fields(spec, "spec")), label_count=len(spec.labels),
+        labels=tuple(spec.labels.items()), display_name=spec.display_name,
+        unknown_enums=tuple(unknown_enum_values(spec, "spec")), output_path=spec.inference.output_path)
 
 
 def agent_facts(agent: job_pb2.AgentSpec, path: str) -> AgentFacts:
@@ -78,27 +80,32 @@ def resource_from_proto(request: resources_pb2.ResourceRequest, path: str) -> Re
                            min_memory_bytes=request.min_memory_bytes)
 
 
-def numeric_fields(message: Message, path: str) -> Iterator[NumericField]:
-    """Every set numeric field below `message`, with its path (maps and Structs skipped)."""
+def scalar_fields(message: Message, path: str) -> Iterator[tuple[FieldDescriptor, object, str]]:
+    """(descriptor, value, path) of every set scalar below `message` (maps and Structs skipped)."""
     for descriptor, value in message.ListFields():
         name = f"{path}.{descriptor.name}"
-        if descriptor.cpp_type == FieldDescriptor.CPPTYPE_MESSAGE:
-            yield from _nested_numbers(descriptor, value, name)
-        elif descriptor.cpp_type in NUMERIC_TYPES:
-            values = value if descriptor.is_repeated else [value]
-            for index, item in enumerate(values):
-                item_path = f"{name}[{index}]" if descriptor.is_repeated else name
-                yield NumericField(path=item_path, value=float(item))
+        values = value if descriptor.is_repeated else [value]
+        for index, item in enumerate(values):
+            item_path = f"{name}[{index}]" if descriptor.is_repeated else name
+            if descriptor.cpp_type != FieldDescriptor.CPPTYPE_MESSAGE:
+                yield descriptor, item, item_path
+            elif not (descriptor.message_type.GetOptions().map_entry
+                      or descriptor.message_type.full_name in OPAQUE_MESSAGES):
+                yield from scalar_fields(item, item_path)  # type: ignore[arg-type]
 
 
-def _nested_numbers(descriptor: FieldDescriptor, value: object, name: str) -> Iterator[NumericField]:
-    if descriptor.message_type.GetOptions().map_entry or descriptor.message_type.full_name in OPAQUE_MESSAGES:
-        return
-    if descriptor.is_repeated:
-        for index, item in enumerate(value):  # type: ignore[arg-type]
-            yield from numeric_fields(item, f"{name}[{index}]")
-    else:
-        yield from numeric_fields(value, name)  # type: ignore[arg-type]
+def numeric_fields(message: Message, path: str) -> Iterator[NumericField]:
+    """Every set numeric field below `message`, with its path."""
+    for descriptor, value, name in scalar_fields(message, path):
+        if descriptor.cpp_type in NUMERIC_TYPES:
+            yield NumericField(path=name, value=float(value))  # type: ignore[arg-type]
+
+
+def unknown_enum_values(message: Message, path: str) -> Iterator[str]:
+    """'<path>: <n> is not a known <Enum> value' for enum numbers newer than our protos."""
+    for descriptor, value, name in scalar_fields(message, path):
+        if descriptor.cpp_type == FieldDescriptor.CPPTYPE_ENUM and value not in descriptor.enum_type.values_by_number:
+            yield f"{name}: {value} is not a known {descriptor.enum_type.name} value"
 
 
 def job_type_from_proto(value: int, *, field: str) -> JobType:

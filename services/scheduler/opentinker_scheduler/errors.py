@@ -49,6 +49,12 @@ class QuotaExceeded(SchedulerError):
     reason = "QUOTA_EXCEEDED"
 
 
+class OutOfRange(SchedulerError):
+    """A position (e.g. an event sequence) outside what is kept."""
+
+    reason = "INVALID_FIELD"
+
+
 class StaleLease(FailedPrecondition):
     """The LeaseContext is not a current lease of the job (expired, released or superseded)."""
 

@@ -17,7 +17,7 @@ import grpc
 
 from opentinker.core.errors import REASON_METADATA_KEY
 from opentinker.core.redis_store import REDIS_DOWN_ERRORS
-from opentinker_scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, QuotaExceeded, SchedulerError
+from opentinker_scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, OutOfRange, PermissionDenied, QuotaExceeded, SchedulerError
 
 CODES: tuple[tuple[type[SchedulerError], grpc.StatusCode], ...] = (
     (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
@@ -25,6 +25,7 @@ CODES: tuple[tuple[type[SchedulerError], grpc.StatusCode], ...] = (
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (QuotaExceeded, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+    (OutOfRange, grpc.StatusCode.OUT_OF_RANGE),
 )
 REDIS_DOWN_MESSAGE = "the scheduler's state store (Redis) is unavailable; retry later"
 

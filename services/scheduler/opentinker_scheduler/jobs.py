@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from opentinker_scheduler.config import SchedulerConfig
-from opentinker_scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, QuotaExceeded, StaleLease
+from opentinker_scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, OutOfRange, QuotaExceeded, StaleLease
 from opentinker_scheduler.event_log import EventLog
 from opentinker_scheduler.events import JobEvent, LogLine, Payload
 from opentinker_scheduler.job_store import AppendStatus, Created, JobStore, SubmitRefused
@@ -144,6 +144,10 @@ class JobService:
         job = await self.get(job_id, caller)
         last = after_sequence
         async for event in self.events.replay(job_id, last):
+            if event.sequence > last + 1 and last == after_sequence:
+                raise OutOfRange(f"events {after_sequence + 1}..{event.sequence - 1} of job {job_id} were "
+                                 f"trimmed (a job keeps its last {self.config.max_events_per_job} events); "
+                                 f"watch again with after_sequence >= {event.sequence - 1}")
             yield event
             last = event.sequence
             if event.is_terminal and not follow_after_end:

@@ -4,6 +4,8 @@ Conventions: times are ms from the scheduler's Clock, passed in ARGV (so tests c
 every key a script touches comes in KEYS, built by `opentinker.core.redis_store.Keys`. A job's
 event sequence is the `last_event_sequence` field of its hash, incremented in the same script that
 XADDs the event with the id `<sequence>-0`, so sequences are dense, ordered and never reused.
+A job's stream keeps its last MAX_EVENTS events (`SchedulerConfig.max_events_per_job`, put into
+every script's text at registration): older ones are trimmed as new ones arrive.
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ local queued = tonumber(redis.call('HGET', KEYS[9], ARGV[8] .. ':queued') or '0'
 if max_queued > 0 and queued >= max_queued then return {'quota', tostring(max_queued)} end
 local order = redis.call('INCR', KEYS[7])
 redis.call('HSET', KEYS[2], 'order', order, 'last_event_sequence', 1, unpack(ARGV, 11))
-redis.call('XADD', KEYS[3], '1-0', 'time', ARGV[3], 'data', ARGV[6])
+redis.call('XADD', KEYS[3], 'MAXLEN', MAX_EVENTS, '1-0', 'time', ARGV[3], 'data', ARGV[6])
 redis.call('ZADD', KEYS[4], order, ARGV[2])
 redis.call('ZADD', KEYS[5], order, ARGV[2])
 redis.call('ZADD', KEYS[6], queue_score(ARGV[5], ARGV[3], order, ARGV[7]), ARGV[2])
@@ -123,7 +125,7 @@ if ARGV[5] == '1' and redis.call('HGET', KEYS[1], 'cancel_requested') == '1' the
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[3], 'update_time', ARGV[1], unpack(ARGV, 8))
 local seq = redis.call('HINCRBY', KEYS[1], 'last_event_sequence', 1)
-redis.call('XADD', KEYS[2], seq .. '-0', 'time', ARGV[1], 'data', ARGV[4])
+redis.call('XADD', KEYS[2], 'MAXLEN', MAX_EVENTS, seq .. '-0', 'time', ARGV[1], 'data', ARGV[4])
 local job = redis.call('HMGET', KEYS[1], 'job_id', 'priority', 'order', 'create_time', 'tenant_id',
                        'device_count')
 if ARGV[3] == 'QUEUED' then
@@ -164,9 +166,9 @@ redis.call('HSET', KEYS[1], 'state', 'RUNNING', 'update_time', now, 'start_time'
            'attempt', tonumber(job[2] or '0') + 1, 'status_message', '',
            'assignments', '[' .. table.concat(parts, ',') .. ']')
 local seq = redis.call('HINCRBY', KEYS[1], 'last_event_sequence', 1)
-redis.call('XADD', KEYS[2], seq .. '-0', 'time', now, 'data', ARGV[4])
+redis.call('XADD', KEYS[2], 'MAXLEN', MAX_EVENTS, seq .. '-0', 'time', now, 'data', ARGV[4])
 seq = redis.call('HINCRBY', KEYS[1], 'last_event_sequence', 1)
-redis.call('XADD', KEYS[2], seq .. '-0', 'time', now, 'data', ARGV[5])
+redis.call('XADD', KEYS[2], 'MAXLEN', MAX_EVENTS, seq .. '-0', 'time', now, 'data', ARGV[5])
 redis.call('ZREM', KEYS[3], job[3])
 redis.call('SADD', KEYS[9], job[3])
 count_transition(KEYS[8], tenant, devices, 'QUEUED', 'RUNNING')
@@ -201,7 +203,7 @@ if cur ~= ARGV[2] then return {0, cur or ''} end
 if redis.call('HGET', KEYS[1], 'cancel_requested') == '1' then return {2, cur} end
 redis.call('HSET', KEYS[1], 'cancel_requested', '1', 'update_time', ARGV[1])
 local seq = redis.call('HINCRBY', KEYS[1], 'last_event_sequence', 1)
-redis.call('XADD', KEYS[2], seq .. '-0', 'time', ARGV[1], 'data', ARGV[3])
+redis.call('XADD', KEYS[2], 'MAXLEN', MAX_EVENTS, seq .. '-0', 'time', ARGV[1], 'data', ARGV[3])
 if #ARGV > 3 then redis.call('SADD', KEYS[3], unpack(ARGV, 4)) end
 return {1, cur}
 """
@@ -228,7 +230,7 @@ if pairs_end > fields_end then redis.call('HSET', KEYS[5], unpack(ARGV, fields_e
 local seq = tonumber(redis.call('HGET', KEYS[1], 'last_event_sequence'))
 for i = pairs_end + 1, #ARGV do
   seq = redis.call('HINCRBY', KEYS[1], 'last_event_sequence', 1)
-  redis.call('XADD', KEYS[2], seq .. '-0', 'time', ARGV[1], 'data', ARGV[i])
+  redis.call('XADD', KEYS[2], 'MAXLEN', MAX_EVENTS, seq .. '-0', 'time', ARGV[1], 'data', ARGV[i])
 end
 if ARGV[3] == '1' then redis.call('SET', KEYS[3], seq, 'EX', ARGV[2]) end
 return {'ok', tostring(seq)}
@@ -304,11 +306,12 @@ class Scripts:
     worker_touch: AsyncScript
 
     @classmethod
-    def register(cls, client: redis.asyncio.Redis) -> Scripts:
+    def register(cls, client: redis.asyncio.Redis, *, max_events_per_job: int = 100_000) -> Scripts:
         sources = {"submit": SUBMIT, "transition": TRANSITION, "start": START, "hold_lock": HOLD_LOCK,
                    "note_waiting": NOTE_WAITING,
                    "request_cancel": REQUEST_CANCEL,
                    "append_events": APPEND_EVENTS, "lease_acquire": LEASE_ACQUIRE,
                    "lease_renew": LEASE_RENEW, "lease_release": LEASE_RELEASE,
                    "worker_touch": WORKER_TOUCH}
-        return cls(**{name: client.register_script(text) for name, text in sources.items()})
+        prelude = f"local MAX_EVENTS = {int(max_events_per_job)}\n"
+        return cls(**{name: client.register_script(prelude + text) for name, text in sources.items()})

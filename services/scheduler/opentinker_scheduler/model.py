@@ -112,6 +112,11 @@ class JobSpecFacts:
     resources: tuple[ResourceRequest, ...] = ()
     numbers: tuple[NumericField, ...] = ()
     label_count: int = 0
+    labels: tuple[tuple[str, str], ...] = ()
+    display_name: str = ""
+    unknown_enums: tuple[str, ...] = ()
+    """'<path>: <n> is not a known <Enum> value' for each enum number our protos do not define."""
+    output_path: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

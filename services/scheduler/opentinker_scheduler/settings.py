@@ -39,6 +39,9 @@ class SchedulerSettings(ServiceSettings):
     starvation_seconds: float = setting(
         300.0, "A queued job that has waited this long without fitting stops backfilling: smaller "
         "jobs behind it wait until it starts.", positive=True)
+    max_events_per_job: int = setting(
+        100_000, "Events kept per job (metrics, progress, logs, state changes); older ones are "
+        "trimmed, and WatchJob from a trimmed position answers OUT_OF_RANGE.", min=100, max=10_000_000)
     request_id_ttl_seconds: int = setting(
         86400, "How long a request_id is remembered for idempotent retries.", min=60)
 
@@ -59,7 +62,8 @@ class SchedulerSettings(ServiceSettings):
             coordinator_capacity=self.coordinator_capacity,
             request_id_ttl_s=self.request_id_ttl_seconds,
             allocator_interval_ms=_ms(self.allocator_interval_seconds),
-            queue_aging_ms=_ms(self.queue_aging_seconds), starvation_ms=_ms(self.starvation_seconds))
+            queue_aging_ms=_ms(self.queue_aging_seconds), starvation_ms=_ms(self.starvation_seconds),
+            max_events_per_job=self.max_events_per_job)
 
 
 def _ms(seconds: float) -> int:

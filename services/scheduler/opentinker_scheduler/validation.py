@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 from opentinker_scheduler.errors import InvalidArgument
 from opentinker_scheduler.model import AgentFacts, JobSpecFacts, JobType, ResourceRequest, Role
@@ -13,6 +14,9 @@ MAX_BATCH_SIZE = 4096
 MAX_GROUP_SIZE = 1024
 MAX_DEVICES_PER_REQUEST = 64
 MAX_LABELS = 32
+MAX_LABEL_VALUE = 256
+MAX_DISPLAY_NAME = 200
+LABEL_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
 MAX_RETRIES = 100
 DEFAULT_MAX_RETRIES = 2
 MODEL_JOB_TYPES = (JobType.RL, JobType.SFT, JobType.INFERENCE)
@@ -26,13 +30,21 @@ def validate_spec(facts: JobSpecFacts) -> None:
     """Raise InvalidArgument for the first problem found, in field order."""
     if facts.type is JobType.UNSPECIFIED:
         raise InvalidArgument("spec.type", "must be set (JOB_TYPE_RL, JOB_TYPE_SFT or JOB_TYPE_INFERENCE)")
+    for problem in facts.unknown_enums:
+        path, _, rule = problem.partition(": ")
+        raise InvalidArgument(path, rule)
+    if len(facts.display_name) > MAX_DISPLAY_NAME:
+        raise InvalidArgument("spec.display_name", f"must be at most {MAX_DISPLAY_NAME} characters")
     _check_range("spec.priority", facts.priority, 0, MAX_PRIORITY)
     if facts.type in MODEL_JOB_TYPES:
         _check_agents(facts)
     if facts.type in TRAINING_JOB_TYPES:
         _check_learners(facts)
-    if facts.type is JobType.RL and not facts.env_name:
-        raise InvalidArgument("spec.environment.env_name", "must name an environment for an RL job")
+    if facts.type in (JobType.RL, JobType.INFERENCE) and not facts.env_name:
+        raise InvalidArgument("spec.environment.env_name", f"must name an environment for an "
+                              f"{facts.type} job (its episodes are played there)")
+    if facts.output_path and facts.type is not JobType.INFERENCE:
+        raise InvalidArgument("spec.inference.output_path", "only INFERENCE jobs write episode output")
     if facts.type is JobType.SFT and not facts.dataset_path:
         raise InvalidArgument("spec.dataset.path", "must be set for an SFT job")
     if facts.type in TRAINING_JOB_TYPES:
@@ -42,6 +54,12 @@ def validate_spec(facts: JobSpecFacts) -> None:
         _check_resource(f"spec.resources[{index}]", request)
     if facts.label_count > MAX_LABELS:
         raise InvalidArgument("spec.labels", f"has {facts.label_count} entries, at most {MAX_LABELS}")
+    for key, value in facts.labels:
+        if not LABEL_KEY.match(key):
+            raise InvalidArgument(f"spec.labels[{key!r}]", "keys must be 1-63 characters: letters, digits, "
+                                  "'-', '_', '.' or '/', starting with a letter or digit")
+        if len(value) > MAX_LABEL_VALUE:
+            raise InvalidArgument(f"spec.labels[{key!r}]", f"values must be at most {MAX_LABEL_VALUE} characters")
 
 
 def _check_agents(facts: JobSpecFacts) -> None:

@@ -1,0 +1,101 @@
+"""A worker dies mid-job (kill -9): its lease expires, the Scheduler re-queues the job, and the
+next attempt resumes from the last checkpoint on the surviving workers and succeeds.
+
+Runs on a stack of its own with a second Coordinator process, so either Coordinator may take
+the job and the one that does can be killed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from opentinker.api.common.v1 import resources_pb2
+from opentinker.api.scheduler.v1 import job_pb2
+from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker.cli.topology import SERVICES, service_env
+from opentinker.client import SchedulerClient
+from tests._stack import LocalStack, free_ports
+from tests.e2e.test_rl_job import states_of, tiny_rl_spec
+
+pytestmark = pytest.mark.timeout(240)
+S = job_pb2.Job
+
+
+@pytest.fixture(scope="module")
+def stack_with_two_coordinators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack, dict]]:
+    local = LocalStack(tmp_path_factory.mktemp("requeue-stack"))
+    local.up()
+    port = free_ports(1)[0]
+    coordinator = next(s for s in SERVICES if s.name == "coordinator")
+    env = service_env(coordinator, host="127.0.0.1", ports={**local.ports, "coordinator": port},
+                      redis_url=f"redis://127.0.0.1:{local.redis_port}/0",
+                      checkpoint_dir=str(local.state_dir / "checkpoints"), api_key=local.api_key)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OPENTINKER_")}
+    log = (local.state_dir / "logs" / "coordinator-2.log").open("wb")
+    second = subprocess.Popen([sys.executable, "-m", "opentinker_coordinator"], env={**clean, **env},
+                              stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    stacked = next(p["pid"] for p in local.status["processes"] if p["name"] == "coordinator")
+    pids = {local.address("coordinator"): stacked, f"127.0.0.1:{port}": second.pid}
+    try:
+        yield local, pids
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.wait()
+        log.close()
+        local.down()
+
+
+def test_a_killed_coordinator_costs_one_retry_and_the_job_resumes_from_its_checkpoint(
+        stack_with_two_coordinators: tuple[LocalStack, dict]) -> None:
+    local, pids = stack_with_two_coordinators
+    with SchedulerClient(local.address("scheduler"), api_key=local.api_key, timeout=30) as scheduler:
+        workers = scheduler._call(scheduler.stub.ListWorkers, pb.ListWorkersRequest()).workers
+        assert sum(w.role == resources_pb2.ROLE_COORDINATOR for w in workers) == 2 or _wait_two(scheduler)
+        job = scheduler.submit_job(tiny_rl_spec(total_steps=8, max_retries=1))
+        seen: list[job_pb2.JobEvent] = []
+        for event in scheduler.watch_job(job.job_id):
+            seen.append(event)
+            if event.WhichOneof("payload") == "checkpoint" and event.checkpoint.step >= 2:
+                break
+        running = scheduler.get_job(job.job_id)
+        victim = next(a for a in running.assignments if a.role == resources_pb2.ROLE_COORDINATOR)
+        os.kill(pids[victim.address], signal.SIGKILL)
+        final = scheduler.wait(job.job_id)
+        events = list(scheduler.watch_job(job.job_id))
+
+    assert final.state == S.STATE_SUCCEEDED, final.status_message
+    assert final.attempt == 2 and final.retries_left == 0
+    assert states_of(events) == ["QUEUED", "ALLOCATING", "RUNNING", "QUEUED", "ALLOCATING", "RUNNING", "SUCCEEDED"]
+    lost = [e.worker_lost for e in events if e.WhichOneof("payload") == "worker_lost"]
+    assert [(w.worker_id, w.role) for w in lost] == [(victim.worker_id, resources_pb2.ROLE_COORDINATOR)]
+    requeued = next(e.state_changed.reason for e in events if e.WhichOneof("payload") == "state_changed"
+                    and e.state_changed.to_state == S.STATE_QUEUED and e.sequence > 1)
+    assert "re-queued to resume from checkpoint" in requeued, requeued
+    resumed = [e.log.message for e in events if e.WhichOneof("payload") == "log"
+               and e.log.message.startswith("resumed from checkpoint")]
+    assert len(resumed) == 1
+    step = int(resumed[0].rsplit(" ", 1)[-1])
+    assert step >= 2 and f"{job.job_id}-step-{step}" in resumed[0]
+    resumed_at = next(e.sequence for e in events if e.WhichOneof("payload") == "log"
+                      and e.log.message.startswith("resumed from checkpoint"))
+    trained_after = [e.metrics.step for e in events if e.sequence > resumed_at
+                     and e.WhichOneof("payload") == "metrics" and "time/rollout_s" in e.metrics.values]
+    assert trained_after == list(range(step + 1, 9))  # continued from the checkpoint, not from step 1
+
+
+def _wait_two(scheduler: SchedulerClient) -> bool:
+    import time
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        workers = scheduler._call(scheduler.stub.ListWorkers, pb.ListWorkersRequest()).workers
+        if sum(w.role == resources_pb2.ROLE_COORDINATOR for w in workers) == 2:
+            return True
+        time.sleep(0.5)
+    return False
