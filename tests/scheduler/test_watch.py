@@ -104,3 +104,28 @@ def test_a_job_keeps_its_latest_events_and_watching_from_a_trimmed_position_is_o
             assert [e.sequence for e in events] == [8, 9, 10, 11]  # no gap, no duplicate
 
     asyncio.run(scenario())
+
+
+def test_a_job_ending_right_after_the_replay_still_delivers_its_terminal_event(redis_url: str) -> None:
+    """The race the scheduler bench found: replay ends, the job ends, then the watcher looks."""
+    async def scenario() -> None:
+        async with scheduler_server(redis_url) as h:
+            await register_pool(h)
+            job = await running_job(h)
+            events = h.scheduler.jobs.events
+            replay = events.replay
+
+            async def replay_then_finish(job_id, sequence):  # noqa: ANN001, ANN202
+                async for event in replay(job_id, sequence):
+                    yield event
+                await h.stub.FinishJob(pb.FinishJobRequest(lease=lease_of(job), final_state=S.STATE_SUCCEEDED))
+
+            object.__setattr__(events, "replay", replay_then_finish)
+            try:
+                seen = await asyncio.wait_for(collect(h.stub, job.job_id), 3)
+            finally:
+                object.__setattr__(events, "replay", replay)
+            assert seen[-1].state_changed.to_state == S.STATE_SUCCEEDED
+            assert [e.sequence for e in seen] == list(range(1, len(seen) + 1))
+
+    asyncio.run(scenario())

@@ -73,15 +73,19 @@ class Allocator:
     async def _listen(self, subscriber: redis.asyncio.Redis) -> None:
         """Set `wake` on every message of the wake channel; resubscribe after Redis outages."""
         while True:
+            pubsub = subscriber.pubsub()
             try:
-                async with subscriber.pubsub() as pubsub:
-                    await pubsub.subscribe(self.store.keys.allocator_wake())
-                    async for message in pubsub.listen():
-                        if message.get("type") == "message":
-                            self.wake.set()
+                await pubsub.subscribe(self.store.keys.allocator_wake())
+                async for message in pubsub.listen():
+                    if message.get("type") == "message":
+                        self.wake.set()
             except REDIS_DOWN_ERRORS as error:
                 log.warning("allocator_wakeups_unavailable", error=str(error))
                 await asyncio.sleep(self.config.allocator_interval_ms / 1000)
+            finally:
+                # never wait on a polite UNSUBSCRIBE at shutdown (Redis may be going away too)
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.shield(pubsub.aclose()), 1.0)
 
     def _housekeeping_due(self) -> bool:
         return self.store.clock.now_ms() - self._last_housekeeping_ms >= self.config.allocator_interval_ms

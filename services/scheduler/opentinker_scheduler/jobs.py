@@ -141,7 +141,7 @@ class JobService:
         (unless follow_after_end), or at once when the job already ended before it."""
         if after_sequence < 0:
             raise InvalidArgument("after_sequence", f"must be >= 0, got {after_sequence}")
-        job = await self.get(job_id, caller)
+        await self.get(job_id, caller)
         last = after_sequence
         async for event in self.events.replay(job_id, last):
             if event.sequence > last + 1 and last == after_sequence:
@@ -152,10 +152,13 @@ class JobService:
             last = event.sequence
             if event.is_terminal and not follow_after_end:
                 return
-        job = await self.get(job_id, caller)
-        if job.state.terminal and not follow_after_end:
-            return
         while True:
+            if not follow_after_end and (await self.get(job_id, caller)).state.terminal:
+                # ended (maybe just after the replay): state and terminal event are written by
+                # one script, so whatever is left, terminal event included, is stored already
+                for event in await self.events.after(job_id, last):
+                    yield event
+                return
             for event in await self.events.wait_after(job_id, last):
                 yield event
                 last = event.sequence
