@@ -25,10 +25,12 @@ What runs, all on this machine:
 
 Two scenarios, one after the other on the same scheduler and workers:
 
-(a) devices free: a client submits its next job once its previous one is RUNNING, and at most
-    3/4 of the slots' worth of jobs are unfinished at any time, so a free device is waiting for
-    every job (closed loop: as fast as the scheduler answers). The latency target applies here:
-    p99 submit->RUNNING < 50 ms.
+(a) devices free: jobs arrive on a fixed schedule, --rate jobs/s in all (default 80, about half
+    of the saturated throughput measured here), a client submitting its next job once its
+    previous one is RUNNING, and at most 3/4 of the slots' worth of jobs unfinished at any time,
+    so a free device is waiting for every job. The latency target applies here: p99
+    submit->RUNNING < 50 ms. --rate 0 makes it a closed loop (every client as fast as it is
+    answered), which measures the scheduler's CPU-bound capacity rather than its latency.
 (b) saturated: every client submits its share back to back (all N queue behind S slots);
     allocations/s and queue-wait percentiles.
 
@@ -147,6 +149,8 @@ class BenchConfig:
     client_process: bool
     coordinator_capacity: int
     label: str
+    rate: float = 0.0
+    """Scenario (a): jobs/s submitted on a fixed schedule (open loop); 0 = closed loop."""
 
     @property
     def trainers(self) -> int:
@@ -177,6 +181,10 @@ def parse_args(argv: list[str] | None) -> tuple[BenchConfig, argparse.Namespace]
     p.add_argument("--clients-in-bench-process", dest="client_process", action="store_false",
                    help="run the clients as tasks in the scheduler's process (default: one child "
                         "process hosts all the clients, each with its own channel)")
+    p.add_argument("--rate", type=float, default=80.0,
+                   help="scenario (a): submit on a fixed schedule of this many jobs/s in all (open loop, "
+                        "as users arrive; default %(default)s); 0 = closed loop, each client as fast as "
+                        "it is answered (the scheduler's CPU then sets the pace)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results file")
     p.add_argument("--label", default="", help="free text saved with the results (e.g. which code was measured)")
     # internal: the client process started by the bench
@@ -192,10 +200,12 @@ def parse_args(argv: list[str] | None) -> tuple[BenchConfig, argparse.Namespace]
         p.error(f"--slots must be a positive multiple of {DEVICES_PER_TRAINER}")
     if a.allocator_ms < 1 or a.heartbeat_ms < 1 or a.coordinator_capacity < 1:
         p.error("--allocator-ms, --heartbeat-ms and --coordinator-capacity must be >= 1")
+    if a.rate < 0:
+        p.error("--rate must be >= 0")
     return BenchConfig(jobs=jobs, clients=a.clients, slots=a.slots, allocator_ms=a.allocator_ms,
                        heartbeat_ms=a.heartbeat_ms, hold_ms=a.hold_ms, pings=pings,
                        timeout_s=a.timeout_s, out=a.out, quick=a.quick, client_process=a.client_process,
-                       coordinator_capacity=a.coordinator_capacity, label=a.label), a
+                       coordinator_capacity=a.coordinator_capacity, label=a.label, rate=a.rate), a
 
 
 def bench_spec() -> job_pb2.JobSpec:
@@ -601,8 +611,9 @@ async def submit(stub: pb_grpc.SchedulerServiceStub, record: JobRecord, request_
 
 async def devices_free_client(stub: pb_grpc.SchedulerServiceStub, records: list[JobRecord],
                               in_flight: asyncio.Semaphore, run_id: str, spec: job_pb2.JobSpec,
-                              progress: Progress) -> None:
-    """Submit the next job once the previous one is RUNNING, within the in-flight cap."""
+                              progress: Progress, schedule: Any = None) -> None:
+    """Submit the next job once the previous one is RUNNING, within the in-flight cap; with a
+    `schedule` (record -> perf_counter time), not before the record's time either."""
 
     async def follow_then_release(record: JobRecord, running: asyncio.Event) -> None:
         try:
@@ -612,6 +623,8 @@ async def devices_free_client(stub: pb_grpc.SchedulerServiceStub, records: list[
 
     followers = []
     for record in records:
+        if schedule is not None:
+            await asyncio.sleep(max(0.0, schedule(record) - time.perf_counter()))
         await in_flight.acquire()
         try:
             await submit(stub, record, f"{run_id}-free-{record.index}", spec, progress)
@@ -695,7 +708,8 @@ async def drive_clients(name: str, config: BenchConfig, address: str, run_id: st
     started = time.perf_counter()
     if name == "devices_free":
         cap = asyncio.Semaphore(config.free_in_flight)
-        tasks = [devices_free_client(stub, share, cap, run_id, spec, progress)
+        schedule = (lambda record: started + record.index / config.rate) if config.rate > 0 else None
+        tasks = [devices_free_client(stub, share, cap, run_id, spec, progress, schedule)
                  for stub, share in zip(stubs, shares, strict=True)]
     else:
         tasks = [saturating_client(stub, share, run_id, spec, progress)
@@ -739,7 +753,7 @@ async def clients_in_subprocess(name: str, config: BenchConfig, address: str, ru
     child = await asyncio.create_subprocess_exec(
         sys.executable, str(Path(__file__).resolve()), "--drive-clients", address, "--scenario", name,
         "--run-id", run_id, "--jobs", str(config.jobs), "--clients", str(config.clients),
-        "--slots", str(config.slots), "--timeout", str(config.timeout_s),
+        "--slots", str(config.slots), "--timeout", str(config.timeout_s), "--rate", str(config.rate),
         stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL, limit=1 << 28)
     line = asyncio.ensure_future(child.stdout.readline())
     try:
@@ -1122,6 +1136,7 @@ async def run(config: BenchConfig, redis_url: str, redis_pid: int) -> dict[str, 
                    "coordinator_workers": COORDINATORS, "coordinator_capacity": config.coordinator_capacity,
                    "allocator_interval_ms": config.allocator_ms, "heartbeat_interval_ms": config.heartbeat_ms,
                    "hold_ms": config.hold_ms, "devices_free_in_flight": config.free_in_flight,
+                   "devices_free_rate_per_s": config.rate or "closed loop",
                    "allocator_wake_ups": sched.wake_ups,
                    "spec_bytes": len(bench_spec().SerializeToString()), "quick": config.quick,
                    "clients_in": ("one child process" if config.client_process else "the bench process")

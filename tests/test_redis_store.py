@@ -58,13 +58,13 @@ def test_every_key_starts_with_the_prefix_and_keys_do_not_collide() -> None:
         keys.job("j1"), keys.job_events("j1"), keys.job_index(), keys.tenant_job_index("acme"),
         keys.idempotency("acme", "req-1"), keys.tenant("acme"), keys.tenant_index(),
         keys.api_key("sha256-abc"), keys.worker("w1"), keys.worker_index(),
-        keys.device_lease("w1", "cuda:0"), keys.job_leases("j1"), keys.fencing_counter(),
+        keys.worker_slots("w1"), keys.job_leases("j1"), keys.fencing_counter(),
     ]
     assert all(key.startswith("ot:") for key in built)
     assert len(set(built)) == len(built)
     assert keys.job_events("j1") == "ot:job:j1:events"
     assert keys.idempotency("acme", "req-1") == "ot:tenant:acme:request:req-1"
-    assert keys.device_lease("w1", "cuda:0") == "ot:lease:w1:cuda:0"
+    assert keys.worker_slots("w1") == "ot:worker-slots:w1"
 
 
 def test_idempotency_keys_are_per_tenant() -> None:

@@ -353,20 +353,24 @@ def test_register_rejects_bad_workers(redis_url: str) -> None:
     asyncio.run(scenario())
 
 
-def test_a_requeue_cut_short_by_a_crash_is_finished_by_the_heartbeats(redis_url: str) -> None:
-    """The scheduler re-queued a job and died before releasing its leases: each worker's next
-    heartbeat releases its now-orphaned lease (and stops the job), and the job starts again."""
+def test_leaving_running_releases_every_lease_in_the_same_step_and_heartbeats_drop_orphans(redis_url: str) -> None:
+    """A transition out of RUNNING frees the job's leases atomically (no crash window); a lease
+    that belongs to no current assignment anyway (an earlier attempt's) is released by its
+    worker's next heartbeat, which does not report it."""
     async def scenario() -> None:
         async with scheduler_server(redis_url, clock=ManualClock()) as h:
             await register_pool(h)
             job = await running_job(h)
+            leases = h.scheduler.jobs.leases
             moved = await h.scheduler.jobs.store.transition(
-                job.job_id, expected=JobState.RUNNING, to=JobState.QUEUED, reason="re-queued; then a crash",
+                job.job_id, expected=JobState.RUNNING, to=JobState.QUEUED, reason="re-queued",
                 fields={"assignments": "[]"})
-            assert moved.ok and len(await h.scheduler.jobs.leases.of_job(job.job_id)) == 3
-            for worker in ("trainer-1", "rollout-1", "coord-1"):
-                assert (await heartbeat(h, worker)).assignments == []
-            assert await h.scheduler.jobs.leases.of_job(job.job_id) == []
+            assert moved.ok and await leases.of_job(job.job_id) == []
+            assert await leases.busy_slots("trainer-1") == set()
+            orphan = await leases.acquire(job_id=job.job_id, worker_id="rollout-1", role=Role.ROLLOUT,
+                                          slots=["cpu:0"], device_ids=["cpu:0"], ttl_ms=FAST.worker_ttl_ms)
+            assert (await heartbeat(h, "rollout-1")).assignments == []
+            assert await leases.get(orphan.lease_id) is None
             await h.scheduler.allocator.tick()
             again = await get(h, job.job_id)
             assert again.state == S.STATE_RUNNING and again.attempt == 2

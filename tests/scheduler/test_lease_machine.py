@@ -51,8 +51,11 @@ class LeaseMachine(RuleBasedStateMachine):
         for worker_id in WORKERS:
             self.register(worker_id)
         self.model: dict[str, ModelLease] = {}
-        self.dead: set[str] = set()
+        self.worker_expire = {worker_id: self.clock.now_ms() + FOREVER_MS for worker_id in WORKERS}
         self.last_token = 0
+
+    def worker_alive(self, worker_id: str) -> bool:
+        return self.worker_expire[worker_id] > self.clock.now_ms()
 
     def register(self, worker_id: str) -> None:
         devices = tuple(Device(device_id=slot) for slot in SLOTS)
@@ -78,7 +81,7 @@ class LeaseMachine(RuleBasedStateMachine):
         min_size=1, max_size=2, unique_by=lambda pair: pair[0]))
     def acquire(self, job: str, wanted: list[tuple[str, list[str]]]):  # noqa: ANN201
         """One job's leases on one or two workers: all granted or none."""
-        expected_ok = all(w not in self.dead and not set(slots) & self.held(w) for w, slots in wanted)
+        expected_ok = all(self.worker_alive(w) and not set(slots) & self.held(w) for w, slots in wanted)
         drafts = [LeaseDraft(worker_id=w, role=Role.TRAINER, slots=tuple(slots), device_ids=tuple(slots))
                   for w, slots in wanted]
         try:
@@ -86,7 +89,7 @@ class LeaseMachine(RuleBasedStateMachine):
         except LeaseUnavailable:
             assert not expected_ok, f"acquire {wanted} refused though free"
             return multiple()
-        assert expected_ok, f"acquire {wanted} granted though held or dead: {self.dead}"
+        assert expected_ok, f"acquire {wanted} granted though held or dead: {self.worker_expire}"
         for lease in granted:
             assert lease.fencing_token > self.last_token
             self.last_token = lease.fencing_token
@@ -98,7 +101,7 @@ class LeaseMachine(RuleBasedStateMachine):
         """The worker stops heartbeating: it is dead at once (its TTL passes) and its leases
         are no longer renewed; they expire on their own TTL."""
         self.run(self.client.hset(self.table.keys.worker(worker_id), "expire_at", self.clock.now_ms()))
-        self.dead.add(worker_id)
+        self.worker_expire[worker_id] = self.clock.now_ms()
 
     @rule(worker_id=st.sampled_from(WORKERS))
     def worker_registers_again(self, worker_id: str) -> None:
@@ -107,15 +110,18 @@ class LeaseMachine(RuleBasedStateMachine):
             assert self.run(self.table.release(lease.lease_id)) is not None
             del self.model[lease.lease_id]
         self.register(worker_id)
-        self.dead.discard(worker_id)
+        self.worker_expire[worker_id] = self.clock.now_ms() + FOREVER_MS
 
     @rule(lease_id=leases)
     def renew(self, lease_id: str) -> None:
-        """A heartbeat of the lease's worker (a dead worker sends none)."""
-        if lease_id in self.model and self.model[lease_id].lease.worker_id in self.dead:
-            return
-        expected_ok = lease_id in self.alive()
+        """A heartbeat of the lease's worker: renews the worker and the lease for TTL_MS; a dead
+        worker (stopped heartbeating, TTL passed) renews nothing and must register again."""
+        worker_id = self.model[lease_id].lease.worker_id if lease_id in self.model else None
+        worker_alive = worker_id is not None and self.worker_alive(worker_id)
+        expected_ok = lease_id in self.alive() and worker_alive
         assert self.run(self.table.renew(lease_id, ttl_ms=TTL_MS)) == expected_ok
+        if worker_alive:
+            self.worker_expire[worker_id] = self.clock.now_ms() + TTL_MS
         if expected_ok:
             self.model[lease_id].expire_ms = self.clock.now_ms() + TTL_MS
 
@@ -140,7 +146,7 @@ class LeaseMachine(RuleBasedStateMachine):
     @invariant()
     def no_slot_leased_twice_and_redis_matches_the_model(self) -> None:
         for worker_id in WORKERS:
-            busy = self.run(self.table.busy_slots(worker_id, SLOTS))
+            busy = self.run(self.table.busy_slots(worker_id))
             assert busy == self.held(worker_id)
             owners = [slot for m in self.alive().values() if m.lease.worker_id == worker_id
                       for slot in m.lease.slots]

@@ -49,7 +49,12 @@ def test_new_keys_keep_the_prefix_and_do_not_collide() -> None:
     built = [keys.job("j1"), keys.job_events("j1"), keys.job_metrics("j1"), keys.job_request("j1", "r1"),
              keys.job_stopping("j1"), keys.job_index(), keys.job_counter(), keys.job_queue(),
              keys.lease("lease-1"), keys.job_leases("j1"), keys.worker_leases("w1"),
-             keys.lease_expiry(), keys.device_lease("w1", "cpu:0"), keys.fencing_counter(),
-             keys.allocator_lock(), keys.worker("w1"), keys.worker_index()]
+             keys.lease_expiry(), keys.worker_slots("w1"), keys.fencing_counter(),
+             keys.allocator_lock(), keys.worker("w1"), keys.worker_index(), keys.running_jobs(),
+             keys.tenant_usage(), keys.tenant_api_keys("acme"), keys.allocator_wake()]
     assert all(key.startswith("ot:") for key in built) and len(set(built)) == len(built)
-    assert keys.device_lease("trainer@127.0.0.1:50052", "cpu:0") == "ot:lease:trainer@127.0.0.1:50052:cpu:0"
+    assert keys.worker_slots("trainer@127.0.0.1:50052") == "ot:worker-slots:trainer@127.0.0.1:50052"
+    prefixes = keys.lease_key_prefixes()  # what the Lua scripts build key names from
+    assert prefixes["record"] + "l-1" == keys.lease("l-1")
+    assert prefixes["worker_leases"] + "w1" == keys.worker_leases("w1")
+    assert prefixes["slots"] + "w1" == keys.worker_slots("w1")

@@ -7,6 +7,7 @@ event, one Lua script), so two writers (the allocator, CancelJob, FinishJob) can
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -101,6 +102,17 @@ class JobStore:
             raise SubmitRefused("max_queued_jobs" if status == b"quota" else "max_devices", int(detail))
         return Created(status.decode()), detail.decode()
 
+    async def get_many(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        """The jobs that exist among `job_ids`, in one round trip."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:
+                pipe.hgetall(self.keys.job(job_id)).hgetall(self.keys.job_metrics(job_id))
+                pipe.zrank(self.keys.job_queue(), job_id)
+            replies = await pipe.execute()
+        jobs = [decode_job(raw, metrics=metrics, queue_rank=rank) for raw, metrics, rank
+                in zip(replies[::3], replies[1::3], replies[2::3], strict=True) if raw]
+        return {job.job_id: job for job in jobs}
+
     async def get(self, job_id: str) -> Job | None:
         async with self.client.pipeline(transaction=False) as pipe:
             pipe.hgetall(self.keys.job(job_id)).hgetall(self.keys.job_metrics(job_id))
@@ -111,13 +123,15 @@ class JobStore:
     async def transition(self, job_id: str, *, expected: JobState, to: JobState, reason: str,
                          fields: Mapping[str, str | int] | None = None,
                          refuse_if_cancel_requested: bool = False) -> Transition:
-        """Move `expected` -> `to` and append the StateChanged event, or refuse."""
+        """Move `expected` -> `to` and append the StateChanged event, or refuse. A job leaving
+        RUNNING (or ALLOCATING) loses all its leases in the same script."""
         event = encode_payload(StateChanged(from_state=expected, to_state=to, reason=reason))
         pairs = [part for pair in (fields or {}).items() for part in pair]
         keys = [self.keys.job(job_id), self.keys.job_events(job_id), self.keys.job_queue(),
-                self.keys.tenant_usage(), self.keys.running_jobs()]
+                self.keys.tenant_usage(), self.keys.running_jobs(), self.keys.job_leases(job_id),
+                self.keys.lease_expiry(), self.keys.job_stopping(job_id)]
         args = [self.clock.now_ms(), expected, to, event, int(refuse_if_cancel_requested),
-                self.aging_ms, self.keys.allocator_wake(), *pairs]
+                self.aging_ms, self.keys.allocator_wake(), json.dumps(self.keys.lease_key_prefixes()), *pairs]
         ok, current = await self.scripts.transition(keys=keys, args=args)
         if ok:
             return Transition(ok=True, current=str(to), sequence=int(current))
@@ -141,20 +155,20 @@ class JobStore:
         return StartResult(status=status.decode(), detail=detail.decode())
 
     async def assignments_without_lease(self) -> list[tuple[str, Assignment]]:
-        """(job id, assignment) of RUNNING jobs whose lease record is gone: a scheduler stopped
-        between releasing a lease and re-queueing its job. Two pipelined round trips."""
-        job_ids = sorted(i.decode() for i in await self.client.smembers(self.keys.running_jobs()))
-        async with self.client.pipeline(transaction=False) as pipe:
-            for job_id in job_ids:
-                pipe.hget(self.keys.job(job_id), "assignments")
-            raw = await pipe.execute()
-        pairs = [(job_id, a) for job_id, data in zip(job_ids, raw, strict=True)
-                 for a in decode_assignments(job_id, (data or b"[]").decode())]
-        async with self.client.pipeline(transaction=False) as pipe:
-            for _, assignment in pairs:
-                pipe.exists(self.keys.lease(assignment.lease.lease_id))
-            present = await pipe.execute()
-        return [pair for pair, exists in zip(pairs, present, strict=True) if not exists]
+        """(job id, assignment) of RUNNING jobs whose lease record is gone (one consistent read):
+        what a scheduler killed between releasing a lease and re-queueing its job would leave."""
+        job_prefix = self.keys.job("x")[:-1]
+        reply = await self.scripts.lost_leases(keys=[self.keys.running_jobs()],
+                                               args=[job_prefix, self.keys.lease_key_prefixes()["record"]])
+        lost = {(job_id.decode(), lease_id.decode()) for job_id, lease_id in zip(reply[::2], reply[1::2], strict=True)}
+        jobs = await self.get_many(sorted({job_id for job_id, _ in lost}))
+        return [(job_id, a) for job_id, job in jobs.items() for a in job.assignments
+                if (job_id, a.lease.lease_id) in lost]
+
+    async def state_of(self, job_id: str) -> tuple[JobState | None, str]:
+        """(state, tenant) of a job, cheaply; (None, '') when there is none."""
+        state, tenant = await self.client.hmget(self.keys.job(job_id), ["state", "tenant_id"])
+        return (JobState(state.decode()) if state else None), (tenant or b"").decode()
 
     async def request_cancel(self, job_id: str, *, expected: JobState, event: Payload,
                              workers: Sequence[str]) -> tuple[int, str]:
@@ -205,6 +219,3 @@ class JobStore:
             pipe.scard(self.keys.job_stopping(job_id))
             _, remaining = await pipe.execute()
         return int(remaining)
-
-    async def clear_stopping(self, job_id: str) -> None:
-        await self.client.delete(self.keys.job_stopping(job_id))

@@ -153,17 +153,19 @@ class JobService:
             if event.is_terminal and not follow_after_end:
                 return
         while True:
-            if not follow_after_end and (await self.get(job_id, caller)).state.terminal:
+            state, _ = await self.store.state_of(job_id)
+            if not follow_after_end and state is not None and state.terminal:
                 # ended (maybe just after the replay): state and terminal event are written by
                 # one script, so whatever is left, terminal event included, is stored already
                 for event in await self.events.after(job_id, last):
                     yield event
                 return
-            for event in await self.events.wait_after(job_id, last):
-                yield event
-                last = event.sequence
-                if event.is_terminal and not follow_after_end:
-                    return
+            while batch := await self.events.wait_after(job_id, last):
+                for event in batch:
+                    yield event
+                    last = event.sequence
+                    if event.is_terminal and not follow_after_end:
+                        return
 
     async def report(self, lease: LeaseContext, payloads: Sequence[Payload | None], *,
                      caller: Caller, request_id: str) -> int:

@@ -1,10 +1,11 @@
 """The lease table: slots of one worker held by one job, with fencing tokens and a TTL.
 
 A slot is a device id (`cuda:0`, `cpu:1`) or, on a worker without devices, a capacity slot
-(`slot:N`). Each slot has a key holding the lease that owns it and until when; a slot is free when
-the key is missing or its lease expired. Acquire (all slots or none), renew and release are single
-Lua scripts, so no slot is ever held by two unexpired leases. An expired lease is dead for good:
-it cannot be renewed, and its slots may be taken by another lease before it is swept.
+(`slot:N`). A worker's slots live in one hash, slot -> "<expire_at>|<lease_id>"; a slot is free
+when it has no entry or its lease expired. Acquire (all leases of a job, or none), renew (a
+heartbeat renews the worker and its leases) and release are single Lua scripts, so no slot is ever
+held by two unexpired leases. An expired lease is dead for good: it cannot be renewed, and its
+slots may be taken by another lease before it is swept.
 """
 
 from __future__ import annotations
@@ -43,17 +44,31 @@ class LeaseDraft:
 
 
 def draft_keys(keys: Keys, drafts: Sequence[LeaseDraft]) -> list[str]:
-    """The KEYS the Lua lease functions expect for `drafts` (record, worker, worker set, slots)."""
+    """The KEYS the Lua lease functions expect for `drafts`: per lease its record, its worker,
+    the worker's lease set and the worker's slot hash."""
     return [key for d in drafts for key in (
         keys.lease(d.lease_id), keys.worker(d.worker_id), keys.worker_leases(d.worker_id),
-        *(keys.device_lease(d.worker_id, slot) for slot in d.slots))]
+        keys.worker_slots(d.worker_id))]
+
+
+def slot_owner(value: bytes | None) -> tuple[int, str]:
+    """(expire_at, lease_id) of a worker-slots hash value; (0, '') for none."""
+    if not value:
+        return 0, ""
+    expire, _, lease_id = value.decode().partition("|")
+    return int(expire), lease_id
+
+
+def held_slots(raw: dict[bytes, bytes], now_ms: int) -> set[str]:
+    """The slots of a worker-slots hash held by an unexpired lease at `now_ms`."""
+    return {slot.decode() for slot, value in raw.items() if slot_owner(value)[0] > now_ms}
 
 
 def drafts_json(drafts: Sequence[LeaseDraft]) -> str:
     if any(not d.slots for d in drafts):
         raise ValueError("a lease needs at least one slot")
     return json.dumps([{"lease_id": d.lease_id, "worker_id": d.worker_id, "role": d.role,
-                        "slot_count": len(d.slots), "slots_json": json.dumps(list(d.slots)),
+                        "slots_json": json.dumps(list(d.slots)),
                         "device_ids_json": json.dumps(list(d.device_ids))} for d in drafts])
 
 
@@ -63,9 +78,6 @@ class LeaseTable:
     keys: Keys
     scripts: Scripts
     clock: Clock
-
-    def _slot_keys(self, worker_id: str, slots: Sequence[str]) -> list[str]:
-        return [self.keys.device_lease(worker_id, slot) for slot in slots]
 
     async def acquire_all(self, *, job_id: str, drafts: Sequence[LeaseDraft], ttl_ms: int) -> list[Lease]:
         """Take every lease in `drafts` or none (LeaseUnavailable): the same Lua functions
@@ -93,14 +105,20 @@ class LeaseTable:
         return decode_lease(raw) if raw else None
 
     async def renew(self, lease_id: str, *, ttl_ms: int) -> bool:
-        """Extend an unexpired lease to now + ttl; False when it expired or is gone."""
+        """A heartbeat of the lease's worker renewing this lease; False when it expired or is gone."""
         lease = await self.get(lease_id)
         if lease is None:
             return False
-        keys = [self.keys.lease(lease_id), self.keys.lease_expiry(),
-                *self._slot_keys(lease.worker_id, lease.slots)]
-        return bool(await self.scripts.lease_renew(keys=keys, args=[self.clock.now_ms(), ttl_ms,
-                                                                     lease_id]))
+        _, renewed = await self.heartbeat(lease.worker_id, [lease_id], ttl_ms=ttl_ms)
+        return lease_id in renewed
+
+    async def heartbeat(self, worker_id: str, lease_ids: Sequence[str], *, ttl_ms: int) -> tuple[bool, set[str]]:
+        """Renew the worker and every unexpired lease of `lease_ids` until now + ttl, in one
+        script: (worker alive, renewed lease ids). A dead worker renews nothing."""
+        keys = [self.keys.worker(worker_id), self.keys.worker_index(), self.keys.lease_expiry(),
+                self.keys.worker_slots(worker_id), *(self.keys.lease(i) for i in lease_ids)]
+        reply = await self.scripts.renew_leases(keys=keys, args=[self.clock.now_ms(), ttl_ms, worker_id, *lease_ids])
+        return bool(reply[0]), {lease_id.decode() for lease_id in reply[1:]}
 
     async def release(self, lease_id: str, *, only_if_expired: bool = False) -> Lease | None:
         """Free the lease's slots; the released lease, or None when it was gone (or, with
@@ -108,11 +126,10 @@ class LeaseTable:
         lease = await self.get(lease_id)
         if lease is None:
             return None
-        keys = [self.keys.lease(lease_id), self.keys.job_leases(lease.job_id),
-                self.keys.worker_leases(lease.worker_id), self.keys.lease_expiry(),
-                *self._slot_keys(lease.worker_id, lease.slots)]
+        keys = [self.keys.lease(lease_id), self.keys.job_leases(lease.job_id), self.keys.lease_expiry()]
         cutoff = self.clock.now_ms() if only_if_expired else ""
-        released = await self.scripts.lease_release(keys=keys, args=[lease_id, cutoff])
+        released = await self.scripts.lease_release(
+            keys=keys, args=[lease_id, cutoff, json.dumps(self.keys.lease_key_prefixes())])
         return lease if released == 1 else None
 
     async def expired_ids(self, *, limit: int = 100) -> list[str]:
@@ -128,20 +145,17 @@ class LeaseTable:
         return await self._many(await self.client.smembers(self.keys.worker_leases(worker_id)))
 
     async def _many(self, ids: set[bytes]) -> list[Lease]:
-        leases = [await self.get(lease_id.decode()) for lease_id in sorted(ids)]
-        return [lease for lease in leases if lease is not None]
-
-    async def busy_slots(self, worker_id: str, slots: Sequence[str]) -> set[str]:
-        """The slots held by an unexpired lease right now."""
-        if not slots:
-            return set()
+        """The leases of `ids` (one pipelined round trip), by lease id."""
+        ordered = sorted(ids)
         async with self.client.pipeline(transaction=False) as pipe:
-            for key in self._slot_keys(worker_id, slots):
-                pipe.hget(key, "expire_at")
-            held_until = await pipe.execute()
-        now = self.clock.now_ms()
-        return {slot for slot, until in zip(slots, held_until, strict=True)
-                if until is not None and int(until) > now}
+            for lease_id in ordered:
+                pipe.hgetall(self.keys.lease(lease_id.decode()))
+            records = await pipe.execute()
+        return [decode_lease(raw) for raw in records if raw]
+
+    async def busy_slots(self, worker_id: str) -> set[str]:
+        """The worker's slots held by an unexpired lease right now."""
+        return held_slots(await self.client.hgetall(self.keys.worker_slots(worker_id)), self.clock.now_ms())
 
     async def is_current(self, context: LeaseContext) -> bool:
         """The lease exists, belongs to the job, carries this fencing token and has not expired."""

@@ -21,19 +21,13 @@ class Lifecycle:
     leases: LeaseTable
 
     async def end(self, job_id: str, *, expected: JobState, to: JobState, reason: str) -> Transition:
-        """expected -> terminal `to`; on success every lease of the job is released."""
+        """expected -> terminal `to`; the same script releases every lease of the job."""
         now = self.store.clock.now_ms()
         result = await self.store.transition(job_id, expected=expected, to=to, reason=reason,
                                              fields={"end_time": now, "status_message": reason})
         if result.ok:
-            await self.release_all(job_id)
-            await self.store.clear_stopping(job_id)
             log.info("job_ended", job_id=job_id, state=str(to), reason=reason)
         return result
-
-    async def release_all(self, job_id: str) -> None:
-        for lease in await self.leases.of_job(job_id):
-            await self.leases.release(lease.lease_id)
 
     async def lease_lost(self, lease: Lease, *, reason: str) -> Job | None:
         """A lease of `lease.job_id` is gone (expired, worker restarted or left).
@@ -75,9 +69,7 @@ class Lifecycle:
                                              reason=message, fields={
                                                  "status_message": message, "assignments": "[]",
                                                  "retries_left": left})
-        if result.ok:
-            await self.release_all(job.job_id)
-            await self.store.clear_stopping(job.job_id)
+        if result.ok:  # the transition released the job's leases
             log.warning("job_requeued", job_id=job.job_id, attempt=job.attempt, retries_left=left)
         return result
 

@@ -46,10 +46,17 @@ local function count_transition(usage_key, tenant, devices, from, to)
 end
 """
 
-# Leases of one job, all or none. `leases` is a list of {lease_id, worker_id, role, slot_count,
+# Slots of a worker live in one hash, `worker-slots:<worker>`: slot -> "<expire_at>|<lease_id>".
+# Leases of one job are taken all or none: `leases` is a list of {lease_id, worker_id, role,
 # slots_json, device_ids_json}; from KEYS[base] on, each lease has its record, its worker, the
-# worker's lease set and then its slot keys.
+# worker's lease set and the worker's slot hash.
 _LEASES = """
+local function slot_owner(value)
+  if not value then return 0, '' end
+  local expire, lease_id = string.match(value, '^(%d+)|(.*)$')
+  return tonumber(expire), lease_id
+end
+
 local function check_leases(leases, base, now)
   local k = base
   for _, l in ipairs(leases) do
@@ -57,11 +64,11 @@ local function check_leases(leases, base, now)
     if not worker[1] or tonumber(worker[1]) <= now or worker[2] == '1' then
       return 'worker_unavailable', l.worker_id
     end
-    for s = 1, l.slot_count do
-      local held_until = redis.call('HGET', KEYS[k + 2 + s], 'expire_at')
-      if held_until and tonumber(held_until) > now then return 'busy', KEYS[k + 2 + s] end
+    for _, slot in ipairs(cjson.decode(l.slots_json)) do
+      local held_until = slot_owner(redis.call('HGET', KEYS[k + 3], slot))
+      if held_until > now then return 'busy', l.worker_id .. ':' .. slot end
     end
-    k = k + 3 + l.slot_count
+    k = k + 4
   end
   return 'ok', ''
 end
@@ -71,8 +78,8 @@ local function take_leases(leases, base, now, ttl, job_id, fencing_key, job_leas
   for i, l in ipairs(leases) do
     local token = redis.call('INCR', fencing_key)
     tokens[i] = token
-    for s = 1, l.slot_count do
-      redis.call('HSET', KEYS[k + 2 + s], 'lease_id', l.lease_id, 'job_id', job_id, 'expire_at', expire)
+    for _, slot in ipairs(cjson.decode(l.slots_json)) do
+      redis.call('HSET', KEYS[k + 3], slot, expire .. '|' .. l.lease_id)
     end
     redis.call('HSET', KEYS[k], 'lease_id', l.lease_id, 'job_id', job_id, 'worker_id', l.worker_id,
                'role', l.role, 'slots', l.slots_json, 'device_ids', l.device_ids_json,
@@ -80,9 +87,28 @@ local function take_leases(leases, base, now, ttl, job_id, fencing_key, job_leas
     redis.call('SADD', job_leases_key, l.lease_id)
     redis.call('SADD', KEYS[k + 2], l.lease_id)
     redis.call('ZADD', expiry_key, expire, l.lease_id)
-    k = k + 3 + l.slot_count
+    k = k + 4
   end
   return tokens
+end
+
+-- Free one lease: its record, its slots (if still its own), its set memberships. Key names
+-- come from the prefixes in `names` (record, worker leases and worker slots key prefixes).
+local function drop_lease(lease_id, names, job_leases_key, expiry_key)
+  local record_key = names.record .. lease_id
+  local rec = redis.call('HMGET', record_key, 'worker_id', 'slots')
+  if rec[1] then
+    local slots_key = names.slots .. rec[1]
+    for _, slot in ipairs(cjson.decode(rec[2] or '[]')) do
+      local _, owner = slot_owner(redis.call('HGET', slots_key, slot))
+      if owner == lease_id then redis.call('HDEL', slots_key, slot) end
+    end
+    redis.call('SREM', names.worker_leases .. rec[1], lease_id)
+  end
+  redis.call('DEL', record_key)
+  redis.call('SREM', job_leases_key, lease_id)
+  redis.call('ZREM', expiry_key, lease_id)
+  return rec[1] ~= false and rec[1] ~= nil
 end
 """
 
@@ -113,17 +139,18 @@ redis.call('PUBLISH', ARGV[9], 'submitted')
 return {'created', ARGV[2]}
 """
 
-TRANSITION = _QUEUE_SCORE + _USAGE + """
--- KEYS: job, events, queue, usage, running set
+TRANSITION = _QUEUE_SCORE + _USAGE + _LEASES + """
+-- A job leaving RUNNING/ALLOCATING loses every lease it holds in the same step.
+-- KEYS: job, events, queue, usage, running set, job leases, lease expiry, job's stopping set
 -- ARGV: now, expected state, new state, event_json, refuse_if_cancel_requested, aging_ms,
---       wake channel, field pairs...
+--       wake channel, key names json, field pairs...
 local cur = redis.call('HGET', KEYS[1], 'state')
 if not cur then return {0, ''} end
 if cur ~= ARGV[2] then return {0, cur} end
 if ARGV[5] == '1' and redis.call('HGET', KEYS[1], 'cancel_requested') == '1' then
   return {0, 'cancel_requested'}
 end
-redis.call('HSET', KEYS[1], 'state', ARGV[3], 'update_time', ARGV[1], unpack(ARGV, 8))
+redis.call('HSET', KEYS[1], 'state', ARGV[3], 'update_time', ARGV[1], unpack(ARGV, 9))
 local seq = redis.call('HINCRBY', KEYS[1], 'last_event_sequence', 1)
 redis.call('XADD', KEYS[2], 'MAXLEN', MAX_EVENTS, seq .. '-0', 'time', ARGV[1], 'data', ARGV[4])
 local job = redis.call('HMGET', KEYS[1], 'job_id', 'priority', 'order', 'create_time', 'tenant_id',
@@ -134,8 +161,18 @@ else
   redis.call('ZREM', KEYS[3], job[1])
 end
 local freed = count_transition(KEYS[4], job[5], job[6] or '0', cur, ARGV[3])
-if is_active(ARGV[3]) then redis.call('SADD', KEYS[5], job[1]) else redis.call('SREM', KEYS[5], job[1]) end
-if freed or ARGV[3] == 'QUEUED' then redis.call('PUBLISH', ARGV[7], 'freed') end
+if is_active(ARGV[3]) then
+  redis.call('SADD', KEYS[5], job[1])
+else
+  redis.call('SREM', KEYS[5], job[1])
+  redis.call('DEL', KEYS[8])
+  local names = cjson.decode(ARGV[8])
+  for _, lease_id in ipairs(redis.call('SMEMBERS', KEYS[6])) do drop_lease(lease_id, names, KEYS[6], KEYS[7]) end
+end
+-- wake the allocator only when freed devices (or a re-queued job) could start something
+if (freed or ARGV[3] == 'QUEUED') and redis.call('ZCARD', KEYS[3]) > 0 then
+  redis.call('PUBLISH', ARGV[7], 'freed')
+end
 return {1, seq}
 """
 
@@ -183,6 +220,22 @@ for i = 1, #KEYS do
   end
 end
 return #KEYS
+"""
+
+LOST_LEASES = """
+-- (job id, lease id) of every assignment of a RUNNING job whose lease record is gone, read in
+-- one consistent step. KEYS: running set   ARGV: job key prefix, lease record key prefix
+local lost = {}
+for _, job_id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local assignments = redis.call('HGET', ARGV[1] .. job_id, 'assignments')
+  for _, a in ipairs(cjson.decode(assignments or '[]')) do
+    if redis.call('EXISTS', ARGV[2] .. a.lease_id) == 0 then
+      lost[#lost + 1] = job_id
+      lost[#lost + 1] = a.lease_id
+    end
+  end
+end
+return lost
 """
 
 HOLD_LOCK = """
@@ -238,7 +291,8 @@ return {'ok', tostring(seq)}
 
 LEASE_ACQUIRE = _LEASES + """
 -- The leases of one job, all or none, without touching the job (see START).
--- KEYS: fencing counter, job leases, expiry, lease keys...   ARGV: now, ttl, job_id, leases_json
+-- KEYS: fencing counter, job leases, expiry, lease keys (4 per lease)...
+-- ARGV: now, ttl, job_id, leases_json
 local now = tonumber(ARGV[1])
 local leases = cjson.decode(ARGV[4])
 local status, detail = check_leases(leases, 4, now)
@@ -247,34 +301,40 @@ local tokens = take_leases(leases, 4, now, tonumber(ARGV[2]), ARGV[3], KEYS[1], 
 return {'ok', cjson.encode(tokens)}
 """
 
-LEASE_RENEW = """
--- KEYS: lease record, expiry, slot keys...   ARGV: now, ttl, lease_id
+RENEW_LEASES = _LEASES + """
+-- A heartbeat: the worker is alive again for ttl, and so is every unexpired lease listed.
+-- KEYS: worker, worker index, lease expiry, worker slots, lease records...
+-- ARGV: now, ttl, worker_id, lease ids... (one per record key)
+-- Returns {alive (0/1), renewed lease ids...}; an expired lease is dead for good.
+local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
 local held_until = redis.call('HGET', KEYS[1], 'expire_at')
-if not held_until or tonumber(held_until) <= tonumber(ARGV[1]) then return 0 end
-local expire = tonumber(ARGV[1]) + tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], 'expire_at', expire)
-for i = 3, #KEYS do
-  if redis.call('HGET', KEYS[i], 'lease_id') == ARGV[3] then
+if not held_until or tonumber(held_until) <= now then return {0} end
+local expire = now + ttl
+redis.call('HSET', KEYS[1], 'last_heartbeat', now, 'expire_at', expire)
+redis.call('ZADD', KEYS[2], expire, ARGV[3])
+local renewed = {1}
+for i = 5, #KEYS do
+  local lease_id = ARGV[i - 1]
+  local rec = redis.call('HMGET', KEYS[i], 'expire_at', 'slots')
+  if rec[1] and tonumber(rec[1]) > now then
     redis.call('HSET', KEYS[i], 'expire_at', expire)
+    redis.call('ZADD', KEYS[3], expire, lease_id)
+    for _, slot in ipairs(cjson.decode(rec[2] or '[]')) do
+      local _, owner = slot_owner(redis.call('HGET', KEYS[4], slot))
+      if owner == lease_id then redis.call('HSET', KEYS[4], slot, expire .. '|' .. lease_id) end
+    end
+    renewed[#renewed + 1] = lease_id
   end
 end
-redis.call('ZADD', KEYS[2], expire, ARGV[3])
-return expire
+return renewed
 """
 
-LEASE_RELEASE = """
--- KEYS: lease record, job leases, worker leases, expiry, slot keys...
--- ARGV: lease_id, expired_at_or_before ('' = release whatever the expiry)
+LEASE_RELEASE = _LEASES + """
+-- KEYS: lease record, job leases, lease expiry
+-- ARGV: lease_id, expired_at_or_before ('' = release whatever the expiry), key names json
 local held_until = redis.call('HGET', KEYS[1], 'expire_at')
 if held_until and ARGV[2] ~= '' and tonumber(held_until) > tonumber(ARGV[2]) then return -1 end
-for i = 5, #KEYS do
-  if redis.call('HGET', KEYS[i], 'lease_id') == ARGV[1] then redis.call('DEL', KEYS[i]) end
-end
-redis.call('DEL', KEYS[1])
-redis.call('SREM', KEYS[2], ARGV[1])
-redis.call('SREM', KEYS[3], ARGV[1])
-redis.call('ZREM', KEYS[4], ARGV[1])
-if held_until then return 1 end
+if drop_lease(ARGV[1], cjson.decode(ARGV[3]), KEYS[2], KEYS[3]) then return 1 end
 return 0
 """
 
@@ -298,20 +358,21 @@ class Scripts:
     start: AsyncScript
     hold_lock: AsyncScript
     note_waiting: AsyncScript
+    lost_leases: AsyncScript
     request_cancel: AsyncScript
     append_events: AsyncScript
     lease_acquire: AsyncScript
-    lease_renew: AsyncScript
+    renew_leases: AsyncScript
     lease_release: AsyncScript
     worker_touch: AsyncScript
 
     @classmethod
     def register(cls, client: redis.asyncio.Redis, *, max_events_per_job: int = 100_000) -> Scripts:
         sources = {"submit": SUBMIT, "transition": TRANSITION, "start": START, "hold_lock": HOLD_LOCK,
-                   "note_waiting": NOTE_WAITING,
+                   "note_waiting": NOTE_WAITING, "lost_leases": LOST_LEASES,
                    "request_cancel": REQUEST_CANCEL,
                    "append_events": APPEND_EVENTS, "lease_acquire": LEASE_ACQUIRE,
-                   "lease_renew": LEASE_RENEW, "lease_release": LEASE_RELEASE,
+                   "renew_leases": RENEW_LEASES, "lease_release": LEASE_RELEASE,
                    "worker_touch": WORKER_TOUCH}
         prelude = f"local MAX_EVENTS = {int(max_events_per_job)}\n"
         return cls(**{name: client.register_script(prelude + text) for name, text in sources.items()})

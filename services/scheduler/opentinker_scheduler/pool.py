@@ -11,7 +11,7 @@ from opentinker_scheduler.job_store import JobStore
 from opentinker_scheduler.jobs import check_id
 from opentinker_scheduler.leases import LeaseTable
 from opentinker_scheduler.lifecycle import Lifecycle, holds
-from opentinker_scheduler.model import Assignment, Caller, JobState, Lease, Page, Role, Worker, WorkerRegistration, WorkerState
+from opentinker_scheduler.model import Assignment, Caller, Job, JobState, Lease, Page, Role, Worker, WorkerRegistration, WorkerState
 from opentinker_scheduler.paging import decode_token, encode_token, page_size
 from opentinker_scheduler.workers import WorkerRegistry
 
@@ -43,17 +43,20 @@ class WorkerPool:
         NOT_FOUND when the worker is unknown or was declared dead: it must register again."""
         caller.require_admin("Heartbeat")
         check_id("worker_id", worker_id)
-        if not await self.registry.touch(worker_id, ttl_ms=self.config.worker_ttl_ms):
+        leases = await self.leases.of_worker(worker_id)
+        alive, renewed = await self.leases.heartbeat(worker_id, [lease.lease_id for lease in leases],
+                                                     ttl_ms=self.config.worker_ttl_ms)
+        if not alive:
             raise NotFound(f"worker {worker_id} is not registered or missed heartbeats past its "
                            "TTL; register again", reason="UNSPECIFIED")
+        live = [lease for lease in leases if lease.lease_id in renewed]
+        jobs = await self.store.get_many(sorted({lease.job_id for lease in live}))
         result = HeartbeatResult()
-        for lease in await self.leases.of_worker(worker_id):
-            if await self.leases.renew(lease.lease_id, ttl_ms=self.config.worker_ttl_ms):
-                await self._collect(lease, result)
+        for lease in live:
+            await self._collect(lease, jobs.get(lease.job_id), result)
         return result
 
-    async def _collect(self, lease: Lease, result: HeartbeatResult) -> None:
-        job = await self.store.get(lease.job_id)
+    async def _collect(self, lease: Lease, job: Job | None, result: HeartbeatResult) -> None:
         if job is None or job.state.terminal or not holds(job, lease.lease_id):
             await self.leases.release(lease.lease_id)  # the job ended or moved on without this lease
             return

@@ -1,26 +1,24 @@
-"""What one allocator pass reads from Redis, in two pipelined round trips (three when a
-worker is new): the allocator lock, the queue head, the workers and their free slots, and the
-tenants' usage.
+"""What one allocator pass reads from Redis, in two pipelined round trips: the allocator lock,
+the queue head, the workers and their free slots, and the tenants' usage.
 
 Round trip 1: hold the lock, the first `scan_limit` queued ids, every worker id.
-Round trip 2: every worker's hash, the queued jobs' fields, the usage counters, and the slot
-keys of every worker whose slots are known from an earlier pass (a worker's slots never change
-while it stays registered, so they are cached by registration time).
-Round trip 3 (only for workers registered since the last pass): their slot keys.
+Round trip 2: per worker its hash and its slot hash; the queued jobs' fields; the usage counters.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import redis.asyncio
+import redis.exceptions
 
 from opentinker.core.redis_store import Keys
 from opentinker_scheduler.clock import Clock
 from opentinker_scheduler.codec import decode_resources, decode_worker, number, text
+from opentinker_scheduler.leases import held_slots
 from opentinker_scheduler.lua import Scripts
-from opentinker_scheduler.model import JobState, QueuedJob, Usage, Worker, WorkerState
+from opentinker_scheduler.model import JobState, QueuedJob, Usage, WorkerState
 from opentinker_scheduler.placement import worker_slots
 
 JOB_FIELDS = ("job_id", "tenant_id", "state", "resources", "device_count", "create_time", "status_message")
@@ -42,79 +40,49 @@ class QueueReader:
     scripts: Scripts
     clock: Clock
     coordinator_capacity: int
-    _slots: dict[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
-    """worker id -> (register time, slots) seen in an earlier pass."""
 
     async def read(self, *, owner: str, lock_ttl_ms: int, scan_limit: int) -> PassView:
-        async with self.client.pipeline(transaction=False) as pipe:
-            await self.scripts.hold_lock(keys=[self.keys.allocator_lock()], args=[owner, lock_ttl_ms],
-                                         client=pipe)
-            pipe.zrange(self.keys.job_queue(), 0, scan_limit - 1)
-            pipe.zrange(self.keys.worker_index(), 0, -1)
-            held, queued_ids, worker_ids = await pipe.execute()
+        """Nothing but `holds_lock` when another replica allocates; no workers or slots read
+        when nothing is queued (one round trip)."""
+        try:
+            held, queued_ids, worker_ids = await self._hold_lock_and_list(owner, lock_ttl_ms, scan_limit)
+        except redis.exceptions.NoScriptError:  # Redis restarted or was flushed: load and retry
+            await self.scripts.hold_lock.registered_client.script_load(self.scripts.hold_lock.script)
+            held, queued_ids, worker_ids = await self._hold_lock_and_list(owner, lock_ttl_ms, scan_limit)
         if not held:
             return PassView(holds_lock=False)
+        if not queued_ids:
+            return PassView(holds_lock=True)
         return await self._read_state([i.decode() for i in queued_ids], sorted(i.decode() for i in worker_ids))
 
+    async def _hold_lock_and_list(self, owner: str, lock_ttl_ms: int, scan_limit: int) -> list:
+        # EVALSHA directly: a Script object in a pipeline costs a SCRIPT EXISTS round trip each time
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.evalsha(self.scripts.hold_lock.sha, 1, self.keys.allocator_lock(), owner, lock_ttl_ms)
+            pipe.zrange(self.keys.job_queue(), 0, scan_limit - 1)
+            pipe.zrange(self.keys.worker_index(), 0, -1)
+            return await pipe.execute()
+
     async def _read_state(self, queued_ids: list[str], worker_ids: list[str]) -> PassView:
-        cached = {w: self._slots[w] for w in worker_ids if w in self._slots}
         async with self.client.pipeline(transaction=False) as pipe:
             for worker_id in worker_ids:
-                pipe.hgetall(self.keys.worker(worker_id))
+                pipe.hgetall(self.keys.worker(worker_id)).hgetall(self.keys.worker_slots(worker_id))
             for job_id in queued_ids:
                 pipe.hmget(self.keys.job(job_id), JOB_FIELDS)
             pipe.hgetall(self.keys.tenant_usage())
-            for worker_id, (_, slots) in cached.items():
-                _queue_slot_reads(pipe, self.keys, worker_id, slots)
             replies = await pipe.execute()
         now = self.clock.now_ms()
-        workers = [decode_worker(raw, now_ms=now) for raw in replies[:len(worker_ids)] if raw]
-        rest = replies[len(worker_ids):]
+        per_worker, rest = replies[:2 * len(worker_ids)], replies[2 * len(worker_ids):]
+        alive, free = [], {}
+        for raw, slots in zip(per_worker[::2], per_worker[1::2], strict=True):
+            worker = decode_worker(raw, now_ms=now) if raw else None
+            if worker is not None and worker.state is WorkerState.ALIVE:
+                held = held_slots(slots, now)
+                alive.append(worker)
+                free[worker.worker_id] = [s for s in worker_slots(worker, self.coordinator_capacity) if s not in held]
         jobs = [_queued_job(dict(zip(JOB_FIELDS, values, strict=True))) for values in rest[:len(queued_ids)]]
-        usage = decode_usage(rest[len(queued_ids)])
-        held = _held_slots(cached, rest[len(queued_ids) + 1:], now)
-        alive = [w for w in workers if w.state is WorkerState.ALIVE]
-        held |= await self._read_new_workers(alive, cached, now)
-        free = {w.worker_id: [s for s in worker_slots(w, self.coordinator_capacity)
-                              if (w.worker_id, s) not in held] for w in alive}
-        return PassView(holds_lock=True, queued=[j for j in jobs if j is not None], alive=alive,
-                        free=free, usage=usage)
-
-    async def _read_new_workers(self, alive: Sequence[Worker], cached: Mapping[str, tuple[int, tuple[str, ...]]],
-                                now: int) -> set[tuple[str, str]]:
-        """Slots of workers seen for the first time (or re-registered): cached, then read."""
-        fresh = {}
-        for worker in alive:
-            slots = worker_slots(worker, self.coordinator_capacity)
-            entry = (worker.register_time_ms, slots)
-            if cached.get(worker.worker_id) != entry:
-                fresh[worker.worker_id] = entry
-            self._slots[worker.worker_id] = entry
-        for gone in set(self._slots) - {w.worker_id for w in alive}:
-            del self._slots[gone]
-        if not fresh:
-            return set()
-        async with self.client.pipeline(transaction=False) as pipe:
-            for worker_id, (_, slots) in fresh.items():
-                _queue_slot_reads(pipe, self.keys, worker_id, slots)
-            replies = await pipe.execute()
-        return _held_slots(fresh, replies, now)
-
-
-def _queue_slot_reads(pipe, keys: Keys, worker_id: str, slots: Sequence[str]) -> None:  # noqa: ANN001
-    for slot in slots:
-        pipe.hget(keys.device_lease(worker_id, slot), "expire_at")
-
-
-def _held_slots(workers: Mapping[str, tuple[int, tuple[str, ...]]], replies: Sequence, now: int) -> set[tuple[str, str]]:
-    held, index = set(), 0
-    for worker_id, (_, slots) in workers.items():
-        for slot in slots:
-            until = replies[index]
-            index += 1
-            if until is not None and int(until) > now:
-                held.add((worker_id, slot))
-    return held
+        return PassView(holds_lock=True, queued=[j for j in jobs if j is not None], alive=alive, free=free,
+                        usage=decode_usage(rest[len(queued_ids)]))
 
 
 def _queued_job(values: Mapping[str, bytes | None]) -> QueuedJob | None:

@@ -110,7 +110,7 @@ class Keys:
       P tenant:{tenant}:apikeys               set: ids of a tenant's API keys
       P worker:{worker_id}                    hash: a registered worker (expire_at = liveness)
       P workers                               sorted set: worker ids by heartbeat expiry
-      P lease:{worker_id}:{device}            hash: the lease on one device slot
+      P worker-slots:{worker_id}              hash: slot (device id or slot:N) -> "<expire_at>|<lease_id>"
       P lease-record:{lease_id}               hash: one lease (job, worker, slots, token, expiry)
       P leases:job:{job_id}                   set: lease ids a job holds
       P leases:worker:{worker_id}             set: lease ids held on a worker
@@ -175,8 +175,13 @@ class Keys:
     def worker_index(self) -> str:
         return f"{self.prefix}workers"
 
-    def device_lease(self, worker_id: str, device: str) -> str:
-        return f"{self.prefix}lease:{_part('worker_id', worker_id)}:{_part('device', device)}"
+    def worker_slots(self, worker_id: str) -> str:
+        return f"{self.prefix}worker-slots:{_part('worker_id', worker_id)}"
+
+    def lease_key_prefixes(self) -> dict[str, str]:
+        """What Lua scripts append a lease or worker id to: `record`, `worker_leases`, `slots`."""
+        return {"record": f"{self.prefix}lease-record:", "worker_leases": f"{self.prefix}leases:worker:",
+                "slots": f"{self.prefix}worker-slots:"}
 
     def job_leases(self, job_id: str) -> str:
         return f"{self.prefix}leases:job:{_part('job_id', job_id)}"
