@@ -129,3 +129,27 @@ def test_a_job_ending_right_after_the_replay_still_delivers_its_terminal_event(r
             assert [e.sequence for e in seen] == list(range(1, len(seen) + 1))
 
     asyncio.run(scenario())
+
+
+WRITE_COMMANDS = {"xadd", "hset", "hincrby", "set", "del", "zadd", "zrem", "sadd", "srem", "incr", "evalsha", "eval",
+                  "publish", "expire", "pexpire", "hdel", "xtrim"}
+
+
+async def write_calls(client) -> int:  # noqa: ANN001
+    stats = await client.info("commandstats")
+    return sum(int(v["calls"]) for k, v in stats.items() if k.removeprefix("cmdstat_") in WRITE_COMMANDS)
+
+
+def test_many_watchers_of_one_job_cost_no_redis_writes(redis_url: str) -> None:
+    async def scenario() -> None:
+        async with scheduler_server(redis_url) as h, connect(redis_url) as client:
+            await register_pool(h)
+            job = await running_job(h)
+            before = await write_calls(client)
+            watchers = [asyncio.create_task(collect(h.stub, job.job_id, follow=True, timeout=1.5)) for _ in range(20)]
+            results = await asyncio.gather(*watchers, return_exceptions=True)
+            assert all(isinstance(r, grpc.aio.AioRpcError) and r.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                       for r in results)  # they were all following until their deadline
+            assert await write_calls(client) == before
+
+    asyncio.run(scenario())
