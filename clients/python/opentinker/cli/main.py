@@ -10,7 +10,7 @@ from pathlib import Path
 
 import structlog
 
-from opentinker.cli import admin, jobs, stack, state
+from opentinker.cli import admin, envhost, jobs, stack, state
 from opentinker.cli.errors import StackError, StartFailed
 from opentinker.cli.health_probe import SERVING
 from opentinker.cli.launcher import UpConfig
@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="seconds to wait after SIGTERM before SIGKILL (default 10)")
     jobs.register(commands)
     admin.register(commands)
+    envhost.register(commands)
     return parser
 
 
@@ -69,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if hasattr(args, "handler"):
         _configure_logging(False)
+        if args.command == "envhost":
+            return args.handler(args)
         return admin.handle(args) if args.command == "admin" else jobs.handle(args)
     _configure_logging(args.verbose)
     args.state_dir = args.state_dir.resolve()
