@@ -62,8 +62,19 @@ def test_two_turns_interleave_observation_tokens_with_mask_0():
     first, second = episode.turns
     assert (first.observation_start, first.observation_end) == (6, 8)
     assert (second.action_start, second.action_end) == (8, 10)
-    assert to_trajectory(episode).total_reward == 1.25
+    trajectory = to_trajectory(episode)
+    assert trajectory.total_reward == 1.25
+    # reward attribution: each turn's reward on its last sampled token, the terminal one last
+    assert trajectory.token_rewards == (0, 0, 0, 0, 0, 0.25, 0, 0, 0, 1.0)
     assert episode.stop_reason is StopReason.DONE
+
+
+def test_a_turn_that_sampled_nothing_passes_its_reward_to_the_latest_sampled_token():
+    from opentinker_rollout.episode import Turn, token_rewards
+    turns = [Turn(turn_index=0, action_start=1, action_end=3, action_text="ab", policy_version=0, reward=0.5),
+             Turn(turn_index=1, action_start=4, action_end=4, action_text="", policy_version=0, reward=2.0)]
+    assert token_rewards(turns, [0, 1, 1, 0]) == (0, 0, 2.5, 0)
+    assert token_rewards([turns[1]], [0, 0, 0, 0]) == (0, 0, 0, 0)  # nothing sampled: nowhere to put it
 
 
 def test_the_prompt_follows_the_prompt_rule():

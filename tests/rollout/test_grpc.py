@@ -147,6 +147,8 @@ def check_two_turn_trajectory(t: trajectory_pb2.Trajectory) -> None:
     assert t.prompt_length == len(prompt) and list(t.token_ids[:len(prompt)]) == prompt
     expected_mask = [0] * len(prompt) + [1] + [0] * len(observation) + [1]
     assert list(t.loss_mask) == expected_mask
+    rewarded = [i for i, r in enumerate(t.token_rewards) if r]  # on each turn's sampled token
+    assert rewarded == [len(prompt), len(expected_mask) - 1] and sum(t.token_rewards) == t.total_reward
     assert list(t.token_ids[len(prompt) + 1:-1]) == observation
     assert len(t.sampling_logprobs) == len(t.token_ids)
     pairs = list(zip(t.sampling_logprobs, t.loss_mask, strict=True))

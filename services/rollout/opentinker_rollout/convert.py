@@ -172,7 +172,8 @@ def trajectory(result: Trajectory) -> trajectory_pb2.Trajectory:
         prompt_length=result.prompt_length, turns=[turn(t) for t in result.turns],
         total_reward=result.total_reward, stop_reason=stop_reason(result.stop_reason),
         policy_version=result.policy_version, env_error=result.env_error,
-        metrics=dict(result.metrics), prompt_text=result.prompt_text)
+        metrics=dict(result.metrics), prompt_text=result.prompt_text,
+        token_rewards=list(result.token_rewards))
 
 
 def turn(value: Turn) -> trajectory_pb2.Turn:

@@ -8,7 +8,7 @@ the mask is 0).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Any
@@ -125,6 +125,22 @@ class Trajectory:
     """Lowest policy version among the turns."""
     env_error: str = ""
     metrics: Mapping[str, float] = field(default_factory=dict)
+    token_rewards: tuple[float, ...] = ()
+    """Each turn's reward on the last token sampled in that turn; 0 elsewhere."""
+
+
+def token_rewards(turns: Sequence[Turn], loss_mask: Sequence[int]) -> tuple[float, ...]:
+    """Per-token rewards: a turn's reward on its last sampled token (the terminal reward thus
+    on the episode's last trainable token); a turn that sampled nothing passes its reward to
+    the latest sampled token before it, if any."""
+    rewards = [0.0] * len(loss_mask)
+    last_sampled = -1
+    for turn in turns:
+        sampled = [i for i in range(turn.action_start, min(turn.action_end, len(loss_mask))) if loss_mask[i]]
+        last_sampled = sampled[-1] if sampled else last_sampled
+        if last_sampled >= 0:
+            rewards[last_sampled] += turn.reward
+    return tuple(rewards)
 
 
 def to_trajectory(episode: Episode, metrics: Mapping[str, float] | None = None) -> Trajectory:
@@ -138,4 +154,5 @@ def to_trajectory(episode: Episode, metrics: Mapping[str, float] | None = None) 
         total_reward=sum(turn.reward for turn in episode.turns),
         stop_reason=episode.stop_reason or StopReason.DONE,
         policy_version=min(versions, default=episode.policy_version_now),
-        env_error=episode.env_error, metrics=dict(metrics or {}))
+        env_error=episode.env_error, metrics=dict(metrics or {}),
+        token_rewards=token_rewards(episode.turns, episode.loss_mask))
