@@ -25,6 +25,8 @@ from opentinker.env import (
     opening_messages,
     play,
 )
+from opentinker.env.game import is_game_class
+from opentinker.env.registry import check_game_name
 
 
 class Countdown(AbstractGame):
@@ -158,7 +160,10 @@ def test_async_games_play_through_play_and_aplay() -> None:
 
 
 def test_builtin_registry_and_import_paths() -> None:
-    assert builtin_games() == {"math": MathGame}
+    games = builtin_games()
+    assert games["math"] is MathGame
+    assert {"math", "math_tool", "guess_number"} <= set(games)
+    assert all(is_game_class(cls) and check_game_name(name) is None for name, cls in games.items())
     assert load_game_class("opentinker.env:MathGame") is MathGame
     assert load_game_class("tests.env.test_game_api:Countdown") is Countdown
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from opentinker.core.server import HealthReporter
+from opentinker.env.registry import builtin_games
 from opentinker_envhost.main import build_plan, idle_reaper, session_manager
 from opentinker_envhost.settings import EnvHostSettings
 
@@ -15,7 +16,7 @@ def test_settings_reach_the_manager() -> None:
     manager = session_manager(settings)
     assert (manager.limits.max_sessions, manager.limits.call_timeout_s) == (3, 2.5)
     assert (manager.limits.idle_ttl_s, manager.limits.max_observation_chars) == (9, 50)
-    assert list(manager.catalog.specs) == ["echo", "math"]
+    assert list(manager.catalog.specs) == sorted({"echo", *builtin_games()})
 
 
 def test_plan_hosts_envhost_with_a_reaper_worker_registration_and_close_hooks() -> None:

@@ -6,7 +6,9 @@ import importlib
 import re
 
 from opentinker.env.game import GameClass, is_game_class
+from opentinker.env.guess_number_game import GuessNumberGame
 from opentinker.env.math_game import MathGame
+from opentinker.env.math_tool_game import MathToolGame
 
 GAME_NAME_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 IMPORT_PATH_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -18,7 +20,7 @@ class GameLoadError(ValueError):
 
 def builtin_games() -> dict[str, GameClass]:
     """Built-in games by name."""
-    return {"math": MathGame}
+    return {"math": MathGame, "math_tool": MathToolGame, "guess_number": GuessNumberGame}
 
 
 def load_game_class(import_path: str) -> GameClass:
