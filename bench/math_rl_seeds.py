@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -51,12 +52,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def run_seed(seed: int, scheduler: str, out: Path, demo_args: list[str]) -> SeedResult:
+def run_seed(seed: int, scheduler: str, out: Path, demo_args: list[str], env: dict[str, str] | None = None) -> SeedResult:
     seed_dir = out / f"seed-{seed}"
     command = [sys.executable, str(DEMO), "--scheduler", scheduler, "--seed", str(seed),
                "--out", str(seed_dir), *demo_args]
     print(f"== seed {seed}: {' '.join(command[1:])}", file=sys.stderr, flush=True)
-    subprocess.run(command, check=True)
+    subprocess.run(command, check=True, env=env)
     summary = json.loads((seed_dir / "summary.json").read_text())
     return SeedResult(seed=seed, sft_accuracy=summary["sft_accuracy"], rl_accuracy=summary["rl_accuracy"],
                       rl_seconds=summary["rl_seconds"], total_seconds=summary["total_seconds"])
@@ -96,7 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     stack = None if args.scheduler else Stack(args.base_port, args.out / "stack")
     scheduler = args.scheduler or stack.up()
     try:
-        results = [run_seed(seed, scheduler, args.out, args.demo_args) for seed in args.seeds]
+        env = None  # our own stack: the demo uses its admin key
+        if stack is not None:
+            env = {k: v for k, v in os.environ.items() if k != "OPENTINKER_API_KEY"}
+            env["OPENTINKER_API_KEY_FILE"] = str(stack.state_dir / "admin.key")
+        results = [run_seed(seed, scheduler, args.out, args.demo_args, env) for seed in args.seeds]
     finally:
         if stack is not None:
             stack.down()

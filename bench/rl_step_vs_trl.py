@@ -147,6 +147,8 @@ class Stack:
     scheduler: str
     pids: dict[str, int]
     """Process ids by service name (empty for a stack we did not start)."""
+    api_key: str | None = None
+    """The private stack's admin key; None: the client finds one (OPENTINKER_API_KEY, ...)."""
 
 
 @contextlib.contextmanager
@@ -163,7 +165,8 @@ def private_stack(config: BenchConfig) -> Iterator[Stack]:
         subprocess.run(up, check=True, env=env, stdout=subprocess.DEVNULL)
         recorded = json.loads((config.state_dir / "stack.json").read_text())
         yield Stack(scheduler=f"127.0.0.1:{config.base_port}",
-                    pids={p["name"]: int(p["pid"]) for p in recorded["processes"]})
+                    pids={p["name"]: int(p["pid"]) for p in recorded["processes"]},
+                    api_key=(config.state_dir / "admin.key").read_text().strip())
     finally:
         subprocess.run([*opentinker_cli(), "down", *state], check=False, stdout=subprocess.DEVNULL)
 
@@ -210,7 +213,7 @@ def run_ours(config: BenchConfig, stack: Stack) -> dict:
                 cpu.append({name: cpu_seconds(pid) for name, pid in stack.pids.items()})
         previous.append(at)
 
-    with SchedulerClient(stack.scheduler) as client:
+    with SchedulerClient(stack.scheduler, api_key=stack.api_key) as client:
         job = client.submit_job(rl_spec(config))
         print(f"ours: job {job.job_id} on {stack.scheduler}", file=sys.stderr)
         final = client.wait(job.job_id, on_event=on_event)
