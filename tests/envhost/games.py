@@ -6,7 +6,7 @@ import asyncio
 import time
 from typing import Any, ClassVar
 
-from opentinker.env import AbstractGame, AsyncAbstractGame, StepResult
+from opentinker.env import AbstractGame, AsyncAbstractGame, NotYourTurn, StepResult
 from opentinker_envhost.catalog import GameCatalog, GameSpec
 
 
@@ -129,8 +129,24 @@ class Seated(Echo):
         return StepResult(observation=f"{seat} played {action}", done=False)
 
 
+class Alternating(Echo):
+    """Two seats that must alternate, black first; "" plays the seat to move."""
+
+    seats = ("black", "white")
+
+    def reset(self, **kwargs: Any) -> str:
+        self.to_move = "black"
+        return super().reset(**kwargs)
+
+    def step(self, action: str, seat: str = "") -> StepResult:  # type: ignore[override]
+        if seat and seat != self.to_move:
+            raise NotYourTurn(f"seat: {self.to_move} is to move, not {seat}")
+        mover, self.to_move = self.to_move, "white" if self.to_move == "black" else "black"
+        return StepResult(observation=f"{mover} played {action}", done=False)
+
+
 TEST_GAMES = {"echo": Echo, "explode": Explode, "sleepy": Sleepy, "async-sleepy": AsyncSleepy,
-              "bad-returns": BadReturns, "seated": Seated}
+              "bad-returns": BadReturns, "seated": Seated, "alternating": Alternating}
 
 
 def catalog_with_test_games() -> GameCatalog:

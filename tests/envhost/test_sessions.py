@@ -16,6 +16,7 @@ from opentinker_envhost.errors import (
     EnvironmentFailure,
     EnvironmentTimeout,
     InvalidArgument,
+    NotYourTurnError,
     RequestIdReused,
     SessionLimitReached,
     SessionNotFound,
@@ -282,10 +283,23 @@ def test_seats() -> None:
         await sessions.reset(seated.session_id, {})
         await sessions.reset(echo.session_id, {})
         assert (await sessions.step(seated.session_id, "e4", seat="white")).observation == "white played e4"
-        await raises(InvalidArgument, sessions.step(seated.session_id, "e4"),
+        assert (await sessions.step(seated.session_id, "d5")).observation == " played d5"  # "": the seat to move
+        await raises(InvalidArgument, sessions.step(seated.session_id, "e4", seat="green"),
                      match="seat: expected one of black, white")
         await raises(InvalidArgument, sessions.step(echo.session_id, "hi", seat="black"),
                      match="seat: echo is a single-agent")
+    run(scenario)
+
+
+def test_a_step_out_of_turn_is_refused_and_the_episode_goes_on() -> None:
+    async def scenario() -> None:
+        sessions = manager()
+        game = await sessions.open("alternating", {})
+        await sessions.reset(game.session_id, {})
+        await raises(NotYourTurnError, sessions.step(game.session_id, "e4", seat="white"),
+                     match="seat: black is to move, not white")
+        assert (await sessions.step(game.session_id, "e4", seat="black")).observation == "black played e4"
+        assert (await sessions.step(game.session_id, "d5", seat="white")).observation == "white played d5"
     run(scenario)
 
 

@@ -71,6 +71,13 @@ class WrongSessionState(EnvHostError):
     kind = ErrorKind.FAILED_PRECONDITION
 
 
+class NotYourTurnError(EnvHostError):
+    """A seated step from the seat that is not to move; the episode goes on."""
+
+    kind = ErrorKind.FAILED_PRECONDITION
+    reason = "NOT_YOUR_TURN"
+
+
 class EnvironmentFailure(EnvHostError):
     """The game raised or returned something invalid; fails this session's call only."""
 

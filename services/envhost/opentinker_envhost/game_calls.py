@@ -18,7 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from opentinker_envhost.errors import EnvironmentFailure, EnvironmentTimeout, InvalidArgument, clip_middle
+from opentinker.env.game import NotYourTurn
+from opentinker_envhost.errors import (
+    EnvironmentFailure,
+    EnvironmentTimeout,
+    InvalidArgument,
+    NotYourTurnError,
+    clip_middle,
+)
 
 T = TypeVar("T")
 MAX_TRACEBACK_CHARS = 20_000
@@ -54,6 +61,8 @@ async def call_game(fn: Callable[[], Any], *, in_thread: bool, timeout: float, w
     try:
         return await asyncio.wait_for(pending, timeout)
     except GameRaised as raised:
+        if isinstance(raised.error, NotYourTurn):
+            raise NotYourTurnError(str(raised.error)) from None
         if isinstance(raised.error, invalid):
             raise InvalidArgument(str(raised.error)) from None
         raise EnvironmentFailure(f"{what} raised {raised}", traceback=raised.traceback) from None

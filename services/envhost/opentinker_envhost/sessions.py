@@ -38,6 +38,7 @@ from opentinker_envhost.errors import (
     EnvironmentFailure,
     EnvironmentTimeout,
     InvalidArgument,
+    NotYourTurnError,
     RequestIdReused,
     SessionLimitReached,
     SessionNotFound,
@@ -232,6 +233,8 @@ class SessionManager:
         try:
             return await call_game(fn, in_thread=not session.spec.is_async,
                                    timeout=self.limits.call_timeout_s, what=what, invalid=invalid)
+        except NotYourTurnError:
+            raise  # the caller's turn order, not the game, was wrong: the episode goes on
         except InvalidArgument:
             _await_reset(session, "the last reset was rejected")
             raise
@@ -308,11 +311,12 @@ def _reset_arguments(session: Session, kwargs: Mapping[str, Any], seed: int | No
 
 
 def _seat_kwargs(spec: GameSpec, seat: str) -> dict[str, str]:
+    """`seat=` for a seated game ("" = the seat to move: a single-agent session of it)."""
     if not spec.seats:
         if seat:
             raise InvalidArgument(f"seat: {spec.name} is a single-agent game; leave seat empty")
         return {}
-    if seat not in spec.seats:
+    if seat and seat not in spec.seats:
         raise InvalidArgument(f"seat: expected one of {', '.join(spec.seats)}, got {seat!r}")
     return {"seat": seat}
 

@@ -20,7 +20,7 @@ class EnvHostSettings(ServiceSettings):
     max_sessions: int = setting(
         256, "Most environment sessions this EnvHost keeps open at once.", min=1)
     games: str = setting(
-        NO_USER_GAMES, "User games served besides the built-ins (math), as comma-separated "
+        NO_USER_GAMES, "User games served besides the built-ins (math, math_tool, guess_number, gomoku), as comma-separated "
         "name=package.module:Class entries, e.g. mygame=mypkg.games:MyGame; each is imported "
         "and checked at start-up. 'none': built-ins only.", check=check_games_setting,
         type_name="name=module:Class,... or none")

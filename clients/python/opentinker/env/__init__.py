@@ -22,6 +22,7 @@ from opentinker.env.game import (
     Game,
     GameClass,
     GameConfigError,
+    NotYourTurn,
     StepResult,
     check_observation,
     check_step_result,
@@ -36,7 +37,7 @@ from opentinker.env.registry import GameLoadError, builtin_games, check_game_nam
 
 __all__ = [
     "DEFAULT_MAX_OBSERVATION_CHARS", "AbstractGame", "AsyncAbstractGame", "DatasetError", "Episode",
-    "Game", "GameClass", "GameConfigError", "GameHarness", "GameLoadError", "HarnessError",
+    "Game", "GameClass", "GameConfigError", "GameHarness", "NotYourTurn", "GameLoadError", "HarnessError",
     "JsonlDataset", "MathGame", "MathProblem", "SeededGenerator", "StepResult", "answers_match",
     "aplay", "builtin_games", "check_game_name", "check_observation", "check_step_result",
     "extract_answer", "is_game_class", "load_game_class", "math_sft_examples", "normalize_answer",

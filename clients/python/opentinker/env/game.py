@@ -30,6 +30,14 @@ class GameConfigError(ValueError):
     """
 
 
+class NotYourTurn(ValueError):
+    """A seated game's `step` came from a seat that is not to move; the message says who is.
+
+    The EnvHost answers FAILED_PRECONDITION (reason NOT_YOUR_TURN) and the episode goes on:
+    the caller's mistake, not the game's failure.
+    """
+
+
 @dataclass(frozen=True, kw_only=True)
 class StepResult:
     """What one `step(action)` returns; validated on construction."""
@@ -78,7 +86,8 @@ class _GameMetadata:
     multi_turn: ClassVar[bool] = True
     """False for single-turn games (one step per episode)."""
     seats: ClassVar[tuple[str, ...]] = ()
-    """Seats of a multi-agent game; a seated game's `step` also takes `seat=` (keyword)."""
+    """Seats of a multi-agent game; a seated game's `step` also takes `seat=` (keyword), where
+    "" means "the seat to move" (how a single-agent session of a seated game plays)."""
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:

@@ -17,13 +17,15 @@ Observations are short (a byte-level tokenizer spends a token per character):
     9.........
     X to move
 
-Rewards (of the stepping player): +1 for the move that wins, -1 for the step in which the
-scripted opponent wins (or, with two seats, the last step of the forfeiting seat), 0 for a draw
-and for ordinary moves. An illegal move (off the board, on a stone, no move found) earns
-`invalid_move_penalty` (default -0.5), an observation saying why, and the same player moves
-again; an illegal move beyond `max_invalid_moves` (default 3) forfeits: reward -1, episode over.
-The last step's `info` holds `result` ("win", "loss", "draw" or "forfeit", for the stepping
-player), `correct` (True on a win), `winner`, and both seats' `outcomes` and `rewards`.
+Rewards go to the player who steps: +1 for the move that wins; -1 for the move after which
+the scripted opponent wins; 0 for a draw and for ordinary moves. An illegal move (off the board,
+on a stone, no move found) earns `invalid_move_penalty` (default -0.5), an observation saying
+why, and the same player moves again; an illegal move beyond `max_invalid_moves` (default 3)
+forfeits: reward -1 (instead of the penalty), episode over, a loss. The last step's `info` holds
+`result` ("win", "loss", "draw" or "forfeit", for the stepping player), `correct` (True on a
+win), `winner` ("black", "white" or None) and both seats' `outcomes` and `rewards`; with two
+seats only the stepping seat gets its final reward from `step`, the other seat's (-1 after the
+winning move) is in `info["rewards"]`.
 
 Single-agent (`opponent="scripted"`): the model plays `model_color` ("black" moves first;
 "white" sees the opponent's opening move in reset's observation); `reset(index=i)` seeds the
@@ -50,7 +52,7 @@ import math
 import random
 from typing import Any
 
-from opentinker.env.game import AbstractGame, GameConfigError, StepResult
+from opentinker.env.game import AbstractGame, NotYourTurn, GameConfigError, StepResult
 from opentinker.env.gomoku import (
     BLACK,
     MAX_SIZE,
@@ -72,9 +74,9 @@ SEAT_STONES = {"black": BLACK, "white": WHITE}
 STONE_SEATS = {stone: seat for seat, stone in SEAT_STONES.items()}
 
 
-class WrongSeatError(ValueError):
+class WrongSeatError(NotYourTurn):
     """A seated step from a seat that is not to move (or not this game's); the message says
-    which seat is to move. Not a GameConfigError: the EnvHost reports it as a failed step."""
+    which seat is to move. The EnvHost answers FAILED_PRECONDITION and the episode goes on."""
 
 
 class GomokuGame(AbstractGame):
@@ -236,7 +238,8 @@ class GomokuGame(AbstractGame):
         seat = STONE_SEATS[stone]
         info = {"result": outcomes[seat], "correct": outcomes[seat] == "win", "seat": seat,
                 "winner": STONE_SEATS[winner] if winner is not None else None,
-                "outcomes": {s: outcomes[s] for s in self.seats}, "rewards": {s: rewards[s] for s in self.seats},
+                "outcomes": {s: outcomes[s] for s in self.seats},
+                "rewards": {s: rewards[s] for s in self.seats},
                 "moves": self.board.stones, "invalid_moves": dict(self.invalid_moves),
                 "split": self.split, "index": self.index}
         return StepResult(observation=f"{self.board.render()}\n{summary}", reward=rewards[seat],
@@ -264,6 +267,7 @@ def _choice(name: str, value: object, options: tuple[str, ...]) -> str:
 
 
 def _penalty(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value > 0:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value > 0):
         raise GameConfigError(f"{name}: expected a finite number <= 0, got {value!r}")
     return float(value)

@@ -6,6 +6,7 @@ import importlib
 import re
 
 from opentinker.env.game import GameClass, is_game_class
+from opentinker.env.gomoku_game import GomokuGame
 from opentinker.env.guess_number_game import GuessNumberGame
 from opentinker.env.math_game import MathGame
 from opentinker.env.math_tool_game import MathToolGame
@@ -20,7 +21,7 @@ class GameLoadError(ValueError):
 
 def builtin_games() -> dict[str, GameClass]:
     """Built-in games by name."""
-    return {"math": MathGame, "math_tool": MathToolGame, "guess_number": GuessNumberGame}
+    return {"math": MathGame, "math_tool": MathToolGame, "guess_number": GuessNumberGame, "gomoku": GomokuGame}
 
 
 def load_game_class(import_path: str) -> GameClass:
