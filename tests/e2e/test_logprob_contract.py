@@ -5,7 +5,16 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from opentinker.api.common.v1 import algorithm_pb2, datum_pb2, model_pb2, resources_pb2, sampling_pb2
+from google.protobuf import struct_pb2
+
+from opentinker.api.common.v1 import (
+    algorithm_pb2,
+    datum_pb2,
+    environment_pb2,
+    model_pb2,
+    resources_pb2,
+    sampling_pb2,
+)
 from opentinker.api.rollout.v1 import rollout_service_pb2 as rollout_pb
 from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as rollout_grpc
 from opentinker.api.trainer.v1 import trainer_service_pb2 as trainer_pb
@@ -59,3 +68,39 @@ def test_sampling_logprobs_match_trainer_compute_logprobs(stubs, temperature):
             assert abs(recomputed[result.prompt_length + offset] - logprob) < TOLERANCE
             checked += 1
     assert checked >= 3
+
+
+def test_multi_turn_trajectories_score_the_same_in_the_trainer(stubs):
+    """Whole multi-turn episodes (prompt, actions, observations as the policy saw them): the
+    Trainer's logprob of every sampled token equals the sampling logprob Rollout recorded."""
+    trainer, rollout = stubs
+    job = "contract-multi-turn"
+    session = trainer.CreateSession(trainer_pb.CreateSessionRequest(
+        lease=lease(job), base_model=MODEL, adaptation=FULL,
+        optimizer=algorithm_pb2.OptimizerConfig(learning_rate=1e-3))).session
+    policy = rollout.LoadModel(rollout_pb.LoadModelRequest(lease=lease(job), model=MODEL)).policy
+    config = struct_pb2.Struct()
+    config.update({"low": 1, "high": 9, "max_turns": 3, "seed": 1})
+    kwargs = struct_pb2.Struct()
+    kwargs.update({"index": 0, "split": "train"})
+    request = rollout_pb.RunEpisodesRequest(
+        policy_id=policy.policy_id, lease=lease(job),
+        environment=environment_pb2.EnvironmentReference(env_name="guess_number", config=config),
+        episodes=[rollout_pb.EpisodeSpec(group_id="g0", reset_kwargs=kwargs, seed=3)], group_size=4,
+        # every printable character is a stop string: each action ends after one sampled character,
+        # so even an untrained policy gets observations back and plays several turns
+        sampling=sampling_pb2.SamplingParams(max_new_tokens=3, temperature=1.0,
+                                             stop=[chr(code) for code in range(32, 127)]),
+        limits=sampling_pb2.AgentLoopLimits(max_turns=3))
+    trajectories = [r.trajectory for r in rollout.RunEpisodes(request) if r.WhichOneof("item") == "trajectory"]
+    assert len(trajectories) == 4
+    multi_turn = 0
+    for t in trajectories:
+        multi_turn += len(t.turns) > 1
+        recomputed = trainer.ComputeLogprobs(trainer_pb.ComputeLogprobsRequest(
+            session_id=session.session_id, sequences=[datum_pb2.TokenSequence(tokens=list(t.token_ids))],
+            temperature=1.0)).logprobs[0].logprobs
+        for index, (mask, logprob) in enumerate(zip(t.loss_mask, t.sampling_logprobs, strict=True)):
+            if mask:
+                assert abs(recomputed[index] - logprob) < TOLERANCE, (index, recomputed[index], logprob)
+    assert multi_turn >= 1  # the check covered tokens sampled after an observation
