@@ -1,8 +1,10 @@
 """Calling user game code safely: off the event loop, with a timeout, errors wrapped.
 
-Sync game methods run in a fresh daemon thread per call (like `asyncio.to_thread`, but a game
-stuck in an endless loop can neither exhaust a shared pool nor keep the process from exiting
-on SIGTERM). Async game methods run on the loop under `asyncio.wait_for`. Whatever the game
+Sync game methods run in daemon worker threads (`DaemonWorkers`): an idle worker takes the
+call, and a new worker starts when none is idle, so a game stuck in an endless loop keeps only
+its own worker and can neither exhaust a pool nor keep the process from exiting on SIGTERM.
+(A fresh thread per call cost ~180 us of blocked event loop per step: bench/envhost.py.) Async
+game methods run on the loop. Both are bounded by `asyncio.timeout`. Whatever the game
 raises becomes EnvironmentFailure carrying its traceback (GameConfigError becomes
 InvalidArgument where the caller says so); running past the timeout is EnvironmentTimeout.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import queue
 import threading
 import traceback
 from collections.abc import Callable
@@ -57,9 +60,10 @@ async def call_game(fn: Callable[[], Any], *, in_thread: bool, timeout: float, w
     `what` names the call in messages ("MathGame.step()"); exceptions of the `invalid`
     types become InvalidArgument with their message.
     """
-    pending = run_in_daemon_thread(fn, what) if in_thread else _guarded(fn)
+    pending = WORKERS.submit(fn) if in_thread else _guarded(fn)
     try:
-        return await asyncio.wait_for(pending, timeout)
+        async with asyncio.timeout(timeout):
+            return await pending
     except GameRaised as raised:
         if isinstance(raised.error, NotYourTurn):
             raise NotYourTurnError(str(raised.error)) from None
@@ -70,21 +74,67 @@ async def call_game(fn: Callable[[], Any], *, in_thread: bool, timeout: float, w
         raise EnvironmentTimeout(f"{what} did not return within {timeout:g}s") from None
 
 
-def run_in_daemon_thread(fn: Callable[[], T], name: str) -> asyncio.Future[T]:
-    """A future for `fn()` run in a new daemon thread; its exception arrives as GameRaised."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
+class DaemonWorkers:
+    """Daemon threads that run sync game calls; idle ones are reused, more start on demand.
 
-    def target() -> None:
-        try:
-            outcome: tuple[bool, Any] = (True, fn())
-        except BaseException as error:  # noqa: BLE001 - user code: every failure is reported
-            outcome = (False, GameRaised(error))
-        with contextlib.suppress(RuntimeError):  # the loop closed (the server stopped meanwhile)
-            loop.call_soon_threadsafe(_settle, future, outcome)
+    A worker waits `idle_seconds` for its next call, then exits; a worker whose game never
+    returns is simply never idle again (the session that called it is broken by its timeout).
+    """
 
-    threading.Thread(target=target, name=f"game:{name}", daemon=True).start()
-    return future
+    def __init__(self, idle_seconds: float = 30.0) -> None:
+        self.idle_seconds = idle_seconds
+        self._lock = threading.Lock()
+        self._idle: list[queue.SimpleQueue] = []
+        self._started = 0
+
+    @property
+    def started(self) -> int:
+        """Threads started so far (for tests and metrics)."""
+        return self._started
+
+    def submit(self, fn: Callable[[], T]) -> asyncio.Future[T]:
+        """A future for `fn()` on a worker thread; its exception arrives as GameRaised."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        job = (fn, loop, future)
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+            if inbox is None:
+                self._started += 1
+        if inbox is not None:
+            inbox.put(job)
+        else:
+            threading.Thread(target=self._work, args=(job,), name=f"game-worker-{self._started}",
+                             daemon=True).start()
+        return future
+
+    def _work(self, job: tuple) -> None:
+        inbox: queue.SimpleQueue = queue.SimpleQueue()
+        while job is not None:
+            fn, loop, future = job
+            outcome = _outcome(fn)
+            with self._lock:  # idle before the caller hears back, so its next call reuses us
+                self._idle.append(inbox)
+            with contextlib.suppress(RuntimeError):  # the loop closed (the server stopped meanwhile)
+                loop.call_soon_threadsafe(_settle, future, outcome)
+            try:
+                job = inbox.get(timeout=self.idle_seconds)
+            except queue.Empty:
+                with self._lock:
+                    if inbox in self._idle:
+                        self._idle.remove(inbox)
+                        return
+                job = inbox.get()  # handed a job just as the wait ran out
+
+
+def _outcome(fn: Callable[[], Any]) -> tuple[bool, Any]:
+    try:
+        return True, fn()
+    except BaseException as error:  # noqa: BLE001 - user code: every failure is reported
+        return False, GameRaised(error)
+
+
+WORKERS = DaemonWorkers()
 
 
 def _settle(future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:

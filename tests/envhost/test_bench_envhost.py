@@ -1,0 +1,42 @@
+"""bench/envhost.py end to end on a quick run: the EnvHost and the echo baseline (real processes)
+answer every step of every session over the Interact stream, and the bench reports the ratio.
+Behaviour only: timing is never asserted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "envhost.py"
+SESSIONS = 64  # the bench default
+
+
+@pytest.mark.timeout(150)
+def test_quick_bench_answers_every_step_on_both_servers(tmp_path: Path) -> None:
+    out = tmp_path / "envhost.json"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("OPENTINKER_")}
+    done = subprocess.run([sys.executable, str(BENCH), "--quick", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"
+    result = json.loads(out.read_text())
+    assert result["ok"] and result["problems"] == []
+    assert result["config"]["sessions"] == SESSIONS
+    targets = {"echo", "envhost", "envhost-async"}
+    assert {run["target"] for run in result["runs"]} == targets
+    for run in result["runs"]:
+        assert run["sessions"] == SESSIONS
+        assert run["steps"] > 0
+        assert run["steps_answered"] == run["steps_sent"] > 0
+        assert run["errors"] == []
+        assert run["latency_ms"]["p50"] > 0
+    for target in targets:
+        assert result["summary"][target]["steps_per_s"] > 0
+    assert result["ratio"] > 0 and result["ratio"] == result["ratios"]["envhost"]
+    assert result["target"]["pass"] in (True, False)
+    assert result["server_exit_codes"] == {"envhost": 0, "echo": 0}  # both stopped gracefully
+    assert "PASS" in done.stdout or "MISS" in done.stdout
