@@ -44,3 +44,16 @@ def test_seeded_generator_is_deterministic_and_random_access() -> None:
     assert SeededGenerator(draw, seed=6).take(100) != items
     with pytest.raises(IndexError):
         generator[-1]
+
+
+def test_a_parquet_dataset_reads_like_jsonl(tmp_path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from opentinker.env import read_records
+    rows = [{"question": "1+1=", "answer": "2"}, {"question": "2+2=", "answer": "4"}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "math.parquet")
+    assert read_records(tmp_path / "math.parquet") == rows
+    assert list(JsonlDataset(tmp_path / "math.parquet", required=("question", "answer"))) == rows
+    with pytest.raises(DatasetError, match="record 1 lacks missing"):
+        JsonlDataset(tmp_path / "math.parquet", required=("answer", "missing"))

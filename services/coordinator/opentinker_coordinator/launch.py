@@ -101,7 +101,7 @@ class JobLauncher:
                     from opentinker_coordinator.sft_data import load_sft_datums  # torch-free but heavy import
 
                     examples = load_sft_datums(job.spec.dataset.path, job.spec.policy.model,
-                                                self.config.checkpoint_dir)
+                                                self.config.checkpoint_dir, job.spec.dataset.messages_field)
                     await run_sft(job_plans.sft_plan(job), SftPorts(trainer=trainer, reporter=reporter, stop=run.stop),
                                   examples)
                 elif kind == job_pb2.JOB_TYPE_INFERENCE:

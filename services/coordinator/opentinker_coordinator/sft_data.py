@@ -6,12 +6,13 @@ job's model renders it, and only assistant content (plus its end-of-turn token) 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from opentinker.api.common.v1 import model_pb2
 from opentinker.core import model_refs
 from opentinker.ml.chat import render_sft_example
+from opentinker.env.data import DatasetError as EnvDatasetError
+from opentinker.env.data import read_records
 from opentinker.ml.tokenizers import load_tokenizer
 from opentinker_coordinator.types import Datum
 
@@ -20,27 +21,36 @@ class DatasetError(ValueError):
     """The SFT dataset cannot be used; the message names the file and line."""
 
 
-def read_conversations(path: Path) -> list[list[dict]]:
+def read_conversations(path: Path, messages_field: str = "messages") -> list[list[dict]]:
+    """The conversations of a JSONL or Parquet file: each record's `messages_field` is a list
+    of {"role", "content"} messages with at least one assistant message."""
     if not path.is_file():
         raise DatasetError(f"spec.dataset.path: {path} is not a file on the coordinator")
-    conversations = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            messages = json.loads(line)["messages"]
-        except (json.JSONDecodeError, KeyError, TypeError) as error:
-            raise DatasetError(f"{path}:{number}: expected a JSON object with 'messages' ({error})") from error
-        if not any(m.get("role") == "assistant" for m in messages):
-            raise DatasetError(f"{path}:{number}: no assistant message to train on")
-        conversations.append(messages)
-    return conversations
+    try:
+        records = read_records(path)
+    except EnvDatasetError as error:
+        raise DatasetError(f"spec.dataset.path: {error}") from None
+    return [_conversation(path, number, record, messages_field)
+            for number, record in enumerate(records, start=1)]
 
 
-def load_sft_datums(path: str, model: model_pb2.ModelReference, checkpoint_root: Path) -> list[Datum]:
+def _conversation(path: Path, number: int, record: dict, field: str) -> list[dict]:
+    messages = record.get(field)
+    if not isinstance(messages, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in messages):
+        raise DatasetError(f"{path}: record {number}: expected '{field}' to be a list of "
+                           "{\"role\": ..., \"content\": ...} messages")
+    if not any(m["role"] == "assistant" for m in messages):
+        raise DatasetError(f"{path}: record {number}: no assistant message to train on")
+    return messages
+
+
+def load_sft_datums(path: str, model: model_pb2.ModelReference, checkpoint_root: Path,
+                    messages_field: str = "") -> list[Datum]:
     tokenizer = load_tokenizer(model_refs.model_source(model, "spec.policy.model"), checkpoint_root)
     datums = []
-    for messages in read_conversations(Path(path)):
+    for messages in read_conversations(Path(path), messages_field or "messages"):
         tokens, mask = render_sft_example(tokenizer, messages)
         datums.append(Datum(tokens=list(tokens), loss_mask=[float(m) for m in mask]))
     return datums

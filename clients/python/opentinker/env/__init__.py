@@ -14,7 +14,14 @@ Nothing here imports torch or grpc.
 """
 
 from opentinker.env.answers import answers_match, extract_answer, normalize_answer
-from opentinker.env.data import DatasetError, JsonlDataset, SeededGenerator, read_jsonl, write_jsonl
+from opentinker.env.data import (
+    DatasetError,
+    JsonlDataset,
+    SeededGenerator,
+    read_jsonl,
+    read_records,
+    write_jsonl,
+)
 from opentinker.env.game import (
     DEFAULT_MAX_OBSERVATION_CHARS,
     AbstractGame,
@@ -41,5 +48,5 @@ __all__ = [
     "JsonlDataset", "MathGame", "MathProblem", "SeededGenerator", "StepResult", "answers_match",
     "aplay", "builtin_games", "check_game_name", "check_observation", "check_step_result",
     "extract_answer", "is_game_class", "load_game_class", "math_sft_examples", "normalize_answer",
-    "opening_messages", "opening_user_content", "play", "read_jsonl", "write_jsonl",
+    "opening_messages", "opening_user_content", "play", "read_jsonl", "read_records", "write_jsonl",
 ]

@@ -1,4 +1,5 @@
-"""Data sources for games: a static JSONL dataset and a deterministic seeded generator."""
+"""Data sources for games: a static dataset (JSONL or Parquet) and a deterministic seeded
+generator."""
 
 from __future__ import annotations
 
@@ -11,19 +12,23 @@ from typing import Any, Generic, TypeVar
 T = TypeVar("T")
 
 
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
 class DatasetError(ValueError):
-    """A JSONL file is missing or malformed; the message names the file and line."""
+    """A dataset file is missing or malformed; the message names the file (and line)."""
 
 
 class JsonlDataset(Sequence[dict[str, Any]]):
-    """A static dataset: one JSON object per non-blank line, loaded once, indexable.
+    """A static dataset loaded once, indexable: one JSON object per non-blank line of a JSONL
+    file, or one record per row of a Parquet file (`.parquet`/`.pq`; needs pyarrow).
 
-    `required` names keys every record must have (checked at load, naming the line).
+    `required` names keys every record must have (checked at load, naming the record).
     """
 
     def __init__(self, path: str | Path, *, required: Sequence[str] = ()) -> None:
         self.path = Path(path)
-        self.records: list[dict[str, Any]] = read_jsonl(self.path)
+        self.records: list[dict[str, Any]] = read_records(self.path)
         for number, record in enumerate(self.records, start=1):
             missing = [key for key in required if key not in record]
             if missing:
@@ -59,6 +64,27 @@ class SeededGenerator(Generic[T]):
     def take(self, count: int, start: int = 0) -> list[T]:
         """Items start .. start+count-1."""
         return [self[index] for index in range(start, start + count)]
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a JSONL or (by suffix) Parquet file; DatasetError names what is wrong."""
+    path = Path(path)
+    return read_parquet(path) if path.suffix.lower() in PARQUET_SUFFIXES else read_jsonl(path)
+
+
+def read_parquet(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a Parquet file as dicts (nested columns become lists and dicts)."""
+    path = Path(path)
+    try:
+        import pyarrow.parquet as parquet
+    except ImportError:
+        raise DatasetError(f"cannot read {path}: Parquet needs pyarrow (pip install pyarrow)") from None
+    if not path.is_file():
+        raise DatasetError(f"cannot read {path}: no such file")
+    try:
+        return parquet.read_table(path).to_pylist()
+    except Exception as error:  # noqa: BLE001 - pyarrow raises several types for a bad file
+        raise DatasetError(f"cannot read {path} as Parquet: {error}") from None
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
