@@ -48,11 +48,13 @@ move", which lets `play` drive both seats in turn:
 
 from __future__ import annotations
 
-import math
 import random
 from typing import Any
 
-from opentinker.env.game import AbstractGame, NotYourTurn, GameConfigError, StepResult
+from opentinker.env.config_fields import choice as _choice
+from opentinker.env.config_fields import finite
+from opentinker.env.config_fields import integer as _int
+from opentinker.env.game import AbstractGame, GameConfigError, NotYourTurn, StepResult
 from opentinker.env.gomoku import (
     BLACK,
     MAX_SIZE,
@@ -97,7 +99,7 @@ class GomokuGame(AbstractGame):
         self.seed = _int("seed", seed)
         self.opponent = _choice("opponent", opponent, OPPONENTS)
         self.model_color = _choice("model_color", model_color, tuple(SEAT_STONES))
-        self.invalid_move_penalty = _penalty("invalid_move_penalty", invalid_move_penalty)
+        self.invalid_move_penalty = finite("invalid_move_penalty", invalid_move_penalty, high=0)
         self.max_invalid_moves = _int("max_invalid_moves", max_invalid_moves, low=0)
         if system_prompt is not None and (not isinstance(system_prompt, str) or not system_prompt):
             raise GameConfigError(f"system_prompt: expected a non-empty string, got {system_prompt!r}")
@@ -244,30 +246,3 @@ class GomokuGame(AbstractGame):
                 "split": self.split, "index": self.index}
         return StepResult(observation=f"{self.board.render()}\n{summary}", reward=rewards[seat],
                           done=True, info=info)
-
-
-def _int(name: str, value: object, *, low: int | None = None, high: int | None = None,
-         high_name: str | None = None) -> int:
-    """An int config value; integral floats (JSON numbers) are accepted."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise GameConfigError(f"{name}: expected an integer, got {value!r}")
-    if (low is not None and value < low) or (high is not None and value > high):
-        bounds = (f"from {low} to {high_name or high}" if low is not None and high is not None
-                  else f">= {low}" if low is not None else f"<= {high_name or high}")
-        raise GameConfigError(f"{name}: expected an integer {bounds}, got {value}")
-    return value
-
-
-def _choice(name: str, value: object, options: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value not in options:
-        raise GameConfigError(f"{name}: expected one of {', '.join(repr(o) for o in options)}, got {value!r}")
-    return value
-
-
-def _penalty(name: str, value: object) -> float:
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or value > 0):
-        raise GameConfigError(f"{name}: expected a finite number <= 0, got {value!r}")
-    return float(value)

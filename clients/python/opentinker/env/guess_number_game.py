@@ -53,12 +53,15 @@ measures the search strategy on episodes not trained on, not unseen numbers.
 
 from __future__ import annotations
 
-import math
 import random
 from typing import Any
 
 from opentinker.env.answers import extract_answer, normalize_answer
 from opentinker.env.data import SeededGenerator
+from opentinker.env.config_fields import finite
+from opentinker.env.config_fields import integer as _int
+from opentinker.env.config_fields import reset_position
+from opentinker.env.config_fields import text as _text
 from opentinker.env.game import AbstractGame, GameConfigError, StepResult
 
 SPLITS = ("train", "eval")
@@ -86,8 +89,8 @@ class GuessNumberGame(AbstractGame):
         self.max_turns = _int("max_turns", max_turns, low=1)
         self.seed = _int("seed", seed)
         self.eval_size = _int("eval_size", eval_size, low=1)
-        self.progress_reward = _number("progress_reward", progress_reward)
-        self.penalty = _number("penalty", penalty)
+        self.progress_reward = finite("progress_reward", progress_reward, low=0)
+        self.penalty = finite("penalty", penalty, low=0)
         self.system_prompt = _text("system_prompt", system_prompt)
         self._streams = {split: SeededGenerator(self._draw, seed=f"{self.seed}/{split}") for split in SPLITS}
         self.next_index = {split: 0 for split in SPLITS}
@@ -121,8 +124,6 @@ class GuessNumberGame(AbstractGame):
     def reset(self, *, index: int | None = None, split: str = "train", seed: int | None = None) -> str:
         """Episode `index` of `split` ("train" or "eval"); without an index, `seed` is used as
         the index (modulo eval_size for eval), else the next episode of that split."""
-        if split not in SPLITS:
-            raise GameConfigError(f"split: expected 'train' or 'eval', got {split!r}")
         position = self._position(split, index, seed)
         self.secret = self.secret_for(split, position)
         self.split, self.index = split, position
@@ -170,12 +171,8 @@ class GuessNumberGame(AbstractGame):
         return rng.randint(self.low, self.high)
 
     def _position(self, split: str, index: int | None, seed: int | None) -> int:
-        if index is not None:
-            return _int("index", index, low=0)
-        if seed is None:
-            return self.next_index[split]
-        seed = _int("seed", seed, low=0)
-        return seed % self.eval_size if split == "eval" else seed
+        return reset_position(split, index, seed, next_index=self.next_index.get(split, 0),
+                              eval_size=self.eval_size)
 
 
 def parse_guess(text: str) -> int | None:
@@ -188,28 +185,3 @@ def parse_guess(text: str) -> int | None:
         return int(normalized)
     except ValueError:
         return None
-
-
-def _int(name: str, value: object, *, low: int | None = None) -> int:
-    """An int config value; integral floats (JSON numbers) are accepted."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise GameConfigError(f"{name}: expected an integer, got {value!r}")
-    if low is not None and value < low:
-        raise GameConfigError(f"{name}: expected an integer >= {low}, got {value}")
-    return value
-
-
-def _number(name: str, value: object) -> float:
-    """A finite, non-negative reward knob."""
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or value < 0):
-        raise GameConfigError(f"{name}: expected a finite number >= 0, got {value!r}")
-    return float(value)
-
-
-def _text(name: str, value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise GameConfigError(f"{name}: expected a non-empty string, got {value!r}")
-    return value

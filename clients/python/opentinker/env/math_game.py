@@ -12,6 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from opentinker.env.answers import answers_match, extract_answer
+from opentinker.env.config_fields import boolean as _bool
+from opentinker.env.config_fields import integer as _int
+from opentinker.env.config_fields import reset_position
+from opentinker.env.config_fields import text as _text
 from opentinker.env.game import AbstractGame, GameConfigError, StepResult, opening_messages
 from opentinker.env.math_problems import (
     DIFFICULTIES,
@@ -64,8 +68,6 @@ class MathGame(AbstractGame):
     def reset(self, *, index: int | None = None, split: str = "train", seed: int | None = None) -> str:
         """Problem `index` of `split` ("train" or "eval"); without an index, `seed` is used as
         the index (modulo the eval size for eval), else the next problem of that split."""
-        if split not in SPLITS:
-            raise GameConfigError(f"split: expected 'train' or 'eval', got {split!r}")
         position = self._position(split, index, seed)
         self.problem = self.problems.train(position) if split == "train" else self.problems.eval(position)
         self.split, self.index = split, position
@@ -83,12 +85,8 @@ class MathGame(AbstractGame):
         return StepResult(observation="", reward=1.0 if correct else 0.0, done=True, info=info)
 
     def _position(self, split: str, index: int | None, seed: int | None) -> int:
-        if index is not None:
-            return _int("index", index, low=0)
-        if seed is None:
-            return self.next_index[split]
-        seed = _int("seed", seed, low=0)
-        return seed % len(self.problems.eval_problems) if split == "eval" else seed
+        return reset_position(split, index, seed, next_index=self.next_index.get(split, 0),
+                              eval_size=len(self.problems.eval_problems))
 
 
 def math_sft_examples(n: int, *, seed: int = 0, start: int = 0,
@@ -123,26 +121,3 @@ def _operations(value: object) -> tuple[str, ...]:
     if not isinstance(parts, (list, tuple)) or not all(isinstance(p, str) for p in parts):
         raise GameConfigError(f"operations: expected a string like '+-*' or a list, got {value!r}")
     return tuple(dict.fromkeys("".join(parts).replace(" ", "")))
-
-
-def _int(name: str, value: object, *, low: int | None = None) -> int:
-    """An int config value; integral floats (JSON numbers) are accepted."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise GameConfigError(f"{name}: expected an integer, got {value!r}")
-    if low is not None and value < low:
-        raise GameConfigError(f"{name}: expected an integer >= {low}, got {value}")
-    return value
-
-
-def _bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise GameConfigError(f"{name}: expected true or false, got {value!r}")
-    return value
-
-
-def _text(name: str, value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise GameConfigError(f"{name}: expected a non-empty string, got {value!r}")
-    return value

@@ -36,14 +36,18 @@ steps have "tool_calls" and "turns".
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
 from opentinker.env.answers import answers_match, extract_answer
 from opentinker.env.calculator import CalculatorError, calculate
-from opentinker.env.game import AbstractGame, GameConfigError, StepResult
-from opentinker.env.math_game import _bool, _int, _operations, _text
+from opentinker.env.game import AbstractGame, StepResult
+from opentinker.env.config_fields import boolean as _bool
+from opentinker.env.config_fields import finite
+from opentinker.env.config_fields import integer as _int
+from opentinker.env.config_fields import reset_position
+from opentinker.env.config_fields import text as _text
+from opentinker.env.math_game import _operations
 from opentinker.env.math_problems import SPLITS, ArithmeticSpec, GeneratedProblems, MathProblem
 
 DEFAULT_SYSTEM_PROMPT = "Calculator: <calc>1+2</calc>. Reply <answer>N</answer>."
@@ -74,7 +78,7 @@ class MathToolGame(AbstractGame):
         seed, eval_size = _int("seed", seed), _int("eval_size", eval_size, low=1)
         self.max_tool_calls = _int("max_tool_calls", max_tool_calls, low=0)
         self.max_turns = _int("max_turns", max_turns, low=1)
-        self.format_penalty = _penalty(format_penalty)
+        self.format_penalty = finite("format_penalty", format_penalty, low=0)
         self.bare_answer = _bool("bare_answer", bare_answer)
         self.system_prompt = _text("system_prompt", system_prompt)
         low = _int("min_digits", min_digits)
@@ -102,8 +106,6 @@ class MathToolGame(AbstractGame):
     def reset(self, *, index: int | None = None, split: str = "train", seed: int | None = None) -> str:
         """Problem `index` of `split` ("train" or "eval"); without an index, `seed` is used as
         the index (modulo the eval size for eval), else the next problem of that split."""
-        if split not in SPLITS:
-            raise GameConfigError(f"split: expected 'train' or 'eval', got {split!r}")
         position = self._position(split, index, seed)
         self.problem = self.problems.train(position) if split == "train" else self.problems.eval(position)
         self.split, self.index = split, position
@@ -153,12 +155,8 @@ class MathToolGame(AbstractGame):
         return StepResult(observation="", reward=reward, done=True, info=info)
 
     def _position(self, split: str, index: int | None, seed: int | None) -> int:
-        if index is not None:
-            return _int("index", index, low=0)
-        if seed is None:
-            return self.next_index[split]
-        seed = _int("seed", seed, low=0)
-        return seed % len(self.problems.eval_problems) if split == "eval" else seed
+        return reset_position(split, index, seed, next_index=self.next_index.get(split, 0),
+                              eval_size=len(self.problems.eval_problems))
 
 
 def _call(expression: str) -> str:
@@ -167,10 +165,3 @@ def _call(expression: str) -> str:
         return f"= {calculate(expression.strip())}"
     except CalculatorError as error:
         return f"error: {error}"
-
-
-def _penalty(value: object) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
-            and value >= 0:
-        return float(value)
-    raise GameConfigError(f"format_penalty: expected a finite number >= 0, got {value!r}")
