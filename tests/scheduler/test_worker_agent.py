@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -13,7 +14,7 @@ from opentinker.core.devices import Device, discover_devices
 from opentinker.core.embedded_redis import free_port
 from opentinker.core.redis_store import Backoff
 from opentinker.core.worker_agent import WorkerAgent
-from tests.scheduler._harness import Harness, eventually, rl_spec, scheduler_server
+from tests.scheduler._harness import FAST, Harness, eventually, rl_spec, scheduler_server
 
 S = job_pb2.Job
 
@@ -166,3 +167,16 @@ def test_discover_devices_without_a_gpu_gives_cpu_slots() -> None:
         return
     assert [(d.device_id, d.kind) for d in devices] == [("cpu:0", "cpu"), ("cpu:1", "cpu"), ("cpu:2", "cpu")]
     assert discover_devices(cpu_slots=0) == []
+
+
+def test_a_submission_wakes_the_allocator_long_before_its_interval(redis_url: str) -> None:
+    """The allocator passes every 10 s here; a SubmitJob publishes a wake-up, so the job starts
+    at once (this catches a broken pub/sub listener: the job would wait ~10 s)."""
+    async def scenario() -> None:
+        slow = dataclasses.replace(FAST, allocator_interval_ms=10_000)
+        async with scheduler_server(redis_url, config=slow, run_allocator=True) as h, pool(h.address):
+            await asyncio.sleep(0.5)  # past the first pass, which the loop makes at once
+            job_id = await submit(h, "wake")
+            assert await eventually(lambda: _is(h, job_id, S.STATE_RUNNING), timeout=3.0)
+
+    asyncio.run(scenario())

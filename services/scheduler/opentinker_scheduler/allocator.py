@@ -71,21 +71,27 @@ class Allocator:
                 await asyncio.gather(listener, return_exceptions=True)
 
     async def _listen(self, subscriber: redis.asyncio.Redis) -> None:
-        """Set `wake` on every message of the wake channel; resubscribe after Redis outages."""
+        """Set `wake` on every message of the wake channel; resubscribe after Redis outages.
+
+        The subscription lives on a connection pool of its own (built from `subscriber`'s
+        settings), read in bounded polls: cancelling it at shutdown can never leave a connection
+        that the service's own clients would wait on while they close."""
         while True:
-            pubsub = subscriber.pubsub()
+            pool = subscriber.connection_pool
+            client = redis.asyncio.Redis(connection_pool=type(pool)(connection_class=pool.connection_class,
+                                                                    **pool.connection_kwargs))
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(self.store.keys.allocator_wake())
-                async for message in pubsub.listen():
-                    if message.get("type") == "message":
+                while True:
+                    if await pubsub.get_message(timeout=1.0) is not None:
                         self.wake.set()
-            except REDIS_DOWN_ERRORS as error:
-                log.warning("allocator_wakeups_unavailable", error=str(error))
+            except Exception as error:  # noqa: BLE001 - never die silently: passes still run on the interval
+                log.warning("allocator_wakeups_unavailable", error=f"{type(error).__name__}: {error}")
                 await asyncio.sleep(self.config.allocator_interval_ms / 1000)
             finally:
-                # never wait on a polite UNSUBSCRIBE at shutdown (Redis may be going away too)
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(asyncio.shield(pubsub.aclose()), 1.0)
+                with contextlib.suppress(Exception):  # Redis may be going away too: do not wait on it
+                    await asyncio.wait_for(client.aclose(), 1.0)
 
     def _housekeeping_due(self) -> bool:
         return self.store.clock.now_ms() - self._last_housekeeping_ms >= self.config.allocator_interval_ms
