@@ -44,7 +44,7 @@ def build_scheduler(client: redis.asyncio.Redis, blocking_client: redis.asyncio.
     tenants = TenantStore(client=client, keys=keys, clock=clock)
     leases = LeaseTable(client=client, keys=keys, scripts=scripts, clock=clock)
     registry = WorkerRegistry(client=client, keys=keys, scripts=scripts, clock=clock)
-    lifecycle = Lifecycle(store=store, leases=leases)
+    lifecycle = Lifecycle(store=store)
     events = EventLog(client=client, blocking_client=blocking_client, keys=keys,
                       block_ms=config.watch_block_ms)
     jobs = JobService(config=config, store=store, events=events, leases=leases, lifecycle=lifecycle)

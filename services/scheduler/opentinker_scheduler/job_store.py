@@ -15,7 +15,7 @@ import redis.asyncio
 
 from opentinker.core.redis_store import Keys
 from opentinker_scheduler.clock import Clock
-from opentinker_scheduler.codec import assignment_prefix, decode_assignments, decode_job, job_fields
+from opentinker_scheduler.codec import assignment_prefix, decode_job, job_fields
 from opentinker_scheduler.events import Payload, StateChanged, encode_payload
 from opentinker_scheduler.leases import LeaseDraft, draft_keys, drafts_json
 from opentinker_scheduler.lua import Scripts

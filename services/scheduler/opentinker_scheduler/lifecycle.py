@@ -8,7 +8,6 @@ import structlog
 
 from opentinker_scheduler.events import WorkerLost
 from opentinker_scheduler.job_store import JobStore, Report, Transition
-from opentinker_scheduler.leases import LeaseTable
 from opentinker_scheduler.model import Assignment, Job, JobState, Lease
 
 log = structlog.get_logger(__name__)
@@ -18,7 +17,6 @@ ACTIVE_STATES = (JobState.ALLOCATING, JobState.RUNNING)
 @dataclass(frozen=True, kw_only=True)
 class Lifecycle:
     store: JobStore
-    leases: LeaseTable
 
     async def end(self, job_id: str, *, expected: JobState, to: JobState, reason: str) -> Transition:
         """expected -> terminal `to`; the same script releases every lease of the job."""

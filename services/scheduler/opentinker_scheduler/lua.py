@@ -338,16 +338,6 @@ if drop_lease(ARGV[1], cjson.decode(ARGV[3]), KEYS[2], KEYS[3]) then return 1 en
 return 0
 """
 
-WORKER_TOUCH = """
--- KEYS: worker, worker index   ARGV: now, ttl, worker_id
-local held_until = redis.call('HGET', KEYS[1], 'expire_at')
-if not held_until or tonumber(held_until) <= tonumber(ARGV[1]) then return 0 end
-local expire = tonumber(ARGV[1]) + tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], 'last_heartbeat', ARGV[1], 'expire_at', expire)
-redis.call('ZADD', KEYS[2], expire, ARGV[3])
-return 1
-"""
-
 
 @dataclass(frozen=True, kw_only=True)
 class Scripts:
@@ -364,7 +354,6 @@ class Scripts:
     lease_acquire: AsyncScript
     renew_leases: AsyncScript
     lease_release: AsyncScript
-    worker_touch: AsyncScript
 
     @classmethod
     def register(cls, client: redis.asyncio.Redis, *, max_events_per_job: int = 100_000) -> Scripts:
@@ -372,7 +361,6 @@ class Scripts:
                    "note_waiting": NOTE_WAITING, "lost_leases": LOST_LEASES,
                    "request_cancel": REQUEST_CANCEL,
                    "append_events": APPEND_EVENTS, "lease_acquire": LEASE_ACQUIRE,
-                   "renew_leases": RENEW_LEASES, "lease_release": LEASE_RELEASE,
-                   "worker_touch": WORKER_TOUCH}
+                   "renew_leases": RENEW_LEASES, "lease_release": LEASE_RELEASE}
         prelude = f"local MAX_EVENTS = {int(max_events_per_job)}\n"
         return cls(**{name: client.register_script(prelude + text) for name, text in sources.items()})

@@ -18,7 +18,7 @@ from opentinker_scheduler.clock import Clock
 from opentinker_scheduler.codec import decode_resources, decode_worker, number, text
 from opentinker_scheduler.leases import held_slots
 from opentinker_scheduler.lua import Scripts
-from opentinker_scheduler.model import JobState, QueuedJob, Usage, WorkerState
+from opentinker_scheduler.model import JobState, QueuedJob, Usage, Worker, WorkerState
 from opentinker_scheduler.placement import worker_slots
 
 JOB_FIELDS = ("job_id", "tenant_id", "state", "resources", "device_count", "create_time", "status_message")

@@ -40,12 +40,6 @@ class WorkerRegistry:
             await pipe.execute()
         return decode_worker(await self.client.hgetall(key), now_ms=now)
 
-    async def touch(self, worker_id: str, *, ttl_ms: int) -> bool:
-        """Record a heartbeat; False when the worker is unknown or already dead."""
-        keys = [self.keys.worker(worker_id), self.keys.worker_index()]
-        return bool(await self.scripts.worker_touch(keys=keys, args=[self.clock.now_ms(), ttl_ms,
-                                                                      worker_id]))
-
     async def get(self, worker_id: str) -> Worker | None:
         raw = await self.client.hgetall(self.keys.worker(worker_id))
         return decode_worker(raw, now_ms=self.clock.now_ms()) if raw else None
