@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from opentinker.env.game import GameConfigError
+from opentinker.env.game import SPLITS, GameConfigError
 
 
 def integer(name: str, value: object, *, low: int | None = None, high: int | None = None,
@@ -51,7 +51,6 @@ def choice(name: str, value: object, options: tuple[str, ...]) -> str:
     return value
 
 
-SPLITS = ("train", "eval")
 
 
 def reset_position(split: object, index: int | None, seed: int | None, *, next_index: int,

@@ -18,6 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+SPLITS = ("train", "eval")
+"""The `split` a game's reset takes: problems trained on, and held-out problems."""
+
 DEFAULT_MAX_OBSERVATION_CHARS = 100_000
 """Longest observation the harness and (by default) the EnvHost accept."""
 

@@ -54,7 +54,7 @@ from typing import Any
 from opentinker.env.config_fields import choice as _choice
 from opentinker.env.config_fields import finite
 from opentinker.env.config_fields import integer as _int
-from opentinker.env.game import AbstractGame, GameConfigError, NotYourTurn, StepResult
+from opentinker.env.game import SPLITS, AbstractGame, GameConfigError, NotYourTurn, StepResult
 from opentinker.env.gomoku import (
     BLACK,
     MAX_SIZE,
@@ -70,7 +70,6 @@ from opentinker.env.gomoku import (
     scripted_move,
 )
 
-SPLITS = ("train", "eval")
 OPPONENTS = ("scripted", "none")
 SEAT_STONES = {"black": BLACK, "white": WHITE}
 STONE_SEATS = {stone: seat for seat, stone in SEAT_STONES.items()}

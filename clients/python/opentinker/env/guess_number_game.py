@@ -62,9 +62,8 @@ from opentinker.env.config_fields import finite
 from opentinker.env.config_fields import integer as _int
 from opentinker.env.config_fields import reset_position
 from opentinker.env.config_fields import text as _text
-from opentinker.env.game import AbstractGame, GameConfigError, StepResult
+from opentinker.env.game import SPLITS, AbstractGame, GameConfigError, StepResult
 
-SPLITS = ("train", "eval")
 DEFAULT_SYSTEM_PROMPT = "Guess the number. Reply with a number only."
 DEFAULT_EVAL_SIZE = 32
 WIN_REWARD = 1.0

@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from opentinker.env.data import JsonlDataset, SeededGenerator
-from opentinker.env.game import GameConfigError
+from opentinker.env.game import SPLITS, GameConfigError
 
 OPERATIONS = ("+", "-", "*")
-SPLITS = ("train", "eval")
 DIFFICULTIES: dict[str, tuple[str, int, int]] = {
     "easy": ("+", 1, 1),     # "3+4=": 100 problems
     "medium": ("+-", 1, 2),  # "57-8="
