@@ -49,13 +49,13 @@ def eval_sampling(policy: job_pb2.AgentSpec) -> sampling_pb2.SamplingParams:
 
 
 def loss_config(job: job_pb2.Job) -> algorithm_pb2.LossConfig:
-    """The spec's loss, else the job type's default; temperature follows the sampling."""
+    """The job type's default loss with the spec's set fields on top (an unset function or
+    clip range keeps the default, so `loss: {aggregation: SEQUENCE_MEAN}` is a complete
+    spec); temperature follows the sampling."""
     policy = job.spec.policy
     loss = algorithm_pb2.LossConfig()
-    if policy.algorithm.HasField("loss"):
-        loss.CopyFrom(policy.algorithm.loss)
-    else:
-        loss.CopyFrom(SFT_LOSS if job.spec.type == job_pb2.JOB_TYPE_SFT else RL_LOSS)
+    loss.CopyFrom(SFT_LOSS if job.spec.type == job_pb2.JOB_TYPE_SFT else RL_LOSS)
+    loss.MergeFrom(policy.algorithm.loss)
     if loss.temperature == 0 and job.spec.type == job_pb2.JOB_TYPE_RL:
         loss.temperature = training_sampling(policy).temperature or 1.0
     return loss
