@@ -18,6 +18,7 @@ ESTIMATORS = {
     algorithm_pb2.ADVANTAGE_ESTIMATOR_GRPO: Estimator.GRPO,
     algorithm_pb2.ADVANTAGE_ESTIMATOR_RLOO: Estimator.RLOO,
     algorithm_pb2.ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS: Estimator.REINFORCE_PLUS_PLUS,
+    algorithm_pb2.ADVANTAGE_ESTIMATOR_DISCOUNTED_RETURN: Estimator.DISCOUNTED_RETURN,
 }
 
 
@@ -36,6 +37,7 @@ def rl_plan(job: job_pb2.Job) -> RlPlan:
         eval_every_steps=training.eval_every_steps, eval_episodes=training.eval_episodes or DEFAULT_EVAL_EPISODES,
         checkpoint_every_steps=training.checkpoint_every_steps, seed=training.seed,
         estimator=ESTIMATORS[advantage.estimator], normalize_by_std=advantage.normalize_by_std,
+        gamma=advantage.gamma or 1.0,
         resume=resume_point(job))
 
 

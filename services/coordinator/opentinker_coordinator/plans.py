@@ -23,6 +23,8 @@ class RlPlan:
     seed: int = 0
     estimator: Estimator = Estimator.GRPO
     normalize_by_std: bool = False
+    gamma: float = 1.0
+    """Per-turn discount of DISCOUNTED_RETURN."""
     resume: CheckpointRef | None = None
     """An earlier attempt's checkpoint to continue from (the job was re-queued)."""
 

@@ -138,7 +138,7 @@ def trajectory_from_message(message: trajectory_pb2.Trajectory) -> Trajectory:
         group_id=message.group_id, token_ids=list(message.token_ids), loss_mask=list(message.loss_mask),
         sampling_logprobs=list(message.sampling_logprobs), total_reward=message.total_reward,
         stop_reason=StopReason(reason), policy_version=message.policy_version, correct=_verdict(message),
-        prompt_text=message.prompt_text,
+        prompt_text=message.prompt_text, token_rewards=list(message.token_rewards),
         transcript=[{"action": t.action_text, "observation": t.observation_text, "reward": t.reward}
                     for t in message.turns])
 

@@ -64,7 +64,8 @@ async def rollout_phase(plan: RlPlan, ports: RlPorts, step: int) -> tuple[list[T
 async def update_phase(plan: RlPlan, ports: RlPorts, step: int, trajectories: Sequence[Trajectory]) -> dict:
     await ports.reporter.progress(phase="UPDATE", step=step, total_steps=plan.total_steps)
     started = time.perf_counter()
-    datums = rl_datums(trajectories, plan.estimator, normalize_by_std=plan.normalize_by_std)
+    datums = rl_datums(trajectories, plan.estimator, normalize_by_std=plan.normalize_by_std,
+                       gamma=plan.gamma)
     metrics: dict[str, float] = {"datums": float(len(datums))}
     if datums:
         metrics |= await ports.trainer.forward_backward(datums)

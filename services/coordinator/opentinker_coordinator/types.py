@@ -39,6 +39,8 @@ class Trajectory:
     prompt_text: str = ""
     transcript: list[dict] = field(default_factory=list)
     """[{"action": ..., "observation": ..., "reward": ...}] per turn, for inference output."""
+    token_rewards: list[float] = field(default_factory=list)
+    """Each turn's reward on its last sampled token, 0 elsewhere (empty: not reported)."""
 
     @property
     def failed(self) -> bool:
