@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from opentinker_coordinator.types import Trajectory
+from opentinker_coordinator.types import StopReason, Trajectory
+
+CUT_BY_A_LIMIT = (StopReason.MAX_TURN_TOKENS, StopReason.MAX_TOTAL_TOKENS, StopReason.CONTEXT_LENGTH)
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -12,7 +14,8 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def episode_metrics(trajectories: Sequence[Trajectory], prefix: str = "") -> dict[str, float]:
-    """reward/mean, accuracy, response length, env error count over the batch."""
+    """reward/mean, accuracy, response length, env error count and the share of episodes a
+    token limit cut off (`truncated`: they end unjudged with reward 0) over the batch."""
     ok = [t for t in trajectories if not t.failed]
     verdicts = [1.0 if t.correct else 0.0 for t in ok if t.correct is not None]
     values = {
@@ -20,6 +23,7 @@ def episode_metrics(trajectories: Sequence[Trajectory], prefix: str = "") -> dic
         "env_errors": float(len(trajectories) - len(ok)),
         "reward/mean": _mean([t.total_reward for t in ok]),
         "response_tokens/mean": _mean([float(t.sampled_tokens) for t in ok]),
+        "truncated": _mean([1.0 if t.stop_reason in CUT_BY_A_LIMIT else 0.0 for t in trajectories]),
     }
     if verdicts:
         values["accuracy"] = _mean(verdicts)
