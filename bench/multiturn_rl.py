@@ -65,8 +65,8 @@ class Recipe:
     warmup_chats: int = 3000
     sft_steps: int = 600
     sft_lr: float = 1e-3
-    rl_steps: int = 60
-    lr: float = 1e-3
+    rl_steps: int = 80
+    lr: float = 3e-4
     kl_coef: float = 0.1
     max_grad_norm: float = 1.0
     estimator: str = "DISCOUNTED_RETURN"
@@ -173,8 +173,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--scheduler", help="an existing stack's scheduler (default: start a private stack)")
-    p.add_argument("--base-port", type=int, default=52100, help="ports of the private stack")
-    p.add_argument("--window", type=int, default=15, help="steps averaged at the start and the end")
+    p.add_argument("--base-port", type=int, default=41100, help="ports of the private stack")
+    p.add_argument("--window", type=int, default=20, help="steps averaged at the start and the end")
     p.add_argument("--high", type=int, default=4, help="secrets are 1..high")
     p.add_argument("--max-turns", type=int, default=3)
     p.add_argument("--min-gain", type=float, default=0.05)
