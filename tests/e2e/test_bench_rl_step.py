@@ -3,26 +3,21 @@ TRL's side in-process when TRL (requirements/bench.txt, optional) is installed."
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests._bench import load_bench as _load
+
 from tests._stack import LocalStack
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "rl_step_vs_trl.py"
 TINY = ["--model", "tiny-qwen2", "--batch-size", "2", "--group-size", "2", "--max-new-tokens", "3",
         "--steps", "2", "--warmup", "1", "--rounds", "1", "--threads", "1"]
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("rl_step_vs_trl", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return _load("rl_step_vs_trl")
 
 
 def only_result(directory: Path) -> dict:

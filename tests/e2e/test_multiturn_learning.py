@@ -9,23 +9,17 @@ token limit (the failure mode the KL term is there to prevent).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "multiturn_rl.py"
+from tests._bench import load_bench as _load
+
 SEED = 5
 WINDOW = 20
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("multiturn_rl", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return _load("multiturn_rl")
 
 
 def test_the_warm_up_player_follows_hints_as_often_as_asked():
