@@ -8,16 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tests._bench import load_bench as _load
-
+from tests._bench import load_bench
 from tests._stack import LocalStack
 
 TINY = ["--model", "tiny-qwen2", "--batch-size", "2", "--group-size", "2", "--max-new-tokens", "3",
         "--steps", "2", "--warmup", "1", "--rounds", "1", "--threads", "1"]
-
-
-def load_bench():
-    return _load("rl_step_vs_trl")
 
 
 def only_result(directory: Path) -> dict:
@@ -36,7 +31,7 @@ def check_side(side: dict, completions: int = 4) -> None:
 
 
 def test_our_side_times_steps_from_the_job_metrics(stack: LocalStack, tmp_path: Path, capsys):
-    bench = load_bench()
+    bench = load_bench("rl_step_vs_trl")
     assert bench.main([*TINY, "--skip-trl", "--scheduler", stack.address("scheduler"),
                        "--out", str(tmp_path)]) == 0
     result = only_result(tmp_path)
@@ -48,7 +43,7 @@ def test_our_side_times_steps_from_the_job_metrics(stack: LocalStack, tmp_path: 
 
 def test_trl_side_runs_grpo_trainer_on_the_same_problems(tmp_path: Path):
     pytest.importorskip("trl", reason="TRL is an optional bench dependency (requirements/bench.txt)")
-    bench = load_bench()
+    bench = load_bench("rl_step_vs_trl")
     assert bench.main([*TINY, "--skip-ours", "--out", str(tmp_path)]) == 0
     result = only_result(tmp_path)
     check_side(result["trl"])

@@ -1,43 +1,49 @@
 """CI's short multi-turn learning check: one seed of bench/multiturn_rl.py on the shared stack.
 
 guess_number (secret 1..4, three turns, higher/lower hints): an SFT warm-up on a scripted
-player who follows 80% of the hints, then 60 RL steps with per-turn advantages. The train
-reward of the last 15 steps must beat the first 15 (the bench's 3-seed numbers are in
-docs/decisions.md), the success rate must not fall, and no episode may be lost to the
-token limit (the failure mode the KL term is there to prevent).
+player who follows 80% of the hints, then 80 RL steps with per-turn advantages. The mean
+train reward of the last 20 steps must beat the first 20 by 0.04 (the bench's 9-seed numbers
+are in docs/decisions.md), the success rate must not fall, and replies cut by the token limit
+(the collapse the KL term is there to prevent) must never reach half of a step's episodes.
 """
 
 from __future__ import annotations
 
-
 import pytest
 
-from tests._bench import load_bench as _load
+from tests._bench import load_bench
 
 SEED = 5
 WINDOW = 20
 
 
-def load_bench():
-    return _load("multiturn_rl")
+def guesses_outside_the_hints(chat: dict, low: int, high: int) -> int:
+    """How many guesses of a warm-up chat lie outside the interval its earlier hints allow."""
+    outside = 0
+    turns = chat["messages"][2:]
+    for index, guess_message in enumerate(turns[0::2]):
+        guess = int(guess_message["content"])
+        outside += not low <= guess <= high
+        hint = turns[2 * index + 1]["content"] if 2 * index + 1 < len(turns) else None
+        if hint == "higher":
+            low = max(low, guess + 1)
+        elif hint == "lower":
+            high = min(high, guess - 1)
+    return outside
 
 
 def test_the_warm_up_player_follows_hints_as_often_as_asked():
-    bench = load_bench()
+    bench = load_bench("multiturn_rl")
     game = bench.GameConfig()
-    chats = bench.warmup_transcripts(game, 400, seed=0, follow=1.0)
-    for chat in chats:
-        low, high = game.low, game.high
-        turns = chat["messages"][2:]
-        for guess_message, hint_message in zip(turns[0::2], turns[1::2], strict=False):
-            guess = int(guess_message["content"])
-            assert low <= guess <= high, chat
-            low, high = (guess + 1, high) if hint_message["content"] == "higher" else (low, guess - 1)
+    following = bench.warmup_transcripts(game, 400, seed=0, follow=1.0)
+    ignoring = bench.warmup_transcripts(game, 400, seed=0, follow=0.0)
+    assert sum(guesses_outside_the_hints(chat, game.low, game.high) for chat in following) == 0
+    assert sum(guesses_outside_the_hints(chat, game.low, game.high) for chat in ignoring) > 50
 
 
 @pytest.mark.timeout(600)
 def test_multi_turn_rl_raises_guess_number_reward(stack, tmp_path):
-    bench = load_bench()
+    bench = load_bench("multiturn_rl")
     result = bench.run_seed(stack.address("scheduler"), SEED, tmp_path, bench.Recipe(), window=WINDOW,
                             api_key=stack.api_key)
     assert len(result.rewards) == bench.Recipe().rl_steps
