@@ -105,7 +105,7 @@ def test_exclusive_waits_for_the_running_call_and_holds_the_next_one():
             second = asyncio.create_task(batcher.generate(req(2)))
             await asyncio.sleep(0.1)
             events.append(f"calls while held: {len(engine.calls)}")
-            batcher.policy_version = 1
+            batcher.versions[""] = 1
         answers = await asyncio.gather(first, second)
         await batcher.close()
         return answers

@@ -200,7 +200,7 @@ def reason(error: grpc.aio.AioRpcError) -> str:
     return dict(error.trailing_metadata() or ()).get("opentinker-reason", "")
 
 
-def weights_requests(policy_id, state_dict, version):
+def weights_requests(policy_id, state_dict, version, lease=LEASE):
     package = state_dict_to_package(state_dict, chunk_bytes=8192)
     header = weights_pb2.WeightsHeader(
         format=weights_pb2.WEIGHTS_FORMAT_LORA_ADAPTER, policy_version=version,
@@ -208,7 +208,7 @@ def weights_requests(policy_id, state_dict, version):
         tensors=[weights_pb2.TensorSpec(name=s.name, dtype=weights_pb2.TENSOR_DTYPE_FLOAT32,
                                         shape=list(s.shape), byte_length=s.byte_length)
                  for s in package.specs])
-    yield pb.UpdateWeightsRequest(target=pb.UpdateWeightsTarget(policy_id=policy_id, lease=LEASE))
+    yield pb.UpdateWeightsRequest(target=pb.UpdateWeightsTarget(policy_id=policy_id, lease=lease))
     yield pb.UpdateWeightsRequest(header=header)
     for chunk in package.chunks:
         yield pb.UpdateWeightsRequest(chunk=weights_pb2.WeightsChunk(

@@ -62,7 +62,7 @@ def transfer(state_dict, version: int, fmt=WeightsFormat.LORA_ADAPTER, sha256=No
 
 
 async def greedy(policy, prompt=PROMPT):
-    answer = await policy.batcher.generate(GenerationRequest(prompt_ids=prompt, sampling=GREEDY))
+    answer = await policy.generator.generate(GenerationRequest(prompt_ids=prompt, sampling=GREEDY))
     return answer.generations[0], answer.policy_version
 
 

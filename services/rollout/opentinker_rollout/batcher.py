@@ -7,8 +7,10 @@ decodes, the event loop keeps serving episodes that talk to their environment, a
 requests queue for the next batch.
 
 The worker holds a lock for each engine call; `exclusive()` takes the same lock, so weights
-can be swapped (and `policy_version` raised) between two batches, never during one. Every
-answer carries the policy version that was current while it was generated.
+can be swapped (and a version raised) between two batches, never during one. Versions are
+kept per adapter (the policies of several jobs can share one base model and one batcher,
+each its own LoRA adapter); every answer carries the version its adapter had while it was
+generated.
 """
 
 from __future__ import annotations
@@ -57,15 +59,16 @@ class GenerationBatcher:
     """Gathers concurrent generation requests into batched engine calls."""
 
     def __init__(self, engine: Engine, *, max_batch_size: int = 32,
-                 policy_version: int = 0,
                  gather_window_s: float = 0.002) -> None:
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
         self.engine = engine
         self.max_batch_size = max_batch_size
         self.stats = BatcherStats()
-        self.policy_version = policy_version
-        """Version of the engine's weights; change it only inside `exclusive()`."""
+        self.versions: dict[str, int] = {}
+        """Version of each adapter's weights ("" = the model as loaded; absent = 0); change
+        them only inside `exclusive()`."""
+        self._closed_adapters: set[str] = set()
         self._gather_window_s = gather_window_s
         self._pending: list[_Pending] = []
         self._wakeup = asyncio.Event()
@@ -76,7 +79,7 @@ class GenerationBatcher:
 
     async def generate(self, request: GenerationRequest) -> BatchedGeneration:
         """The request's `sampling.n` generations, from whichever batch it lands in."""
-        if self._closed:
+        if self._closed or request.adapter in self._closed_adapters:
             raise BatcherClosed("the policy was unloaded")
         future: asyncio.Future[BatchedGeneration] = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(request=request, future=future))
@@ -89,6 +92,18 @@ class GenerationBatcher:
         """No engine call runs while this is held (weight updates)."""
         async with self._lock:
             yield
+
+    def version(self, adapter: str = "") -> int:
+        return self.versions.get(adapter, 0)
+
+    def close_adapter(self, adapter: str) -> None:
+        """Refuse the adapter's later requests and fail its waiting ones (its policy is gone);
+        call inside `exclusive()` so none of its requests is in the engine."""
+        self._closed_adapters.add(adapter)
+        self.versions.pop(adapter, None)
+        gone = [item for item in self._pending if item.request.adapter == adapter]
+        self._pending = [item for item in self._pending if item.request.adapter != adapter]
+        _fail_all(gone, BatcherClosed("the policy was unloaded"))
 
     async def close(self) -> None:
         """Stop the worker; callers still waiting get BatcherClosed, later calls too."""
@@ -128,10 +143,13 @@ class GenerationBatcher:
         return batch
 
     async def _run_batch(self, batch: list[_Pending]) -> None:
-        requests = [item.request for item in batch]
         self._in_flight = batch
         async with self._lock:
-            version = self.policy_version
+            batch = self._drop_closed_adapters(batch)
+            if not batch:
+                return
+            requests = [item.request for item in batch]
+            versions = [self.version(item.request.adapter) for item in batch]
             try:
                 results = await run_in_engine_thread(self.engine.generate, requests)
             except Exception as error:  # noqa: BLE001 - delivered to every caller of the batch
@@ -139,10 +157,16 @@ class GenerationBatcher:
                 _fail_all(batch, error)
                 return
         self._record(results)
-        for item, generations in zip(batch, results, strict=True):
+        for item, generations, version in zip(batch, results, versions, strict=True):
             if not item.future.done():
                 item.future.set_result(BatchedGeneration(generations=generations,
                                                          policy_version=version))
+
+    def _drop_closed_adapters(self, batch: list[_Pending]) -> list[_Pending]:
+        """Requests whose adapter was closed while the batch waited for the lock fail alone."""
+        gone = [item for item in batch if item.request.adapter in self._closed_adapters]
+        _fail_all(gone, BatcherClosed("the policy was unloaded"))
+        return [item for item in batch if item.request.adapter not in self._closed_adapters]
 
     def _record(self, results: list[list[Generation]]) -> None:
         rows = sum(len(generations) for generations in results)

@@ -59,6 +59,9 @@ class GenerationRequest:
 
     prompt_ids: tuple[int, ...]
     sampling: SamplingConfig
+    adapter: str = ""
+    """The LoRA adapter to generate with ("" = the model as loaded). Requests with different
+    adapters of one base model share a batch: each row runs its own adapter."""
 
 
 @dataclass(frozen=True, kw_only=True)

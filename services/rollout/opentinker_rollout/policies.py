@@ -1,8 +1,12 @@
 """Loaded policies keyed by policy_id: load, unload, and atomic weight updates.
 
-A policy is a model (optionally wrapped with a LoRA adapter so adapter weights can be loaded
-later), its engine, its batcher and its chat renderer. `policy_version` starts at 0 (the base
-weights) and only grows: UpdateWeights with a version <= the current one is refused with
+A policy is a model (optionally with a LoRA adapter so adapter weights can be loaded later),
+its engine, its batcher and its chat renderer. LoRA policies of the same model source share
+one `ModelBase`: one copy of the base weights, one engine and one batcher, each policy its
+own named adapter (resident side by side), so requests of several jobs batch together and
+each row runs its own adapter. A full-weights policy has a base of its own (its updates
+replace the base). Unloading a LoRA policy deletes its adapter; the base goes with the last
+policy on it. `policy_version` starts at 0 (the base weights) and only grows: UpdateWeights with a version <= the current one is refused with
 WEIGHTS_VERSION_CONFLICT. New weights are assembled and verified (sizes, sha256, names and
 shapes) before anything is touched, then applied while the batcher is held between two engine
 calls, so no generation ever sees half-updated weights.
@@ -12,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+import warnings
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 
@@ -21,10 +26,11 @@ import structlog
 import torch
 
 from opentinker.ml.errors import MLError, WeightsError
-from opentinker.ml.models import apply_lora, load_model
+from opentinker.ml.models import add_lora_adapter, apply_lora, load_model
 from opentinker.ml.sources import LoraSpec, ModelInfo, ModelSource
 from opentinker.ml.weights import TensorSpec, WeightsAssembler, load_lora_state_dict, lora_state_dict
-from opentinker_rollout.batcher import GenerationBatcher
+from opentinker_rollout.batcher import BatchedGeneration, GenerationBatcher
+from opentinker_rollout.engine import GenerationRequest
 from opentinker_rollout.engine_thread import run_in_engine_thread
 from opentinker_rollout.errors import (
     FailedPrecondition,
@@ -83,19 +89,66 @@ class WeightsChunk:
 
 
 @dataclass(kw_only=True)
-class LoadedPolicy:
-    policy_id: str
-    job_id: str
+class ModelBase:
+    """A loaded model and what generates with it, shared by the LoRA policies on it."""
+
+    source: ModelSource
     model: torch.nn.Module
     engine: TransformersEngine
     batcher: GenerationBatcher
     renderer: TokenizerRenderer
     model_info: ModelInfo
+    adapters: set[str] = field(default_factory=set)
+    """Adapter names of the LoRA policies on this base."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdapterGenerator:
+    """The agent loop's Generator for one policy: its requests name the policy's adapter."""
+
+    batcher: GenerationBatcher
+    adapter: str
+
+    async def generate(self, request: GenerationRequest) -> BatchedGeneration:
+        return await self.batcher.generate(replace(request, adapter=self.adapter))
+
+
+@dataclass(kw_only=True)
+class LoadedPolicy:
+    policy_id: str
+    job_id: str
+    base: ModelBase
     lora: LoraSpec | None
+    adapter: str = ""
+    """This policy's adapter on the base ("" = the base model itself, full weights)."""
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.base.model
+
+    @property
+    def engine(self) -> TransformersEngine:
+        return self.base.engine
+
+    @property
+    def batcher(self) -> GenerationBatcher:
+        return self.base.batcher
+
+    @property
+    def renderer(self) -> TokenizerRenderer:
+        return self.base.renderer
+
+    @property
+    def model_info(self) -> ModelInfo:
+        return self.base.model_info
+
+    @property
+    def generator(self) -> AdapterGenerator:
+        return AdapterGenerator(batcher=self.base.batcher, adapter=self.adapter)
 
     @property
     def version(self) -> int:
-        return self.batcher.policy_version
+        return self.base.batcher.version(self.adapter)
 
     def info(self) -> PolicyInfo:
         return PolicyInfo(policy_id=self.policy_id, job_id=self.job_id,
@@ -112,6 +165,7 @@ class PolicyRegistry:
         self.gather_window_s = gather_window_s
         self.fencing = FencingGuard()
         self._policies: dict[str, LoadedPolicy] = {}
+        self._lora_bases: dict[ModelSource, ModelBase] = {}
         self._by_request: dict[str, tuple[LoadRequest, str]] = {}
         self._load_lock = asyncio.Lock()
 
@@ -137,26 +191,43 @@ class PolicyRegistry:
             existing = self._replay(request)
             if existing is not None:
                 return existing.info()
-            policy = await run_in_engine_thread(self._build, request)
+            policy = await self._new_policy(request)
             self._policies[policy.policy_id] = policy
             if request.request_id:
                 self._by_request[request.request_id] = (request, policy.policy_id)
         log.info("policy_loaded", policy_id=policy.policy_id, job_id=policy.job_id,
-                 source=request.source.to_dict(), lora=request.lora is not None)
+                 source=request.source.to_dict(), lora=request.lora is not None,
+                 adapters_on_base=len(policy.base.adapters))
         return policy.info()
 
     async def unload(self, policy_id: str, lease: Lease) -> PolicyInfo:
         policy = self.get(policy_id)
         self.check_lease(policy, lease)
+        info = policy.info()
         del self._policies[policy_id]
-        await policy.batcher.close()
-        log.info("policy_unloaded", policy_id=policy_id)
-        return policy.info()
+        base = policy.base
+        base.adapters.discard(policy.adapter)
+        if base.adapters:
+            async with base.batcher.exclusive():
+                base.batcher.close_adapter(policy.adapter)
+                await run_in_engine_thread(_delete_adapter, base.model, policy.adapter)
+        else:
+            if self._lora_bases.get(base.source) is base:
+                del self._lora_bases[base.source]
+            await base.batcher.close()
+        log.info("policy_unloaded", policy_id=policy_id, adapters_left_on_base=len(base.adapters))
+        return info
 
     async def close(self) -> None:
-        for policy in list(self._policies.values()):
-            await policy.batcher.close()
+        for base in {id(p.base): p.base for p in self._policies.values()}.values():
+            await base.batcher.close()
         self._policies.clear()
+        self._lora_bases.clear()
+
+    @property
+    def base_count(self) -> int:
+        """Distinct loaded models (LoRA policies of one source share one)."""
+        return len({id(policy.base) for policy in self._policies.values()})
 
     async def update_weights(self, policy_id: str, lease: Lease, header: WeightsHeader,
                              chunks: AsyncIterator[WeightsChunk]) -> tuple[PolicyInfo, int]:
@@ -169,7 +240,7 @@ class PolicyRegistry:
         async with policy.batcher.exclusive():
             _check_version(policy, header.policy_version)
             await run_in_engine_thread(_apply, policy, header.format, state_dict)
-            policy.batcher.policy_version = header.policy_version
+            policy.batcher.versions[policy.adapter] = header.policy_version
         log.info("weights_updated", policy_id=policy_id, version=policy.version, bytes=received)
         return policy.info(), received
 
@@ -182,10 +253,28 @@ class PolicyRegistry:
                                   "different LoadModel request", reason="REQUEST_ID_REUSED")
         return self._policies.get(policy_id)
 
-    def _build(self, request: LoadRequest) -> LoadedPolicy:
+    async def _new_policy(self, request: LoadRequest) -> LoadedPolicy:
+        """A policy on a shared base (LoRA, same source) or on a freshly loaded model."""
+        suffix = uuid.uuid4().hex[:12]
+        adapter = f"policy_{suffix}" if request.lora else ""
+        base = self._lora_bases.get(request.source) if request.lora else None
+        if base is None:
+            base = await run_in_engine_thread(self._build_base, request, adapter)
+            if request.lora:
+                self._lora_bases[request.source] = base
+        else:
+            async with base.batcher.exclusive():
+                await run_in_engine_thread(_add_adapter, base.model, request.lora, adapter)
+        if adapter:
+            base.adapters.add(adapter)
+        return LoadedPolicy(policy_id=f"{request.lease.job_id or 'policy'}-{suffix}",
+                            job_id=request.lease.job_id, base=base, lora=request.lora, adapter=adapter)
+
+    def _build_base(self, request: LoadRequest, adapter: str) -> ModelBase:
         try:
             loaded = load_model(request.source, self.checkpoint_root)
-            model = apply_lora(loaded.model, request.lora) if request.lora else loaded.model
+            model = apply_lora(loaded.model, request.lora, adapter_name=adapter) if request.lora \
+                else loaded.model
         except MLError as error:
             raise InvalidArgument("model", str(error)) from error
         model.eval()
@@ -194,11 +283,25 @@ class PolicyRegistry:
         batcher = GenerationBatcher(
             engine, max_batch_size=request.max_batch_size or self.default_max_batch_size,
             gather_window_s=self.gather_window_s)
-        return LoadedPolicy(
-            policy_id=f"{request.lease.job_id or 'policy'}-{uuid.uuid4().hex[:12]}",
-            job_id=request.lease.job_id, model=model, engine=engine, batcher=batcher,
-            renderer=TokenizerRenderer(loaded.tokenizer), model_info=_info(loaded.info, engine),
-            lora=request.lora)
+        return ModelBase(source=request.source, model=model, engine=engine, batcher=batcher,
+                         renderer=TokenizerRenderer(loaded.tokenizer),
+                         model_info=_info(loaded.info, engine))
+
+
+def _delete_adapter(model: torch.nn.Module, adapter: str) -> None:
+    """Drop an adapter; peft's warning that another adapter became active says nothing here
+    (every request names its adapter)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        model.delete_adapter(adapter)
+
+
+def _add_adapter(model: torch.nn.Module, spec: LoraSpec, adapter: str) -> None:
+    try:
+        add_lora_adapter(model, spec, adapter)
+    except MLError as error:
+        raise InvalidArgument("adaptation.lora", str(error)) from error
+    model.eval()
 
 
 def _info(info: ModelInfo, engine: TransformersEngine) -> ModelInfo:
@@ -240,7 +343,7 @@ async def _assemble(header: WeightsHeader,
 
 def _expected_tensors(policy: LoadedPolicy, fmt: WeightsFormat) -> dict[str, torch.Tensor]:
     if fmt is WeightsFormat.LORA_ADAPTER:
-        return lora_state_dict(policy.model)
+        return lora_state_dict(policy.model, policy.adapter)
     return policy.model.state_dict()
 
 
@@ -260,6 +363,6 @@ def _check_shapes(expected: dict[str, torch.Tensor], received: dict[str, torch.T
 def _apply(policy: LoadedPolicy, fmt: WeightsFormat, state_dict: dict[str, torch.Tensor]) -> None:
     with torch.no_grad():
         if fmt is WeightsFormat.LORA_ADAPTER:
-            load_lora_state_dict(policy.model, state_dict)
+            load_lora_state_dict(policy.model, state_dict, policy.adapter)
         else:
             policy.model.load_state_dict(state_dict, strict=True)

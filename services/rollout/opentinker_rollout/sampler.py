@@ -42,7 +42,7 @@ async def sample(policy: LoadedPolicy, prompts: Sequence[Prompt],
         raise InvalidArgument("prompts", "at least one prompt is required")
     prompt_ids = [_prompt_ids(policy, prompt, f"prompts[{i}]") for i, prompt in enumerate(prompts)]
     answers = await asyncio.gather(*(
-        policy.batcher.generate(GenerationRequest(prompt_ids=ids, sampling=sampling))
+        policy.generator.generate(GenerationRequest(prompt_ids=ids, sampling=sampling))
         for ids in prompt_ids))
     return [PromptCompletions(prompt_length=len(ids), completions=tuple(
         Completion(token_ids=g.token_ids, logprobs=g.logprobs, finish_reason=g.finish_reason,

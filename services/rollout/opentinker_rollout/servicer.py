@@ -119,7 +119,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         target = EnvironmentTarget(address=environment.envhost_address or self.default_envhost_address,
                                    env_name=environment.env_name,
                                    config=convert.from_struct(environment.config), job_id=job_id)
-        return EpisodeServices(generator=policy.batcher, renderer=policy.renderer,
+        return EpisodeServices(generator=policy.generator, renderer=policy.renderer,
                                environments=envhost_environments(self.channels, target),
                                max_context_length=policy.engine.max_context_length)
 

@@ -3,7 +3,9 @@
 One `generate` call decodes every row (request x sample) together: prompts are left-padded,
 the attention mask marks real tokens and position ids count real tokens only, so a padded
 row computes what it would alone. The prompt is encoded once; each following step feeds one
-token per row and reuses the KV cache (`past_key_values`). Rows stop independently (stop
+token per row and reuses the KV cache (`past_key_values`). Rows of requests naming different
+LoRA adapters of a peft model share the batch: peft applies each row's own adapter
+(`adapter_names`), so one forward serves several jobs' policies. Rows stop independently (stop
 token, stop string, max_new_tokens, context window); finished rows are dropped from the
 batch and from the cache, and the loop ends when no row is left.
 """
@@ -20,6 +22,9 @@ from transformers import DynamicCache
 from opentinker_rollout.engine import FinishReason, Generation, GenerationRequest, derive_seed
 from opentinker_rollout.sampling import row_params, sample_tokens
 
+BASE_ADAPTER = "__base__"
+"""peft's name for "no adapter" in a mixed-adapter batch."""
+
 
 @dataclass(kw_only=True)
 class _Row:
@@ -34,6 +39,7 @@ class _Row:
     stop_ids: frozenset[int]
     stop_strings: tuple[str, ...]
     generator: torch.Generator
+    adapter: str = ""
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish: FinishReason | None = None
@@ -87,14 +93,15 @@ class TransformersEngine:
                      temperature=sampling.temperature, top_k=sampling.top_k,
                      top_p=sampling.top_p, stop_strings=sampling.stop_strings,
                      stop_ids=frozenset(self._eos_ids + sampling.stop_token_ids),
-                     generator=torch.Generator().manual_seed(derive_seed(base_seed, j)))
+                     generator=torch.Generator().manual_seed(derive_seed(base_seed, j)),
+                     adapter=request.adapter)
                 for j in range(sampling.n)]
 
     def _decode(self, rows: list[_Row]) -> None:
         """The sampling loop: prefill the padded prompts, then one token per live row a step."""
         input_ids, attention, positions = _left_pad([r.prompt_ids for r in rows], self._pad_id)
         cache = DynamicCache()
-        logits = self._forward(input_ids, attention, positions, cache)
+        logits = self._forward(input_ids, attention, positions, cache, _adapters(rows))
         while True:
             tokens = self._sample(rows, logits)
             keep = [i for i, row in enumerate(rows) if row.finish is None]
@@ -105,14 +112,15 @@ class TransformersEngine:
                                                              positions, cache)
             attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
             positions = positions[:, -1:] + 1
-            logits = self._forward(tokens[:, None], attention, positions, cache)
+            logits = self._forward(tokens[:, None], attention, positions, cache, _adapters(rows))
 
     def _forward(self, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor,
-                 cache: DynamicCache) -> torch.Tensor:
+                 cache: DynamicCache, adapters: list[str] | None) -> torch.Tensor:
         device = self.model.device
+        extra = {} if adapters is None else {"adapter_names": adapters}
         output = self.model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
                             position_ids=positions.to(device), past_key_values=cache,
-                            use_cache=True, logits_to_keep=1)
+                            use_cache=True, logits_to_keep=1, **extra)
         return output.logits[:, -1, :].float().cpu()
 
     def _sample(self, rows: list[_Row], logits_B_V: torch.Tensor) -> torch.Tensor:
@@ -136,6 +144,13 @@ class TransformersEngine:
             return False
         text = self.decode(row.token_ids)
         return any(stop in text for stop in row.stop_strings)
+
+
+def _adapters(rows: Sequence[_Row]) -> list[str] | None:
+    """peft's per-row adapter names (a mixed batch), or None when no row names an adapter."""
+    if not any(row.adapter for row in rows):
+        return None
+    return [row.adapter or BASE_ADAPTER for row in rows]
 
 
 def _left_pad(prompts: Sequence[Sequence[int]],

@@ -23,7 +23,7 @@ from opentinker.ml.sources import LoraSpec, ModelInfo, ModelKind, ModelSource, P
 from opentinker.ml.tokenizer import VOCAB_SIZE, build_byte_tokenizer
 
 __all__ = ["BUILTIN_MODELS", "BuiltinModel", "LoadedModel", "LoraSpec", "ModelInfo",
-           "ModelSource", "apply_lora", "build_builtin", "describe_model", "load_model",
+           "ModelSource", "add_lora_adapter", "apply_lora", "build_builtin", "describe_model", "load_model",
            "merged_copy", "quiet_transformers", "save_builtin_as_local", "save_model_dir",
            "torch_dtype"]
 
@@ -121,15 +121,25 @@ def torch_dtype(precision: str) -> torch.dtype:
     return DTYPES[Precision(precision)]
 
 
-def apply_lora(model: PreTrainedModel, spec: LoraSpec) -> PeftModel:
+def apply_lora(model: PreTrainedModel, spec: LoraSpec, *, adapter_name: str = "default") -> PeftModel:
     """Wrap `model` with a fresh LoRA adapter; only adapter parameters stay trainable."""
-    targets = list(spec.target_modules) or ALL_LINEAR
-    config = LoraConfig(r=spec.rank, lora_alpha=spec.alpha, lora_dropout=spec.dropout,
-                        target_modules=targets, task_type="CAUSAL_LM")
     try:
-        return get_peft_model(model, config)
+        return get_peft_model(model, lora_config(spec), adapter_name=adapter_name)
     except ValueError as error:  # peft: "Target modules {...} not found in the base model"
         raise ModelSourceError("target_modules", str(error)) from error
+
+
+def add_lora_adapter(model: PeftModel, spec: LoraSpec, adapter_name: str) -> None:
+    """One more fresh (zero-effect) LoRA adapter on a peft model, beside the ones it holds."""
+    try:
+        model.add_adapter(adapter_name, lora_config(spec))
+    except ValueError as error:
+        raise ModelSourceError("target_modules", str(error)) from error
+
+
+def lora_config(spec: LoraSpec) -> LoraConfig:
+    return LoraConfig(r=spec.rank, lora_alpha=spec.alpha, lora_dropout=spec.dropout,
+                      target_modules=list(spec.target_modules) or ALL_LINEAR, task_type="CAUSAL_LM")
 
 
 def describe_model(model: Any, tokenizer: PreTrainedTokenizerBase) -> ModelInfo:

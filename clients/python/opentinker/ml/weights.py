@@ -134,14 +134,15 @@ def _to_tensor(spec: TensorSpec, buffer: bytearray) -> torch.Tensor:
     return flat.reshape(spec.shape)
 
 
-def lora_state_dict(model: Any) -> dict[str, torch.Tensor]:
-    """The adapter tensors of a peft model (names without the adapter name)."""
-    return dict(get_peft_model_state_dict(model))
+def lora_state_dict(model: Any, adapter_name: str = "default") -> dict[str, torch.Tensor]:
+    """The tensors of one adapter of a peft model (names without the adapter name)."""
+    return dict(get_peft_model_state_dict(model, adapter_name=adapter_name))
 
 
-def load_lora_state_dict(model: Any, state_dict: Mapping[str, torch.Tensor]) -> None:
-    """Copy adapter tensors into a peft model; WeightsError on names or shapes it lacks."""
-    expected = lora_state_dict(model)
+def load_lora_state_dict(model: Any, state_dict: Mapping[str, torch.Tensor],
+                         adapter_name: str = "default") -> None:
+    """Copy tensors into one adapter of a peft model; WeightsError on names or shapes it lacks."""
+    expected = lora_state_dict(model, adapter_name)
     unknown = sorted(set(state_dict) - set(expected))
     if unknown or set(expected) - set(state_dict):
         raise WeightsError(f"adapter tensors do not match the model: unknown {unknown[:3]}, "
@@ -150,4 +151,4 @@ def load_lora_state_dict(model: Any, state_dict: Mapping[str, torch.Tensor]) -> 
         if tuple(tensor.shape) != tuple(expected[name].shape):
             raise WeightsError(f"adapter tensor {name!r} has shape {tuple(tensor.shape)}, "
                                f"the model expects {tuple(expected[name].shape)}")
-    set_peft_model_state_dict(model, dict(state_dict))
+    set_peft_model_state_dict(model, dict(state_dict), adapter_name=adapter_name)
