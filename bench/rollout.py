@@ -9,10 +9,13 @@ the scenario's delay) and the same sampling (temperature 1, no top-k/top-p, at m
 `--max-new-tokens` per action, stopping on eos or one of STOP_TOKEN_IDS, which makes actions
 about 15 tokens long on average):
 
-* `service`: the Rollout service (`python -m opentinker_rollout`) and the EnvHost
-  (`python -m opentinker_envhost`, serving TurnsGame by import path) as two processes; this
-  process calls LoadModel once, then RunEpisodes for `--episodes` episodes per round and reads
-  the trajectory stream to its end.
+* `service`: the Rollout service (`python -m opentinker_rollout`, continuous batching) and
+  the EnvHost (`python -m opentinker_envhost`, serving TurnsGame by import path) as two
+  processes; this process calls LoadModel once, then RunEpisodes for `--episodes` episodes
+  per round and reads the trajectory stream to its end.
+* `service-static`: a second Rollout process on the same EnvHost with
+  OPENTINKER_ROLLOUT_BATCHING=static (each batch decodes to its longest row before the next
+  starts), to measure what continuous batching buys in the same run.
 * `in-process`: a lockstep loop in this process: every live episode's context goes into one
   left-padded `model.generate` call (sampling, processed scores kept for logprobs), then every
   episode steps its own TurnsGame at once (asyncio.gather), observation tokens are appended
@@ -22,6 +25,7 @@ about 15 tokens long on average):
 
 Scenarios: `fast` (no step delay; target: service >= 0.90 x in-process generated tokens/s)
 and `slow` (`--slow-delay-ms`, 50 by default; target: service >= 2 x one-at-a-time episodes/s).
+Continuous over static batching is reported for both, with no target.
 Each round runs every target of a scenario in rotating order; medians over rounds are reported
 with the mean action length and turns per episode of each target (the work must match: the
 sampling is random, so these agree only on average). All processes share this machine's
@@ -69,7 +73,10 @@ STOP_TOKEN_IDS = tuple(range(97, 113))
 """Sixteen lower-case letters end an action besides eos (a random model's actions would
 otherwise almost always run to the token limit and end the episode)."""
 LEASE = resources_pb2.LeaseContext(job_id="bench-rollout", lease_id="bench", fencing_token=1)
-TARGETS = {"fast": ("service", "in-process"), "slow": ("service", "one-at-a-time", "in-process")}
+SERVICE_BATCHING = {"service": "continuous", "service-static": "static"}
+"""Rollout processes by target name, and their OPENTINKER_ROLLOUT_BATCHING."""
+TARGETS = {"fast": ("service", "service-static", "in-process"),
+           "slow": ("service", "service-static", "one-at-a-time", "in-process")}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,42 +209,57 @@ class InProcessLoop:
 # ---- the service ----------------------------------------------------------------------------
 
 class ServiceTarget:
-    """The Rollout and EnvHost processes, and a channel to the Rollout."""
+    """The EnvHost process, two Rollout processes on it (continuous and static batching), and
+    the policy each has loaded."""
 
     def __init__(self, log_dir: Path, config: BenchConfig) -> None:
         self.config = config
-        envhost_port, rollout_port, nowhere = free_port(), free_port(), free_port()
+        envhost_port, nowhere = free_port(), free_port()
         self.envhost = ServerProcess(
             name="envhost", command=[sys.executable, "-m", "opentinker_envhost"], port=envhost_port,
             log_path=log_dir / "envhost.log", env=clean_environment(
                 OPENTINKER_AUTH="disabled", OPENTINKER_ENVHOST_PORT=str(envhost_port),
                 OPENTINKER_ENVHOST_HOST="127.0.0.1", OPENTINKER_ENVHOST_GAMES="turns=_rollout_games:TurnsGame",
                 OPENTINKER_ENVHOST_SCHEDULER_ADDRESS=f"127.0.0.1:{nowhere}"))
-        self.rollout = ServerProcess(
-            name="rollout", command=[sys.executable, "-m", "opentinker_rollout"], port=rollout_port,
-            log_path=log_dir / "rollout.log", env=clean_environment(
-                OPENTINKER_AUTH="disabled", OPENTINKER_ROLLOUT_PORT=str(rollout_port),
+        self.rollouts = {name: self._rollout(name, batching, log_dir, envhost_port, nowhere)
+                         for name, batching in SERVICE_BATCHING.items()}
+        self.policy_ids: dict[str, str] = {}
+
+    @staticmethod
+    def _rollout(name: str, batching: str, log_dir: Path, envhost_port: int, nowhere: int) -> ServerProcess:
+        port = free_port()
+        return ServerProcess(
+            name=name, command=[sys.executable, "-m", "opentinker_rollout"], port=port,
+            log_path=log_dir / f"{name}.log", env=clean_environment(
+                OPENTINKER_AUTH="disabled", OPENTINKER_ROLLOUT_PORT=str(port),
+                OPENTINKER_ROLLOUT_BATCHING=batching,
                 OPENTINKER_ROLLOUT_ENVHOST_ADDRESS=f"127.0.0.1:{envhost_port}",
                 OPENTINKER_ROLLOUT_SCHEDULER_ADDRESS=f"127.0.0.1:{nowhere}",
                 OPENTINKER_CHECKPOINT_DIR=str(log_dir / "checkpoints")))
-        self.policy_id = ""
+
+    @property
+    def servers(self) -> list[ServerProcess]:
+        return [self.envhost, *self.rollouts.values()]
 
     def start(self) -> None:
-        for server in (self.envhost, self.rollout):
+        for server in self.servers:
             server.start()
-        for server in (self.envhost, self.rollout):
+        for server in self.servers:
             server.wait_serving(60.0)
 
     def stop(self) -> None:
-        for server in (self.rollout, self.envhost):
+        for server in reversed(self.servers):
             server.stop()
 
-    async def load(self, stub: pb_grpc.RolloutServiceStub) -> None:
+    def log_tails(self) -> str:
+        return "\n".join(f"{server.name} log:\n{server.log_tail()}" for server in self.servers)
+
+    async def load(self, name: str, stub: pb_grpc.RolloutServiceStub) -> None:
         request = pb.LoadModelRequest(request_id="bench-load", lease=LEASE, model=model_pb2.ModelReference(
             builtin=model_pb2.BuiltinModel(name=MODEL_NAME, seed=0)))
-        self.policy_id = (await stub.LoadModel(request, timeout=120)).policy.policy_id
+        self.policy_ids[name] = (await stub.LoadModel(request, timeout=120)).policy.policy_id
 
-    async def play(self, stub: pb_grpc.RolloutServiceStub, count: int,
+    async def play(self, name: str, stub: pb_grpc.RolloutServiceStub, count: int,
                    delay_ms: float) -> tuple[int, int, int]:
         environment = EnvironmentReference(env_name="turns")
         environment.config.update({"turns": self.config.turns, "delay_ms": delay_ms})
@@ -245,7 +267,7 @@ class ServiceTarget:
         for index, spec in enumerate(specs):
             spec.reset_kwargs.update({"index": index})
         request = pb.RunEpisodesRequest(
-            policy_id=self.policy_id, lease=LEASE, environment=environment, episodes=specs, group_size=1,
+            policy_id=self.policy_ids[name], lease=LEASE, environment=environment, episodes=specs, group_size=1,
             sampling=sampling_pb2.SamplingParams(max_new_tokens=self.config.max_new_tokens,
                                                  temperature=1.0, stop_token_ids=STOP_TOKEN_IDS))
         episodes = generated = turns = 0
@@ -266,10 +288,10 @@ class ServiceTarget:
 
 async def measure(target: str, scenario: str, delay_ms: float, config: BenchConfig,
                   loop: InProcessLoop, service: ServiceTarget,
-                  stub: pb_grpc.RolloutServiceStub) -> Measurement:
+                  stubs: dict[str, pb_grpc.RolloutServiceStub]) -> Measurement:
     started = time.perf_counter()
-    if target == "service":
-        counts = await service.play(stub, config.episodes, delay_ms)
+    if target in stubs:
+        counts = await service.play(target, stubs[target], config.episodes, delay_ms)
     elif target == "in-process":
         counts = await loop.play(config.episodes, delay_ms)
     else:
@@ -284,19 +306,24 @@ async def measure(target: str, scenario: str, delay_ms: float, config: BenchConf
 async def run_rounds(config: BenchConfig, loop: InProcessLoop, service: ServiceTarget) -> list[Measurement]:
     delays = {"fast": 0.0, "slow": config.slow_delay_ms}
     results: list[Measurement] = []
-    async with grpc.aio.insecure_channel(service.rollout.address) as channel:
-        stub = pb_grpc.RolloutServiceStub(channel)
-        await service.load(stub)
-        await service.play(stub, 4, 0.0)            # warm-up: first calls, first channel to EnvHost
+    channels = {name: grpc.aio.insecure_channel(server.address) for name, server in service.rollouts.items()}
+    stubs = {name: pb_grpc.RolloutServiceStub(channel) for name, channel in channels.items()}
+    try:
+        for name, stub in stubs.items():
+            await service.load(name, stub)
+            await service.play(name, stub, 4, 0.0)      # warm-up: first calls, first channel to EnvHost
         await loop.play(4, 0.0)
         for round_index in range(config.rounds):
             for scenario, targets in TARGETS.items():
                 shift = round_index % len(targets)
                 for target in targets[shift:] + targets[:shift]:
-                    result = await measure(target, scenario, delays[scenario], config, loop, service, stub)
-                    progress(f"round {round_index + 1} {scenario:4s} {target:13s} "
+                    result = await measure(target, scenario, delays[scenario], config, loop, service, stubs)
+                    progress(f"round {round_index + 1} {scenario:4s} {target:14s} "
                              f"{result.episodes_per_s:6.2f} episodes/s {result.tokens_per_s:8.1f} tokens/s")
                     results.append(result)
+    finally:
+        for channel in channels.values():
+            await channel.close()
     return results
 
 
@@ -323,7 +350,11 @@ def ratios(summary: dict[str, dict[str, dict[str, float]]]) -> dict[str, float]:
         "slow_episodes_service_over_one_at_a_time":
             slow["service"]["episodes_per_s"] / slow["one-at-a-time"]["episodes_per_s"],
         "slow_episodes_service_over_in_process":
-            slow["service"]["episodes_per_s"] / slow["in-process"]["episodes_per_s"]}
+            slow["service"]["episodes_per_s"] / slow["in-process"]["episodes_per_s"],
+        "fast_tokens_continuous_over_static":
+            fast["service"]["tokens_per_s"] / fast["service-static"]["tokens_per_s"],
+        "slow_episodes_continuous_over_static":
+            slow["service"]["episodes_per_s"] / slow["service-static"]["episodes_per_s"]}
 
 
 TARGET_RATIOS = {"fast_tokens_service_over_in_process": 0.90, "slow_episodes_service_over_one_at_a_time": 2.0}
@@ -332,10 +363,10 @@ TARGET_RATIOS = {"fast_tokens_service_over_in_process": 0.90, "slow_episodes_ser
 def print_report(summary: dict[str, Any], ratio: dict[str, float], config: BenchConfig) -> None:
     print(f"\nRollout throughput, {config.rounds} round(s), {config.episodes} episodes of "
           f"{config.turns} turns, <= {config.max_new_tokens} tokens per action")
-    print(f"{'scenario':9s}{'target':15s}{'episodes/s':>12s}{'tokens/s':>11s}{'tok/action':>12s}{'turns/ep':>10s}")
+    print(f"{'scenario':9s}{'target':16s}{'episodes/s':>12s}{'tokens/s':>11s}{'tok/action':>12s}{'turns/ep':>10s}")
     for scenario, targets in summary.items():
         for target, row in targets.items():
-            print(f"{scenario:9s}{target:15s}{row['episodes_per_s']:12.2f}{row['tokens_per_s']:11.1f}"
+            print(f"{scenario:9s}{target:16s}{row['episodes_per_s']:12.2f}{row['tokens_per_s']:11.1f}"
                   f"{row['tokens_per_action']:12.1f}{row['turns_per_episode']:10.2f}")
     for name, value in ratio.items():
         target = TARGET_RATIOS.get(name)
@@ -353,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
             loop = InProcessLoop(config)
             results = asyncio.run(run_rounds(config, loop, service))
         except (BenchFailure, grpc.RpcError) as failure:
-            print(f"bench failed: {failure}\nrollout log:\n{service.rollout.log_tail()}", file=sys.stderr)
+            print(f"bench failed: {failure}\n{service.log_tails()}", file=sys.stderr)
             return 1
         finally:
             service.stop()

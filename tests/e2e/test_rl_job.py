@@ -42,7 +42,9 @@ def test_rl_job_walks_from_submit_to_succeeded_with_an_ordered_event_stream(sche
     assert sorted(step_metrics) == [1, 2, 3]
     for values in step_metrics.values():
         assert {"loss", "grad_norm", "tokens_per_second", "time/rollout_s", "time/update_s",
-                "time/weight_sync_s", "policy_version"} <= set(values)
+                "time/weight_sync_s", "policy_version", "logprob_gap/mean"} <= set(values)
+        # the Trainer recomputes the Rollout's sampling logprobs (same weights, fp32) each step
+        assert values["logprob_gap/mean"] < 1e-3
     assert [step_metrics[s]["policy_version"] for s in (1, 2, 3)] == [1.0, 2.0, 3.0]
     checkpoints = [e.checkpoint.checkpoint_id for e in events if e.WhichOneof("payload") == "checkpoint"]
     assert len(checkpoints) == 2 and checkpoints[-1].endswith("final")

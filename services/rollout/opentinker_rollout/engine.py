@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class FinishReason(StrEnum):
@@ -89,6 +89,25 @@ class Engine(Protocol):
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """Text of token ids, special tokens included (what the environment sees)."""
+
+
+class TokenizerEngineBase:
+    """What every engine over a Hugging Face tokenizer answers the same way."""
+
+    tokenizer: Any
+    _max_context: int
+    _eos_ids: tuple[int, ...]
+
+    @property
+    def max_context_length(self) -> int:
+        return self._max_context
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        return self._eos_ids
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
 
 
 MASK64 = (1 << 64) - 1

@@ -15,7 +15,8 @@ SERVICE_NAME = "rollout"
 async def build_plan(settings: RolloutSettings) -> ServerPlan:
     """The RolloutService over a policy registry; EnvHost channels are dialled on first use."""
     registry = PolicyRegistry(checkpoint_root=settings.checkpoint_dir,
-                              default_max_batch_size=settings.max_batch_size)
+                              default_max_batch_size=settings.max_batch_size,
+                              continuous_batching=settings.batching == "continuous")
     channels = EnvHostChannels(settings.api_key)
     servicer = RolloutServicer(registry, channels, default_envhost_address=settings.envhost_address,
                                max_concurrent_episodes=settings.max_concurrent_episodes)

@@ -29,7 +29,7 @@ from opentinker.ml.errors import MLError, WeightsError
 from opentinker.ml.models import add_lora_adapter, apply_lora, load_model
 from opentinker.ml.sources import LoraSpec, ModelInfo, ModelSource
 from opentinker.ml.weights import TensorSpec, WeightsAssembler, load_lora_state_dict, lora_state_dict
-from opentinker_rollout.batcher import BatchedGeneration, GenerationBatcher
+from opentinker_rollout.batcher import BatchedGeneration, GenerationBatcher, WholeBatchEngine
 from opentinker_rollout.engine import GenerationRequest
 from opentinker_rollout.engine_thread import run_in_engine_thread
 from opentinker_rollout.errors import (
@@ -159,8 +159,9 @@ class PolicyRegistry:
     """The policies this worker serves, and the fencing tokens it has seen."""
 
     def __init__(self, *, checkpoint_root: Path, default_max_batch_size: int = 32,
-                 gather_window_s: float = 0.002) -> None:
+                 gather_window_s: float = 0.002, continuous_batching: bool = True) -> None:
         self.checkpoint_root = checkpoint_root
+        self.continuous_batching = continuous_batching
         self.default_max_batch_size = default_max_batch_size
         self.gather_window_s = gather_window_s
         self.fencing = FencingGuard()
@@ -281,7 +282,8 @@ class PolicyRegistry:
         engine = TransformersEngine(model, loaded.tokenizer,
                                     max_context_length=loaded.info.max_context_length)
         batcher = GenerationBatcher(
-            engine, max_batch_size=request.max_batch_size or self.default_max_batch_size,
+            engine if self.continuous_batching else WholeBatchEngine(engine),
+            max_batch_size=request.max_batch_size or self.default_max_batch_size,
             gather_window_s=self.gather_window_s)
         return ModelBase(source=request.source, model=model, engine=engine, batcher=batcher,
                          renderer=TokenizerRenderer(loaded.tokenizer),

@@ -27,5 +27,10 @@ class RolloutSettings(ServiceSettings):
     max_batch_size: int = setting(
         128, "Most sequences one batched generation step decodes together (per policy), unless "
         "LoadModel asks for another size.", min=1, max=4096)
+    batching: str = setting(
+        "continuous", "How a policy's generation requests share the engine: continuous (requests "
+        "join and leave the running batch at every decoding step) or static (each batch decodes "
+        "to its longest row before the next starts; kept for comparison).",
+        choices=("continuous", "static"))
     max_concurrent_episodes: int = setting(
         256, "Most episodes of one RunEpisodes call that run at the same time.", min=1)

@@ -1,25 +1,35 @@
 """A transformers causal LM as an `Engine`, with its own batched sampling loop.
 
-One `generate` call decodes every row (request x sample) together: prompts are left-padded,
-the attention mask marks real tokens and position ids count real tokens only, so a padded
-row computes what it would alone. The prompt is encoded once; each following step feeds one
+Every row (request x sample) decodes in a `DecodeBatch`: prompts are left-padded, the
+attention mask marks real tokens and position ids count real tokens only, so a padded row
+computes what it would alone. The prompt is encoded once; each following step feeds one
 token per row and reuses the KV cache (`past_key_values`). Rows of requests naming different
 LoRA adapters of a peft model share the batch: peft applies each row's own adapter
 (`adapter_names`), so one forward serves several jobs' policies. Rows stop independently (stop
-token, stop string, max_new_tokens, context window); finished rows are dropped from the
-batch and from the cache, and the loop ends when no row is left.
+token, stop string, max_new_tokens, context window) and leave the batch and the cache.
+
+Two ways in: `generate(requests)` decodes a batch of its own to the end; `advance(admit)` is
+continuous batching for the batcher: one step of the engine's running batch, which admitted
+requests join at once (see `opentinker_rollout.decode_batch`).
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache
 
-from opentinker_rollout.engine import FinishReason, Generation, GenerationRequest, derive_seed
+from opentinker_rollout.engine import (
+    FinishReason,
+    Generation,
+    GenerationRequest,
+    TokenizerEngineBase,
+    derive_seed,
+)
+from opentinker_rollout.decode_batch import DecodeBatch
 from opentinker_rollout.sampling import row_params, sample_tokens
 
 BASE_ADAPTER = "__base__"
@@ -44,12 +54,16 @@ class _Row:
     logprobs: list[float] = field(default_factory=list)
     finish: FinishReason | None = None
 
+    @property
+    def finished(self) -> bool:
+        return self.finish is not None
+
     def result(self) -> Generation:
         return Generation(token_ids=tuple(self.token_ids), logprobs=tuple(self.logprobs),
                           finish_reason=self.finish or self.budget_reason)
 
 
-class TransformersEngine:
+class TransformersEngine(TokenizerEngineBase):
     """Engine over a (possibly peft-wrapped) transformers causal LM and its tokenizer."""
 
     def __init__(self, model: torch.nn.Module, tokenizer: object, *,
@@ -62,26 +76,59 @@ class TransformersEngine:
         self._max_context = max_context_length or int(config.max_position_embeddings)
         self._eos_ids = _eos_ids(model, tokenizer) if eos_token_ids is None else eos_token_ids
         self._pad_id = _pad_id(tokenizer, self._eos_ids)
-
-    @property
-    def max_context_length(self) -> int:
-        return self._max_context
-
-    @property
-    def eos_token_ids(self) -> tuple[int, ...]:
-        return self._eos_ids
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
+        self._running = DecodeBatch(self._forward, self._sample, self._pad_id)
+        self._open: dict[Hashable, list[_Row]] = {}
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Generation]]:
+        """Decode every request to the end in a batch of its own."""
         rows_per_request = [self._rows(request) for request in requests]
-        rows = [row for group in rows_per_request for row in group]
-        live = [row for row in rows if row.budget > 0]
-        if live:
-            with torch.inference_mode():
-                self._decode(live)
+        batch = DecodeBatch(self._forward, self._sample, self._pad_id)
+        with torch.inference_mode():
+            batch.advance([row for group in rows_per_request for row in group if not row.finished])
+            while len(batch):
+                batch.advance([])
         return [[row.result() for row in group] for group in rows_per_request]
+
+    @property
+    def running_rows(self) -> int:
+        """Rows of the continuous batch still decoding."""
+        return len(self._running)
+
+    def advance(self, admit: Sequence[tuple[Hashable, GenerationRequest]]
+                ) -> list[tuple[Hashable, list[Generation]]]:
+        """One step of the continuous batch: the running rows decode a token, the admitted
+        requests (keyed by the caller) are prefilled and join; returns the requests whose
+        rows have all finished, with their generations."""
+        new_rows: list[_Row] = []
+        for key, request in admit:
+            self._open[key] = self._rows(request)
+            new_rows += [row for row in self._open[key] if not row.finished]
+        with torch.inference_mode():
+            self._running.advance(new_rows)
+        done = [key for key, rows in self._open.items() if all(row.finished for row in rows)]
+        return [(key, [row.result() for row in self._open.pop(key)]) for key in done]
+
+    def abort(self, keys: Sequence[Hashable]) -> None:
+        """Stop decoding these requests (their callers left); they are not returned."""
+        for key in keys:
+            for row in self._open.pop(key, []):
+                row.finish = row.finish or row.budget_reason
+        self._running.drop_finished()
+
+    def reset(self) -> None:
+        """Forget the continuous batch (after a failed step left it in an unknown state)."""
+        self._running = DecodeBatch(self._forward, self._sample, self._pad_id)
+        self._open.clear()
+
+    def _forward(self, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor,
+                 cache: DynamicCache, rows: Sequence[_Row]) -> torch.Tensor:
+        device = self.model.device
+        adapters = _adapters(rows)
+        extra = {} if adapters is None else {"adapter_names": adapters}
+        output = self.model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                            position_ids=positions.to(device), past_key_values=cache,
+                            use_cache=True, logits_to_keep=1, **extra)
+        return output.logits[:, -1, :].float().cpu()
 
     def _rows(self, request: GenerationRequest) -> list[_Row]:
         sampling = request.sampling
@@ -90,38 +137,13 @@ class TransformersEngine:
         reason = FinishReason.LENGTH if sampling.max_new_tokens <= room else FinishReason.CONTEXT
         base_seed = sampling.seed or secrets.randbits(63)
         return [_Row(prompt_ids=request.prompt_ids, budget=budget, budget_reason=reason,
+                     finish=None if budget > 0 else reason,
                      temperature=sampling.temperature, top_k=sampling.top_k,
                      top_p=sampling.top_p, stop_strings=sampling.stop_strings,
                      stop_ids=frozenset(self._eos_ids + sampling.stop_token_ids),
                      generator=torch.Generator().manual_seed(derive_seed(base_seed, j)),
                      adapter=request.adapter)
                 for j in range(sampling.n)]
-
-    def _decode(self, rows: list[_Row]) -> None:
-        """The sampling loop: prefill the padded prompts, then one token per live row a step."""
-        input_ids, attention, positions = _left_pad([r.prompt_ids for r in rows], self._pad_id)
-        cache = DynamicCache()
-        logits = self._forward(input_ids, attention, positions, cache, _adapters(rows))
-        while True:
-            tokens = self._sample(rows, logits)
-            keep = [i for i, row in enumerate(rows) if row.finish is None]
-            if not keep:
-                return
-            if len(keep) < len(rows):
-                rows, tokens, attention, positions = _select(keep, rows, tokens, attention,
-                                                             positions, cache)
-            attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
-            positions = positions[:, -1:] + 1
-            logits = self._forward(tokens[:, None], attention, positions, cache, _adapters(rows))
-
-    def _forward(self, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor,
-                 cache: DynamicCache, adapters: list[str] | None) -> torch.Tensor:
-        device = self.model.device
-        extra = {} if adapters is None else {"adapter_names": adapters}
-        output = self.model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                            position_ids=positions.to(device), past_key_values=cache,
-                            use_cache=True, logits_to_keep=1, **extra)
-        return output.logits[:, -1, :].float().cpu()
 
     def _sample(self, rows: list[_Row], logits_B_V: torch.Tensor) -> torch.Tensor:
         params = row_params([r.temperature for r in rows], [r.top_k for r in rows],
@@ -151,34 +173,6 @@ def _adapters(rows: Sequence[_Row]) -> list[str] | None:
     if not any(row.adapter for row in rows):
         return None
     return [row.adapter or BASE_ADAPTER for row in rows]
-
-
-def _left_pad(prompts: Sequence[Sequence[int]],
-              pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """input_ids, attention mask and position ids of left-padded prompts, each [B, T]."""
-    width = max(len(p) for p in prompts)
-    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, prompt in enumerate(prompts):
-        if prompt:
-            input_ids[i, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
-            attention[i, width - len(prompt):] = 1
-    positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
-    return input_ids, attention, positions
-
-
-def _select(keep: list[int], rows: list[_Row], tokens: torch.Tensor, attention: torch.Tensor,
-            positions: torch.Tensor, cache: DynamicCache):
-    """Drop finished rows from the batch tensors and the KV cache."""
-    index = torch.tensor(keep, dtype=torch.long)
-    cache.batch_select_indices(index.to(_cache_device(cache, attention)))
-    return [rows[i] for i in keep], tokens[index], attention[index], positions[index]
-
-
-def _cache_device(cache: DynamicCache, fallback: torch.Tensor) -> torch.device:
-    layers = getattr(cache, "layers", None)
-    keys = getattr(layers[0], "keys", None) if layers else None
-    return keys.device if isinstance(keys, torch.Tensor) else fallback.device
 
 
 def _base_config(model: torch.nn.Module) -> object:

@@ -80,7 +80,7 @@ from pathlib import Path
 from typing import Any
 
 from opentinker_rollout.engine import (FinishReason, Generation, GenerationRequest,
-                                       SamplingConfig, derive_seed)
+                                       SamplingConfig, TokenizerEngineBase, derive_seed)
 
 MIN_VLLM_VERSION = "0.10.2"
 LOGPROBS_MODE = "processed_logprobs"
@@ -243,7 +243,7 @@ class _Sample:
         return self.params["max_tokens"] > 0
 
 
-class VllmEngine:
+class VllmEngine(TokenizerEngineBase):
     """Engine over a `vllm.LLM` loaded from a local HF model directory, with LoRA adapters.
 
     A request's `adapter` name (if the request has one) picks a LoRA loaded with
@@ -276,17 +276,6 @@ class VllmEngine:
         self._loras: dict[str, Any] = {}
         if adapter_dir is not None:
             self.load_adapter("", adapter_dir)
-
-    @property
-    def max_context_length(self) -> int:
-        return self._max_context
-
-    @property
-    def eos_token_ids(self) -> tuple[int, ...]:
-        return self._eos_ids
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
 
     def load_adapter(self, name: str, adapter_dir: str | Path) -> None:
         """Serve requests whose `adapter` is `name` with the peft LoRA in `adapter_dir`
