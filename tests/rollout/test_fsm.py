@@ -129,6 +129,16 @@ def test_the_context_window_caps_generation_with_its_own_reason():
     assert episode.stop_reason is StopReason.CONTEXT_LENGTH
 
 
+def test_an_engine_that_reports_a_full_context_ends_with_context_length():
+    # the per-turn limit (4) is the tighter budget here, so only the engine's CONTEXT answer
+    # (its own window may be smaller than the one the loop was told) can give CONTEXT_LENGTH
+    episode, _, environment = play([([5, 6], FinishReason.CONTEXT)], context=512,
+                                   limits=EpisodeLimits(max_new_tokens_per_turn=4))
+    assert episode.stop_reason is StopReason.CONTEXT_LENGTH
+    assert episode.token_ids == [11, 12, 13, 5, 6] and episode.loss_mask == [0, 0, 0, 1, 1]
+    assert "step" not in environment.calls
+
+
 def test_a_prompt_that_fills_the_context_never_generates():
     episode, generator, _ = play([], context=3)
     assert episode.stop_reason is StopReason.CONTEXT_LENGTH
