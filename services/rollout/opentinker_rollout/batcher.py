@@ -200,7 +200,7 @@ class GenerationBatcher:
     async def _step(self, batch: list[_Pending]) -> None:
         async with self._lock:
             admit = self._admit(self._drop_closed_adapters(batch))
-            self._abort_abandoned()
+            await self._abort_abandoned()
             if not admit and not self._running:
                 return
             self._record_step(admit)
@@ -223,11 +223,11 @@ class GenerationBatcher:
             admit.append((key, item.request))
         return admit
 
-    def _abort_abandoned(self) -> None:
+    async def _abort_abandoned(self) -> None:
         """Stop decoding for callers that went away (a cancelled episode, a timeout)."""
         gone = [key for key, admitted in self._running.items() if admitted.item.future.done()]
         if gone:
-            self._stepper.abort(gone)
+            await run_in_engine_thread(self._stepper.abort, gone)
             for key in gone:
                 del self._running[key]
 

@@ -6,10 +6,11 @@ one `ModelBase`: one copy of the base weights, one engine and one batcher, each 
 own named adapter (resident side by side), so requests of several jobs batch together and
 each row runs its own adapter. A full-weights policy has a base of its own (its updates
 replace the base). Unloading a LoRA policy deletes its adapter; the base goes with the last
-policy on it. `policy_version` starts at 0 (the base weights) and only grows: UpdateWeights with a version <= the current one is refused with
-WEIGHTS_VERSION_CONFLICT. New weights are assembled and verified (sizes, sha256, names and
-shapes) before anything is touched, then applied while the batcher is held between two engine
-calls, so no generation ever sees half-updated weights.
+policy on it. `policy_version` starts at 0 (the base weights) and only grows: UpdateWeights
+with a version <= the current one is refused with WEIGHTS_VERSION_CONFLICT. New weights are
+assembled and verified (sizes, sha256, names and shapes) before anything is touched, then
+applied while the batcher is held with no row decoding, so no generation ever sees
+half-updated weights.
 """
 
 from __future__ import annotations
@@ -205,17 +206,18 @@ class PolicyRegistry:
         policy = self.get(policy_id)
         self.check_lease(policy, lease)
         info = policy.info()
-        del self._policies[policy_id]
-        base = policy.base
-        base.adapters.discard(policy.adapter)
-        if base.adapters:
-            async with base.batcher.exclusive():
-                base.batcher.close_adapter(policy.adapter)
-                await run_in_engine_thread(_delete_adapter, base.model, policy.adapter)
-        else:
-            if self._lora_bases.get(base.source) is base:
-                del self._lora_bases[base.source]
-            await base.batcher.close()
+        async with self._load_lock:  # a load must not add an adapter to a base being closed
+            del self._policies[policy_id]
+            base = policy.base
+            base.adapters.discard(policy.adapter)
+            if base.adapters:
+                async with base.batcher.exclusive():
+                    base.batcher.close_adapter(policy.adapter)
+                    await run_in_engine_thread(_delete_adapter, base.model, policy.adapter)
+            else:
+                if self._lora_bases.get(base.source) is base:
+                    del self._lora_bases[base.source]
+                await base.batcher.close()
         log.info("policy_unloaded", policy_id=policy_id, adapters_left_on_base=len(base.adapters))
         return info
 
