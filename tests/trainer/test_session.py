@@ -7,7 +7,7 @@ import torch
 
 from opentinker.ml.sources import LoraSpec
 from opentinker_trainer.batching import Datum
-from opentinker_trainer.config import KlPlacement, LossAggregation, LossConfig, LossFunction
+from opentinker_trainer.config import KlEstimator, KlPlacement, LossAggregation, LossConfig, LossFunction
 from opentinker_trainer.errors import NoGradientsError, NoReferenceError, ValidationError
 from tests.trainer.helpers import CE, PPO, rl_datums, rows_close, session, sft_datums
 
@@ -125,3 +125,41 @@ def test_temperature_scales_the_logprobs() -> None:
     assert hot[0] == cold[0] == 0 and hot[1:] != pytest.approx(cold[1:])
     with pytest.raises(ValidationError, match="temperature"):
         s.compute_logprobs(tokens, reference=False, temperature=0.0)
+
+
+def test_kl_as_reward_equals_policy_gradient_on_hand_shaped_advantages() -> None:
+    """KL_PLACEMENT_REWARD: the same loss and gradients as plain PG whose advantages carry
+    -kl_coef * (reward-to-go of k1(sampling || reference)), computed here by hand."""
+    kl_reward = LossConfig(function=LossFunction.POLICY_GRADIENT, kl_coef=0.5,
+                           kl_estimator=KlEstimator.K1, kl_placement=KlPlacement.REWARD)
+    datums = rl_datums(count=2, length=6, old_shift=1.0)
+    shaped_session, plain_session = session(lora=LoraSpec(rank=4, alpha=8)), \
+        session(lora=LoraSpec(rank=4, alpha=8))
+    reference = shaped_session.compute_logprobs([d.tokens for d in datums], reference=True,
+                                                temperature=1.0)
+    by_hand = []
+    for datum, ref in zip(datums, reference):
+        mask = (0.0,) + datum.loss_mask[1:]
+        penalties = [m * (old - r) for m, old, r in zip(mask, datum.sampling_logprobs, ref)]
+        to_go = [sum(penalties[t:]) for t in range(len(penalties))]
+        by_hand.append(Datum(tokens=datum.tokens, loss_mask=datum.loss_mask,
+                             advantages=tuple(a - 0.5 * g for a, g in zip(datum.advantages, to_go))))
+    shaped = shaped_session.forward_backward(datums, kl_reward)
+    plain = plain_session.forward_backward(by_hand, LossConfig(function=LossFunction.POLICY_GRADIENT))
+    assert shaped.loss == pytest.approx(plain.loss, rel=1e-5) and abs(plain.loss) > 0.1
+    assert shaped.metrics["kl_reward/kl"] > 0.5  # sampling logprobs -4.5, the reference's ~-5.5
+    for a, b in zip(shaped_session.trainable_parameters(), plain_session.trainable_parameters()):
+        assert torch.allclose(a.grad, b.grad, atol=1e-6)
+
+
+def test_kl_as_reward_refusals() -> None:
+    with pytest.raises(ValidationError, match="cross-entropy has none"):
+        LossConfig(function=LossFunction.CROSS_ENTROPY, kl_coef=0.1, kl_placement=KlPlacement.REWARD)
+    kl_reward = LossConfig(function=LossFunction.POLICY_GRADIENT, kl_coef=0.1,
+                           kl_placement=KlPlacement.REWARD)
+    no_sampling = [Datum(tokens=d.tokens, loss_mask=d.loss_mask, advantages=d.advantages)
+                   for d in rl_datums(count=1)]
+    with pytest.raises(ValidationError, match=r"sampling_logprobs.*KL_PLACEMENT_REWARD needs it"):
+        session(lora=LoraSpec(rank=4, alpha=8)).forward_backward(no_sampling, kl_reward)
+    with pytest.raises(NoReferenceError, match="KL_PLACEMENT_REWARD"):
+        session().forward_backward(rl_datums(count=1), kl_reward)

@@ -81,12 +81,13 @@ def _validate_tokens(datum: Datum, where: str, vocab_size: int, max_length: int)
 
 def _validate_arrays(datum: Datum, where: str, loss: LossConfig) -> None:
     required = {"loss_mask": True, "advantages": loss.uses_advantages,
-                "sampling_logprobs": loss.uses_ratio, "reference_logprobs": False}
+                "sampling_logprobs": loss.uses_ratio or loss.kl_in_reward,
+                "reference_logprobs": False}
     for name in PER_TOKEN_FIELDS:
         values = getattr(datum, name)
         if not values and not required[name]:
             continue
-        reason = f" ({loss.function} needs it)" if not values and name != "loss_mask" else ""
+        reason = f" ({_needed_by(loss, name)} needs it)" if not values and name != "loss_mask" else ""
         if len(values) != len(datum.tokens):
             raise ValidationError(f"{where}.{name}", f"has {len(values)} values for "
                                   f"{len(datum.tokens)} tokens; one per token is required{reason}")
@@ -94,6 +95,12 @@ def _validate_arrays(datum: Datum, where: str, loss: LossConfig) -> None:
             raise ValidationError(f"{where}.{name}", "must hold finite numbers only")
     if any(m < 0 for m in datum.loss_mask):
         raise ValidationError(f"{where}.loss_mask", "weights must be >= 0")
+
+
+def _needed_by(loss: LossConfig, name: str) -> str:
+    if name == "sampling_logprobs" and not loss.uses_ratio:
+        return "KL_PLACEMENT_REWARD"
+    return str(loss.function)
 
 
 def pad_batch(datums: Sequence[Datum], device: str | torch.device = "cpu") -> Batch:

@@ -41,7 +41,7 @@ class KlEstimator(StrEnum):
 class KlPlacement(StrEnum):
     NONE = "none"
     LOSS = "loss"
-    REWARD = "reward"  # applied by the coordinator to rewards; the Trainer ignores it
+    REWARD = "reward"  # -kl_coef * kl per token, added to the advantages as a reward-to-go
 
 
 class LrSchedule(StrEnum):
@@ -93,6 +93,9 @@ class LossConfig:
                      f"got {self.clip_high}")
         if self.function == LossFunction.DUAL_CLIP:
             _require(self.dual_clip_c > 1, "loss.dual_clip_c", f"must be > 1, got {self.dual_clip_c}")
+        if self.kl_placement == KlPlacement.REWARD and self.kl_coef > 0:
+            _require(self.uses_advantages, "loss.kl_placement", "KL_PLACEMENT_REWARD shapes the "
+                     "advantages, and cross-entropy has none: use KL_PLACEMENT_LOSS")
         if self.function == LossFunction.TRUNCATED_IS:
             _require(self.truncation_cap > 0, "loss.truncation_cap",
                      f"must be > 0, got {self.truncation_cap}")
@@ -109,6 +112,15 @@ class LossConfig:
     @property
     def kl_in_loss(self) -> bool:
         return self.kl_placement == KlPlacement.LOSS and self.kl_coef > 0
+
+    @property
+    def kl_in_reward(self) -> bool:
+        return self.kl_placement == KlPlacement.REWARD and self.kl_coef > 0
+
+    @property
+    def needs_reference(self) -> bool:
+        """True when the loss reads reference-policy logprobs (a KL term in loss or reward)."""
+        return self.kl_in_loss or self.kl_in_reward
 
 
 @dataclass(frozen=True, kw_only=True)

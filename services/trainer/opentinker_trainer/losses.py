@@ -113,6 +113,19 @@ def kl_penalty(logprobs_B_T: torch.Tensor, reference_logprobs_B_T: torch.Tensor,
     return log_q_over_p_B_T.exp() - 1 - log_q_over_p_B_T
 
 
+def kl_reward_advantages(advantages_B_T: torch.Tensor, kl_B_T: torch.Tensor,
+                         mask_B_T: torch.Tensor, coef: float) -> torch.Tensor:
+    """KL as a reward: each trained token earns the reward -coef * kl_t, and a token's
+    advantage gains the reward-to-go of those penalties (REINFORCE++'s token-level KL reward):
+
+        A'_t = A_t - coef * sum_{s >= t} m_s * kl_s      (per sequence, no discount)
+
+    kl_B_T is a reward, not a differentiable term: it is detached here.
+    """
+    penalty_B_T = (kl_B_T.detach() * mask_B_T).flip(-1).cumsum(-1).flip(-1)
+    return advantages_B_T - coef * penalty_B_T
+
+
 def aggregate(values_B_T: torch.Tensor, mask_B_T: torch.Tensor, aggregation: LossAggregation,
               norm: LossNorm) -> torch.Tensor:
     """Reduce per-token values to the scalar this micro-batch contributes to the batch loss.

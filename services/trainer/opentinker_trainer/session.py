@@ -95,8 +95,8 @@ class TrainingSession:
         """Accumulate the gradients of `loss` over `datums` for the next optim_step."""
         validate_datums(datums, loss, vocab_size=self.info.vocab_size,
                         max_length=self.info.max_context_length)
-        if loss.kl_in_loss and not all(d.reference_logprobs for d in datums):
-            self._require_reference("loss.kl_coef > 0 with KL_PLACEMENT_LOSS")
+        if loss.needs_reference and not all(d.reference_logprobs for d in datums):
+            self._require_reference(f"loss.kl_coef > 0 with KL_PLACEMENT_{loss.kl_placement.upper()}")
         self.model.train()
         with self._session_rng():
             result = forward_backward(

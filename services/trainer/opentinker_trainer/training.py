@@ -3,6 +3,7 @@ the model's parameters until the session's optimizer step."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +70,9 @@ def _micro_batch(model: Any, batch: Batch, loss: LossConfig, norm: losses.LossNo
                  reference: ReferenceFn | None, metrics: MetricSums) -> tuple[float, torch.Tensor]:
     """Backward of this micro-batch's share of the loss; (its value, its logprobs_B_T)."""
     reference_B_T = _reference_logprobs(batch, loss, reference)
+    if loss.kl_in_reward:
+        batch = _with_kl_reward(batch, reference_B_T, loss, metrics)
+        reference_B_T = None
     logits_B_T_V = forward_logits(model, batch.tokens_B_T, batch.attention_mask_B_T)
     logprobs_B_T = logprobs_from_logits(logits_B_T_V, batch.tokens_B_T, batch.attention_mask_B_T,
                                         loss.temperature)
@@ -132,10 +136,27 @@ def _record_metrics(metrics: MetricSums, policy: losses.PolicyLoss, logprobs_B_T
         metrics.add("logprob_gap/mean", gap_B_T, trained_B_T)
 
 
+def _with_kl_reward(batch: Batch, reference_B_T: torch.Tensor, loss: LossConfig,
+                    metrics: MetricSums) -> Batch:
+    """The batch with its advantages shaped by the KL reward (`losses.kl_reward_advantages`).
+
+    The KL is that of the behaviour policy that sampled the tokens (the sampling logprobs), so
+    the reward is fixed data, as an environment reward is.
+    """
+    if not batch.has_sampling_logprobs:
+        raise AssertionError("the session checks that KL_PLACEMENT_REWARD datums carry "
+                             "sampling logprobs")
+    kl_B_T = losses.kl_penalty(batch.sampling_logprobs_B_T, reference_B_T, loss.kl_estimator)
+    metrics.add("kl_reward/kl", kl_B_T, (batch.loss_mask_B_T > 0).float())
+    shaped_B_T = losses.kl_reward_advantages(batch.advantages_B_T, kl_B_T, batch.loss_mask_B_T,
+                                             loss.kl_coef)
+    return dataclasses.replace(batch, advantages_B_T=shaped_B_T)
+
+
 def _reference_logprobs(batch: Batch, loss: LossConfig,
                         reference: ReferenceFn | None) -> torch.Tensor | None:
     """The batch's reference logprobs when the loss has a KL term, else None."""
-    if not loss.kl_in_loss:
+    if not loss.needs_reference:
         return None
     if batch.reference_logprobs_B_T is not None:
         return batch.reference_logprobs_B_T
