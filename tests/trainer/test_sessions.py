@@ -108,3 +108,18 @@ def test_a_cancelled_caller_keeps_the_lock_until_its_thread_ends(tmp_path) -> No
         assert first.cancelled()
     run(scenario())
     assert events == ["slow-start", "slow-end", "quick"]
+
+
+def test_sessions_run_on_the_devices_they_ask_for_among_those_offered(tmp_path) -> None:
+    async def scenario() -> None:
+        registry = SessionRegistry(checkpoint_root=tmp_path, device_ids=("cpu:0", "cpu:1"))
+        default = await registry.create(spec(job_id="job-1"), lease=lease(1))
+        assert default.device_ids == ("cpu:0",)
+        second = await registry.create(spec(job_id="job-1"), lease=lease(1), device_ids=["cpu:1"])
+        assert second.device_ids == ("cpu:1",)
+        with pytest.raises(ValidationError, match=r"device_ids: \['cuda:0'\] are not devices of "
+                                                  r"this worker; it offers \['cpu:0', 'cpu:1'\]"):
+            await registry.create(spec(job_id="job-1"), lease=lease(1), device_ids=["cpu:0", "cuda:0"])
+        with pytest.raises(ValidationError, match="lists a device twice"):
+            await registry.create(spec(job_id="job-1"), lease=lease(1), device_ids=["cpu:1", "cpu:1"])
+    run(scenario())

@@ -70,6 +70,11 @@ def is_lora(job: job_pb2.Job) -> bool:
     return job.spec.policy.adaptation.WhichOneof("kind") == "lora"
 
 
+def trainer_device_ids(job: job_pb2.Job) -> list[str]:
+    """The Trainer devices the Scheduler leased the job (several = data-parallel)."""
+    return next((list(a.device_ids) for a in job.assignments if a.role == resources_pb2.ROLE_TRAINER), [])
+
+
 class RemoteTrainer:
     """TrainerPort over gRPC: one session for the job."""
 
@@ -83,7 +88,8 @@ class RemoteTrainer:
         request = trainer_pb.CreateSessionRequest(
             request_id=f"{self.job.job_id}/session/{self.lease.fencing_token}", lease=self.lease,
             base_model=policy.model, adaptation=policy.adaptation, optimizer=policy.algorithm.optimizer,
-            seed=training.seed, max_tokens_per_micro_batch=training.max_tokens_per_micro_batch)
+            seed=training.seed, max_tokens_per_micro_batch=training.max_tokens_per_micro_batch,
+            device_ids=trainer_device_ids(self.job))
         self.session_id = (await self.stub.CreateSession(request)).session.session_id
 
     async def forward_backward(self, datums: Sequence[Datum]) -> dict[str, float]:

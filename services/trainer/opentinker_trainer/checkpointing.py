@@ -2,7 +2,7 @@
 (`opentinker.ml.checkpoints`).
 
 TRAINING_STATE holds the weights (adapter/ for LoRA, model/ for full) plus training_state.pt
-(AdamW state, the session's RNG state, step, policy version, data cursor): loading it resumes
+(AdamW state, the dropout RNG state of every rank, step, policy version, data cursor): loading it resumes
 exactly. HF_MODEL holds model/ (LoRA merged); PEFT_ADAPTER holds adapter/ (LoRA only).
 Loading a weights-only checkpoint replaces the weights and resets AdamW's moments, keeping the step.
 """
@@ -24,6 +24,7 @@ from opentinker.ml.errors import CheckpointError, WeightsError
 from opentinker.ml.models import save_model_dir
 from opentinker.ml.weights import load_lora_state_dict
 from opentinker_trainer.errors import CheckpointNotFoundError, ValidationError
+from opentinker_trainer.replicas import rank_rng_state
 from opentinker_trainer.session import TrainingSession
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -87,7 +88,8 @@ def _write_weights(session: TrainingSession, staging: Path, format: CheckpointFo
 
 def _training_state(session: TrainingSession, data_cursor: bytes) -> dict[str, Any]:
     return {"format_version": STATE_FORMAT_VERSION, "optimizer": session.optimizer.state_dict(),
-            "rng_state": session.rng_state, "step": session.step,
+            "rng_state": session.rng_state, "replica_rng_states": session.replica_rng_states(),
+            "step": session.step,
             "policy_version": session.policy_version, "data_cursor_hex": bytes(data_cursor).hex()}
 
 
@@ -105,6 +107,8 @@ def load_checkpoint(session: TrainingSession, root: Path, checkpoint_id: str) ->
     else:
         session.optimizer.state.clear()
     session.policy_version = max(session.policy_version, manifest.policy_version) + 1
+    if session.replicas:
+        session.replicas.call_all("load_checkpoint", checkpoint_id)
     return cursor
 
 
@@ -140,9 +144,20 @@ def _load_weights(session: TrainingSession, directory: Path) -> None:
         raise ValidationError("checkpoint_id", f"weights do not fit this session's model: {error}") from error
 
 
+def _rank_rng_state(session: TrainingSession, state: dict[str, Any]) -> torch.Tensor:
+    """The saved dropout RNG state of the session's rank; a replica whose rank the checkpoint
+    lacks (it was written with fewer devices) starts its rank's stream afresh."""
+    if session.rank == 0:
+        return state["rng_state"]
+    replicas = state.get("replica_rng_states", [])
+    if session.rank <= len(replicas):
+        return replicas[session.rank - 1]
+    return rank_rng_state(session.spec.seed, session.rank)
+
+
 def _restore_training_state(session: TrainingSession, state_file: Path) -> bytes:
     state = torch.load(state_file, map_location="cpu", weights_only=True)
     session.optimizer.load_state_dict(state["optimizer"])
-    session.rng_state = state["rng_state"]
+    session.rng_state = _rank_rng_state(session, state)
     session.step = int(state["step"])
     return bytes.fromhex(state["data_cursor_hex"])

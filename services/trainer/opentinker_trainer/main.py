@@ -15,11 +15,12 @@ async def build_plan(settings: TrainerSettings) -> ServerPlan:
     from opentinker_trainer.servicer import build_registry, trainer_service_binding
 
     quiet_transformers()
-    registry = build_registry(settings.checkpoint_dir, settings.device)
-    registration = WorkerRegistration.for_settings(
-        settings, role="trainer", devices=discover_devices(settings.cpu_slots))
+    devices = discover_devices(settings.cpu_slots)
+    registry = build_registry(settings.checkpoint_dir, settings.device,
+                              [device.device_id for device in devices])
+    registration = WorkerRegistration.for_settings(settings, role="trainer", devices=devices)
     return ServerPlan(services=[trainer_service_binding(registry)], start_hooks=[registration.start],
-                      close_hooks=[registration.stop])
+                      close_hooks=[registration.stop, registry.close_all])
 
 
 def main() -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +92,10 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
     @maps_domain_errors
     async def CreateSession(self, request: pb.CreateSessionRequest, context: Any) -> pb.CreateSessionResponse:
         view = await self.registry.create(convert.session_spec(request), lease=convert.lease(request.lease),
+                                          device_ids=list(request.device_ids),
                                           request=convert.request_key("CreateSession", request))
-        log.info("session_created", session_id=view.session_id, job_id=view.job_id)
+        log.info("session_created", session_id=view.session_id, job_id=view.job_id,
+                 device_ids=list(view.device_ids))
         return pb.CreateSessionResponse(session=convert.session_message(view))
 
     @maps_domain_errors
@@ -178,12 +180,14 @@ def trainer_service_binding(registry: SessionRegistry) -> ServiceBinding:
                           add_to_server=pb_grpc.add_TrainerServiceServicer_to_server)
 
 
-def build_registry(checkpoint_dir: Path, device: str = "auto") -> SessionRegistry:
-    """A registry writing checkpoints under `checkpoint_dir` (created on the first save).
+def build_registry(checkpoint_dir: Path, device: str = "auto",
+                   device_ids: Sequence[str] = ()) -> SessionRegistry:
+    """A registry writing checkpoints under `checkpoint_dir` (created on the first save),
+    offering sessions `device_ids` (default: one, "<device>:0").
 
     device "auto" = the first CUDA device when torch sees one, else the CPU.
     """
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     return SessionRegistry(checkpoint_root=Path(checkpoint_dir).resolve(), device=device,
-                           device_ids=(f"{device}:0",))
+                           device_ids=tuple(device_ids) or (f"{device}:0",))

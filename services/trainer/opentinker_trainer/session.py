@@ -6,6 +6,7 @@ session (the registry's lock) and run them off the event loop.
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 import threading
 import time
@@ -27,7 +28,10 @@ from opentinker_trainer.config import LossConfig, SessionSpec
 from opentinker_trainer.errors import (CheckpointNotFoundError, NoGradientsError, NoReferenceError,
                                        ValidationError)
 from opentinker_trainer.optim import build_optimizer, learning_rate_at, set_learning_rate
-from opentinker_trainer.training import ForwardBackwardResult, forward_backward
+from opentinker_trainer.replicas import (ReplicaError, ReplicaGroup, all_reduce_gradients,
+                                         broadcast_parameters, rank_rng_state, shard_datums)
+from opentinker_trainer.training import (ForwardBackwardResult, ShardResult, accumulate,
+                                         batch_norm, combine)
 
 _RNG_LOCK = threading.Lock()
 
@@ -58,10 +62,16 @@ class OptimStepResult:
 
 
 class TrainingSession:
-    """Mutable training state of one policy. Build it with `create_session`."""
+    """Mutable training state of one policy. Build it with `create_session`.
+
+    Data-parallel sessions (`replicas`) have one replica per device: this object is rank 0,
+    the others live in worker processes (`opentinker_trainer.replicas`); `group` is the gloo
+    group every rank sums gradients over (None on a single device).
+    """
 
     def __init__(self, *, session_id: str, spec: SessionSpec, model: Any, tokenizer: Any,
-                 reference_model: Any | None, device: str, device_ids: tuple[str, ...]) -> None:
+                 reference_model: Any | None, device: str, device_ids: tuple[str, ...],
+                 rank: int = 0, group: Any | None = None) -> None:
         self.session_id = session_id
         self.spec = spec
         self.model = model
@@ -69,9 +79,12 @@ class TrainingSession:
         self.reference_model = reference_model
         self.device = device
         self.device_ids = device_ids
+        self.rank = rank
+        self.group = group
+        self.replicas: ReplicaGroup | None = None
         self.optimizer = build_optimizer(self.trainable_parameters(), spec.optimizer)
         self.info = describe_model(model, tokenizer)
-        self.rng_state = torch.Generator().manual_seed(spec.seed).get_state()
+        self.rng_state = rank_rng_state(spec.seed, rank)
         self.step = 0
         self.policy_version = 0
         self.pending_datums = 0
@@ -97,14 +110,30 @@ class TrainingSession:
                         max_length=self.info.max_context_length)
         if loss.needs_reference and not all(d.reference_logprobs for d in datums):
             self._require_reference(f"loss.kl_coef > 0 with KL_PLACEMENT_{loss.kl_placement.upper()}")
+        norm = batch_norm(datums, loss)
+        shards = shard_datums([len(d.tokens) for d in datums], self.world_size)
+        for rank, shard in enumerate(shards[1:], start=1):
+            self.replicas.send(rank, "forward_backward", [datums[i] for i in shard], loss, norm)
+        try:
+            local = self.accumulate_shard([datums[i] for i in shards[0]], loss, norm)
+        finally:
+            remote = self.replicas.receive_all() if self.replicas else []
+        self.pending_datums += len(datums)
+        return combine(datums, list(zip(shards, [local, *remote])))
+
+    @property
+    def world_size(self) -> int:
+        return self.replicas.world_size if self.replicas else 1
+
+    def accumulate_shard(self, datums: Sequence[Datum], loss: LossConfig,
+                         norm: Any) -> ShardResult:
+        """Backward of this rank's share of a batch (`norm`: the whole batch's denominators)."""
         self.model.train()
         with self._session_rng():
-            result = forward_backward(
-                self.model, datums, loss, max_tokens=self.spec.max_tokens_per_micro_batch,
-                reference=self.reference_logprobs if self.has_reference else None,
-                device=self.device)
-        self.pending_datums += len(datums)
-        return result
+            return accumulate(self.model, datums, loss, norm,
+                              max_tokens=self.spec.max_tokens_per_micro_batch,
+                              reference=self.reference_logprobs if self.has_reference else None,
+                              device=self.device)
 
     def optim_step(self, learning_rate: float = 0.0) -> OptimStepResult:
         """Clip, apply AdamW, clear gradients. `learning_rate` > 0 overrides the schedule once.
@@ -125,7 +154,23 @@ class TrainingSession:
                                grad_norm=grad_norm, learning_rate=rate, metrics=metrics)
 
     def _clip_and_apply(self, rate: float) -> tuple[float, bool]:
-        """(global grad norm before clipping, whether the update was applied)."""
+        """Every rank applies the same update; (grad norm, applied) of rank 0."""
+        if self.replicas:
+            self.replicas.send_all("optim_step", rate)
+        try:
+            outcome = self.apply_update(rate)
+        finally:
+            remote = self.replicas.receive_all() if self.replicas else []
+        if any(other != outcome for other in remote):
+            raise ReplicaError(f"replicas diverged: rank 0 (grad norm, applied) = {outcome}, "
+                               f"the others {remote}")
+        return outcome
+
+    def apply_update(self, rate: float) -> tuple[float, bool]:
+        """Sum gradients over the group (data-parallel), clip, step AdamW, clear gradients;
+        (global grad norm before clipping, whether the update was applied)."""
+        if self.group is not None:
+            all_reduce_gradients(self.group, self.trainable_parameters())
         set_learning_rate(self.optimizer, rate)
         max_norm = self.spec.optimizer.max_grad_norm or math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), max_norm))
@@ -172,6 +217,30 @@ class TrainingSession:
                     return token_logprobs(self.model, tokens_B_T, attention_mask_B_T, temperature)
             return token_logprobs(self.model, tokens_B_T, attention_mask_B_T, temperature)
 
+    def parameters_digest(self) -> str:
+        """sha256 of the trainable parameters' bytes: equal on every rank of an in-sync session."""
+        digest = hashlib.sha256()
+        for parameter in self.trainable_parameters():
+            digest.update(parameter.detach().cpu().contiguous().numpy().tobytes())
+        return digest.hexdigest()
+
+    def replicas_in_sync(self) -> bool:
+        """Whether every replica holds exactly rank 0's trainable parameters."""
+        if not self.replicas:
+            return True
+        ours = self.parameters_digest()
+        return all(theirs == ours for theirs in self.replicas.call_all("parameters_digest"))
+
+    def replica_rng_states(self) -> list[torch.Tensor]:
+        """The dropout RNG states of ranks 1..N-1 ([] on a single device)."""
+        return self.replicas.call_all("rng_state") if self.replicas else []
+
+    def close(self) -> None:
+        """Stop the replica processes of a data-parallel session."""
+        if self.replicas:
+            self.replicas.close()
+            self.replicas = None
+
     def _require_reference(self, why: str) -> None:
         if not self.has_reference:
             raise NoReferenceError(
@@ -202,16 +271,40 @@ def _eval_mode(model: Any) -> Iterator[None]:
 
 
 def create_session(session_id: str, spec: SessionSpec, *, checkpoint_root: Path,
-                   device: str = "cpu", device_ids: tuple[str, ...] = ("cpu:0",)) -> TrainingSession:
-    """Load the base model, add the adapter (seeded), keep a reference copy when asked."""
+                   device: str = "cpu", device_ids: tuple[str, ...] = ("cpu:0",),
+                   rank: int = 0, group: Any | None = None) -> TrainingSession:
+    """Load the base model, add the adapter (seeded), keep a reference copy when asked.
+
+    With several `device_ids` (rank 0 only) the session is data-parallel: one replica process
+    per further device, every replica starting from rank 0's parameters.
+    """
     loaded = _load_base(spec, checkpoint_root, device)
     model = loaded.model
     if spec.lora is not None:
         model = _with_lora(model, spec.lora, spec.seed)
     reference = _frozen_copy(model) if spec.lora is None and spec.keep_reference else None
-    return TrainingSession(session_id=session_id, spec=spec, model=model,
-                           tokenizer=loaded.tokenizer, reference_model=reference,
-                           device=device, device_ids=device_ids)
+    session = TrainingSession(session_id=session_id, spec=spec, model=model,
+                              tokenizer=loaded.tokenizer, reference_model=reference,
+                              device=device, device_ids=device_ids, rank=rank, group=group)
+    if rank == 0 and len(device_ids) > 1:
+        _start_replicas(session, checkpoint_root)
+    return session
+
+
+def _start_replicas(session: TrainingSession, checkpoint_root: Path) -> None:
+    devices = [replica_device(session.device, device_id) for device_id in session.device_ids]
+    session.replicas = ReplicaGroup(session.spec, devices=devices, checkpoint_root=checkpoint_root)
+    session.group = session.replicas.group
+    try:
+        broadcast_parameters(session.group, list(session.model.parameters()))
+    except Exception:
+        session.close()
+        raise
+
+
+def replica_device(device: str, device_id: str) -> str:
+    """The torch device of a leased device id: "cuda:1" on a GPU worker, "cpu" for "cpu:N"."""
+    return device_id if device.startswith("cuda") and device_id.startswith("cuda") else device
 
 
 def _load_base(spec: SessionSpec, checkpoint_root: Path, device: str) -> Any:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -83,20 +83,36 @@ class SessionRegistry:
         self._create_lock = asyncio.Lock()
         self._created = RequestMemory()
 
-    async def create(self, spec: SessionSpec, *, lease: Lease,
+    async def create(self, spec: SessionSpec, *, lease: Lease, device_ids: Sequence[str] = (),
                      request: RequestKey | None = None) -> SessionView:
-        """Open a session (a retried request_id returns the session it created)."""
+        """Open a session on `device_ids` (default: the first device; several = data-parallel).
+
+        A retried request_id returns the session it created.
+        """
         self.check_fencing(lease)
+        devices = self.session_devices(device_ids)
         async with self._create_lock:
             seen, session_id = self._created.lookup(request)
             if seen and session_id in self._entries:
                 return self._entries[session_id].session.view()
             session = await _in_thread(lambda: create_session(
                 f"sess-{uuid.uuid4().hex[:12]}", spec, checkpoint_root=self.checkpoint_root,
-                device=self.device, device_ids=self.device_ids))
+                device=self.device, device_ids=devices))
             self._entries[session.session_id] = _Entry(session)
             self._created.remember(request, session.session_id)
             return session.view()
+
+    def session_devices(self, device_ids: Sequence[str]) -> tuple[str, ...]:
+        """The devices a session asks for, checked against those this worker offers."""
+        if not device_ids:
+            return self.device_ids[:1]
+        unknown = [d for d in device_ids if d not in self.device_ids]
+        if unknown:
+            raise ValidationError("device_ids", f"{unknown} are not devices of this worker; it "
+                                  f"offers {list(self.device_ids)}")
+        if len(set(device_ids)) != len(device_ids):
+            raise ValidationError("device_ids", f"lists a device twice: {list(device_ids)}")
+        return tuple(device_ids)
 
     def view(self, session_id: str) -> SessionView:
         return self._entry(session_id).session.view()
@@ -116,7 +132,15 @@ class SessionRegistry:
         async with entry.lock:
             self.check_lease(entry.session, lease)
             self._entries.pop(session_id, None)
+            await _in_thread(entry.session.close)
             return entry.session.view()
+
+    async def close_all(self) -> None:
+        """Stop every session's replica processes (server shutdown)."""
+        for session_id in list(self._entries):
+            entry = self._entries.pop(session_id)
+            async with entry.lock:
+                await _in_thread(entry.session.close)
 
     def check_lease(self, session: TrainingSession, lease: Lease) -> None:
         """The lease must belong to the session's job and carry a current fencing token."""

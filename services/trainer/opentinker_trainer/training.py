@@ -32,7 +32,7 @@ class ForwardBackwardResult:
 
 @dataclass
 class MetricSums:
-    """Masked sums and their token counts, merged over micro-batches into means."""
+    """Masked sums and their token counts, merged over micro-batches (and ranks) into means."""
 
     sums: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     counts: dict[str, float] = field(default_factory=lambda: defaultdict(float))
@@ -41,16 +41,45 @@ class MetricSums:
         self.sums[name] += float((values_B_T.detach().float() * mask_B_T).sum())
         self.counts[name] += float(mask_B_T.sum())
 
+    def merge(self, other: MetricSums) -> None:
+        for name in other.sums:
+            self.sums[name] += other.sums[name]
+            self.counts[name] += other.counts[name]
+
     def means(self) -> dict[str, float]:
         return {name: self.sums[name] / self.counts[name]
                 for name in self.sums if self.counts[name] > 0}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardResult:
+    """What accumulating a subset of a batch gives: its share of the loss, metric sums and
+    the logprobs of its datums (in the order they were given)."""
+
+    loss: float
+    metrics: MetricSums
+    logprobs: list[list[float]]
 
 
 def forward_backward(model: Any, datums: Sequence[Datum], loss: LossConfig, *,
                      max_tokens: int, reference: ReferenceFn | None,
                      device: str | torch.device = "cpu") -> ForwardBackwardResult:
     """Accumulate d(batch loss)/d(params) into `.grad`, micro-batch by micro-batch."""
-    norm = losses.loss_norm([datum_loss_mask(d) for d in datums], loss.token_sum_divisor)
+    norm = batch_norm(datums, loss)
+    shard = accumulate(model, datums, loss, norm, max_tokens=max_tokens, reference=reference,
+                       device=device)
+    return combine(datums, [(list(range(len(datums))), shard)])
+
+
+def batch_norm(datums: Sequence[Datum], loss: LossConfig) -> losses.LossNorm:
+    """The denominators of the whole batch, which every micro-batch and rank divides by."""
+    return losses.loss_norm([datum_loss_mask(d) for d in datums], loss.token_sum_divisor)
+
+
+def accumulate(model: Any, datums: Sequence[Datum], loss: LossConfig, norm: losses.LossNorm, *,
+               max_tokens: int, reference: ReferenceFn | None,
+               device: str | torch.device = "cpu") -> ShardResult:
+    """Backward of `datums`' share of a batch whose denominators are `norm`."""
     metrics = MetricSums()
     logprobs: list[list[float]] = [[] for _ in datums]
     total = 0.0
@@ -60,10 +89,22 @@ def forward_backward(model: Any, datums: Sequence[Datum], loss: LossConfig, *,
         total += value
         for row, index in enumerate(indices):
             logprobs[index] = logprobs_B_T[row, :batch.lengths[row]].tolist()
+    return ShardResult(loss=total, metrics=metrics, logprobs=logprobs)
+
+
+def combine(datums: Sequence[Datum],
+            shards: Sequence[tuple[Sequence[int], ShardResult]]) -> ForwardBackwardResult:
+    """One result from shards, each (the datum indices it held, what it gave)."""
+    metrics = MetricSums()
+    logprobs: list[list[float]] = [[] for _ in datums]
+    for indices, shard in shards:
+        metrics.merge(shard.metrics)
+        for index, row in zip(indices, shard.logprobs):
+            logprobs[index] = row
     num_tokens = int(sum(float((datum_loss_mask(d) > 0).sum()) for d in datums))
     summary = {**metrics.means(), "num_sequences": float(len(datums))}
-    return ForwardBackwardResult(loss=total, metrics=summary, num_tokens=num_tokens,
-                                 logprobs=logprobs)
+    return ForwardBackwardResult(loss=sum(shard.loss for _, shard in shards), metrics=summary,
+                                 num_tokens=num_tokens, logprobs=logprobs)
 
 
 def _micro_batch(model: Any, batch: Batch, loss: LossConfig, norm: losses.LossNorm,

@@ -49,7 +49,7 @@ class Session(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., job_id: _Optional[str] = ..., model_info: _Optional[_Union[_model_pb2.ModelInfo, _Mapping]] = ..., adaptation: _Optional[_Union[_model_pb2.Adaptation, _Mapping]] = ..., step: _Optional[int] = ..., policy_version: _Optional[int] = ..., pending_datums: _Optional[int] = ..., device_ids: _Optional[_Iterable[str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("request_id", "lease", "base_model", "adaptation", "optimizer", "seed", "max_tokens_per_micro_batch")
+    __slots__ = ("request_id", "lease", "base_model", "adaptation", "optimizer", "seed", "max_tokens_per_micro_batch", "device_ids")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -57,6 +57,7 @@ class CreateSessionRequest(_message.Message):
     OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_PER_MICRO_BATCH_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_IDS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     lease: _resources_pb2.LeaseContext
     base_model: _model_pb2.ModelReference
@@ -64,7 +65,8 @@ class CreateSessionRequest(_message.Message):
     optimizer: _algorithm_pb2.OptimizerConfig
     seed: int
     max_tokens_per_micro_batch: int
-    def __init__(self, request_id: _Optional[str] = ..., lease: _Optional[_Union[_resources_pb2.LeaseContext, _Mapping]] = ..., base_model: _Optional[_Union[_model_pb2.ModelReference, _Mapping]] = ..., adaptation: _Optional[_Union[_model_pb2.Adaptation, _Mapping]] = ..., optimizer: _Optional[_Union[_algorithm_pb2.OptimizerConfig, _Mapping]] = ..., seed: _Optional[int] = ..., max_tokens_per_micro_batch: _Optional[int] = ...) -> None: ...
+    device_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, request_id: _Optional[str] = ..., lease: _Optional[_Union[_resources_pb2.LeaseContext, _Mapping]] = ..., base_model: _Optional[_Union[_model_pb2.ModelReference, _Mapping]] = ..., adaptation: _Optional[_Union[_model_pb2.Adaptation, _Mapping]] = ..., optimizer: _Optional[_Union[_algorithm_pb2.OptimizerConfig, _Mapping]] = ..., seed: _Optional[int] = ..., max_tokens_per_micro_batch: _Optional[int] = ..., device_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CreateSessionResponse(_message.Message):
     __slots__ = ("session",)
