@@ -9,7 +9,8 @@ from opentinker.ml.sources import LoraSpec
 from opentinker_trainer.batching import Datum
 from opentinker_trainer.config import KlEstimator, KlPlacement, LossAggregation, LossConfig, LossFunction
 from opentinker_trainer.errors import NoGradientsError, NoReferenceError, ValidationError
-from tests.trainer.helpers import CE, PPO, rl_datums, rows_close, session, sft_datums
+from opentinker.ml.models import build_builtin
+from tests.trainer.helpers import CE, MODEL, PPO, rl_datums, rows_close, session, sft_datums
 
 PPO_KL = LossConfig(function=LossFunction.PPO_CLIP, clip_low=0.2, clip_high=0.2, kl_coef=0.1,
                     kl_placement=KlPlacement.LOSS)
@@ -163,3 +164,22 @@ def test_kl_as_reward_refusals() -> None:
         session(lora=LoraSpec(rank=4, alpha=8)).forward_backward(no_sampling, kl_reward)
     with pytest.raises(NoReferenceError, match="KL_PLACEMENT_REWARD"):
         session().forward_backward(rl_datums(count=1), kl_reward)
+
+
+def storage_bytes(*models) -> int:
+    """Bytes of the distinct tensor storages the models hold (shared storage counted once)."""
+    storages = {}
+    for model in (m for m in models if m is not None):
+        for tensor in [*model.parameters(), *model.buffers()]:
+            storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+    return sum(storages.values())
+
+
+def test_the_lora_reference_costs_no_memory_and_a_full_reference_a_whole_model() -> None:
+    base_bytes = storage_bytes(build_builtin(MODEL, 0))
+    lora = session(lora=LoraSpec(rank=4, alpha=8))
+    adapter_bytes = sum(p.numel() * p.element_size() for p in lora.trainable_parameters())
+    assert 0 < adapter_bytes < base_bytes / 5
+    assert storage_bytes(lora.model, lora.reference_model) == base_bytes + adapter_bytes
+    kept = session(keep_reference=True)
+    assert storage_bytes(kept.model, kept.reference_model) == 2 * base_bytes
