@@ -25,8 +25,13 @@ def test_linear_and_cosine_decay_to_zero_at_total_steps() -> None:
     assert rates(cosine, 5) == [1.0, 0.853553, 0.5, 0.146447, 0.0]
 
 
-def test_decay_without_total_steps_stays_constant() -> None:
-    assert rates(OptimizerConfig(learning_rate=0.1, schedule=LrSchedule.COSINE), 3) == [0.1] * 3
+@pytest.mark.parametrize("schedule", [LrSchedule.LINEAR, LrSchedule.COSINE])
+def test_decay_needs_total_steps_beyond_the_warmup(schedule) -> None:
+    with pytest.raises(ValidationError, match="optimizer.total_steps: the .* schedule decays to 0"):
+        OptimizerConfig(learning_rate=0.1, schedule=schedule)
+    with pytest.raises(ValidationError, match=r"must be > warmup_steps \(4\); got 4"):
+        OptimizerConfig(learning_rate=0.1, schedule=schedule, warmup_steps=4, total_steps=4)
+    assert rates(OptimizerConfig(learning_rate=0.1, total_steps=0), 3) == [0.1] * 3
 
 
 @pytest.mark.parametrize(("kwargs", "field"), [

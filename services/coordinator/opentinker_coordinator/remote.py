@@ -70,6 +70,15 @@ def is_lora(job: job_pb2.Job) -> bool:
     return job.spec.policy.adaptation.WhichOneof("kind") == "lora"
 
 
+def session_optimizer(job: job_pb2.Job) -> algorithm_pb2.OptimizerConfig:
+    """The policy's optimizer; a decay schedule without total_steps decays over the job's."""
+    optimizer = algorithm_pb2.OptimizerConfig()
+    optimizer.CopyFrom(job.spec.policy.algorithm.optimizer)
+    if not optimizer.total_steps:
+        optimizer.total_steps = job.spec.training.total_steps
+    return optimizer
+
+
 def trainer_device_ids(job: job_pb2.Job) -> list[str]:
     """The Trainer devices the Scheduler leased the job (several = data-parallel)."""
     return next((list(a.device_ids) for a in job.assignments if a.role == resources_pb2.ROLE_TRAINER), [])
@@ -87,7 +96,7 @@ class RemoteTrainer:
         policy, training = self.job.spec.policy, self.job.spec.training
         request = trainer_pb.CreateSessionRequest(
             request_id=f"{self.job.job_id}/session/{self.lease.fencing_token}", lease=self.lease,
-            base_model=policy.model, adaptation=policy.adaptation, optimizer=policy.algorithm.optimizer,
+            base_model=policy.model, adaptation=policy.adaptation, optimizer=session_optimizer(self.job),
             seed=training.seed, max_tokens_per_micro_batch=training.max_tokens_per_micro_batch,
             device_ids=trainer_device_ids(self.job))
         self.session_id = (await self.stub.CreateSession(request)).session.session_id

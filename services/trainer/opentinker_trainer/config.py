@@ -127,8 +127,7 @@ class LossConfig:
 class OptimizerConfig:
     """AdamW with global-norm clipping, linear warmup and a decay schedule.
 
-    LINEAR and COSINE decay to 0 at `total_steps`; with total_steps = 0 the rate stays at
-    `learning_rate` after warmup (the API has no total-steps field yet).
+    LINEAR and COSINE decay to 0 at `total_steps`, which they require (> warmup_steps).
     """
 
     learning_rate: float
@@ -152,6 +151,10 @@ class OptimizerConfig:
         _require(self.max_grad_norm >= 0, "optimizer.max_grad_norm", "must be >= 0 (0 = off)")
         _require(self.warmup_steps >= 0, "optimizer.warmup_steps", "must be >= 0")
         _require(self.total_steps >= 0, "optimizer.total_steps", "must be >= 0")
+        if self.schedule in (LrSchedule.LINEAR, LrSchedule.COSINE):
+            _require(self.total_steps > self.warmup_steps, "optimizer.total_steps",
+                     f"the {self.schedule} schedule decays to 0 at total_steps, which must be > "
+                     f"warmup_steps ({self.warmup_steps}); got {self.total_steps}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -138,7 +138,8 @@ def optimizer(message: algo_pb.OptimizerConfig) -> OptimizerConfig:
         learning_rate=message.learning_rate, weight_decay=message.weight_decay,
         beta1=message.beta1 or 0.9, beta2=message.beta2 or 0.999, epsilon=message.epsilon or 1e-8,
         max_grad_norm=message.max_grad_norm, warmup_steps=message.warmup_steps,
-        schedule=enum_value(SCHEDULES, message.schedule, "optimizer.schedule", algo_pb.LrSchedule))
+        schedule=enum_value(SCHEDULES, message.schedule, "optimizer.schedule", algo_pb.LrSchedule),
+        total_steps=message.total_steps)
 
 
 def loss_config(message: algo_pb.LossConfig) -> LossConfig:

@@ -115,7 +115,7 @@ class AdvantageConfig(_message.Message):
     def __init__(self, estimator: _Optional[_Union[AdvantageEstimator, str]] = ..., normalize_by_std: _Optional[bool] = ..., gamma: _Optional[float] = ...) -> None: ...
 
 class OptimizerConfig(_message.Message):
-    __slots__ = ("learning_rate", "weight_decay", "beta1", "beta2", "epsilon", "max_grad_norm", "warmup_steps", "schedule")
+    __slots__ = ("learning_rate", "weight_decay", "beta1", "beta2", "epsilon", "max_grad_norm", "warmup_steps", "schedule", "total_steps")
     LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
     WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
     BETA1_FIELD_NUMBER: _ClassVar[int]
@@ -124,6 +124,7 @@ class OptimizerConfig(_message.Message):
     MAX_GRAD_NORM_FIELD_NUMBER: _ClassVar[int]
     WARMUP_STEPS_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_STEPS_FIELD_NUMBER: _ClassVar[int]
     learning_rate: float
     weight_decay: float
     beta1: float
@@ -132,7 +133,8 @@ class OptimizerConfig(_message.Message):
     max_grad_norm: float
     warmup_steps: int
     schedule: LrSchedule
-    def __init__(self, learning_rate: _Optional[float] = ..., weight_decay: _Optional[float] = ..., beta1: _Optional[float] = ..., beta2: _Optional[float] = ..., epsilon: _Optional[float] = ..., max_grad_norm: _Optional[float] = ..., warmup_steps: _Optional[int] = ..., schedule: _Optional[_Union[LrSchedule, str]] = ...) -> None: ...
+    total_steps: int
+    def __init__(self, learning_rate: _Optional[float] = ..., weight_decay: _Optional[float] = ..., beta1: _Optional[float] = ..., beta2: _Optional[float] = ..., epsilon: _Optional[float] = ..., max_grad_norm: _Optional[float] = ..., warmup_steps: _Optional[int] = ..., schedule: _Optional[_Union[LrSchedule, str]] = ..., total_steps: _Optional[int] = ...) -> None: ...
 
 class Algorithm(_message.Message):
     __slots__ = ("loss", "advantage", "optimizer")
