@@ -1,0 +1,575 @@
+"""Trainer throughput: ForwardBackward + OptimStep and ExportWeights through gRPC vs in-process.
+
+    .venv/bin/python bench/trainer.py            # 7 step rounds, ~30M-parameter export model (~1.5 min on 2 cores)
+    .venv/bin/python bench/trainer.py --quick    # 2 rounds, ~5M-parameter export model: a smoke run (~35 s)
+
+What runs, all on this machine:
+
+* the Trainer as a real process (`python -m opentinker_trainer`, OPENTINKER_AUTH=disabled,
+  device cpu; its scheduler address points at a free port, so it registers nowhere). This
+  process talks to it over a real socket with the generated (synchronous) stubs.
+* the in-process baseline: `TrainingSession`s built in this process with `create_session` from
+  the very `CreateSessionRequest` sent to the server (`convert.session_spec`), fed the very
+  datums of the `ForwardBackwardRequest` (`convert.datum`, converted once, untimed).
+
+Step throughput (target: gRPC >= 0.90 x in-process): builtin `--model` (tiny-llama, ~0.9M
+parameters) with a LoRA adapter (`--lora-rank`, all linear layers) and with full-parameter
+training. One step is ForwardBackward over `--sequences` random byte sequences of `--tokens`
+tokens (the first `--prompt-tokens` masked out), PPO-clip loss (clip 0.2, token mean, no KL)
+with advantages +-1 and sampling logprobs, then OptimStep (AdamW, lr 1e-4, grad-norm clip 1);
+over gRPC the OptimStep carries a request_id, like the Coordinator's. Both sides start from the
+same weights and take the same number of steps (their first losses are reported and must agree).
+After `--warmup` untimed steps per side, each of `--rounds` rounds times `--steps` steps of
+every side, the two sides of an adaptation back to back, the order rotating from round to round.
+
+ExportWeights throughput (target: >= 0.50 x safetensors): a Llama of ~30M parameters (hidden
+512, 8 layers; ~5M with --quick) built from a seed with the byte-level tokenizer and saved as a
+local model directory, the base of two more sessions on each side: a LoRA adapter
+(`--lora-rank`, exported as WEIGHTS_FORMAT_LORA_ADAPTER) and full parameters (WEIGHTS_FORMAT_FULL).
+`export` = one ExportWeights call (chunk_bytes `--chunk-bytes`, 0 = the server's 1 MiB) with the
+stream drained and every chunk fed to a `WeightsAssembler`, whose `finish()` (sha256 check,
+tensors rebuilt) is timed too; `safetensors` = `safetensors.torch.save_file` of the same tensors
+(taken from the in-process twin session) to /dev/shm (/tmp without it), the file deleted
+untimed. The first export of each kind is checked against the twin: same names, sha256, and
+every tensor equal. Throughput is tensor bytes per second, over `--export-rounds` rounds run
+like the step rounds.
+
+The table shows medians over rounds; each ratio is the median over rounds of that round's ratio
+(both sides measured back to back, so a drift in the machine's load hits both alike).
+
+Torch runs `--threads` threads in the server and in this process (default 1). With torch's
+default, one per core, a 2-core box that other work also loads makes every op wait at its thread
+pool's barrier for a descheduled thread: in-process steps then took 2-14 s instead of 0.1-0.3 s
+while the server's stayed near 0.2 s, so the ratio measured the scheduler, not the service.
+
+Results: a table on stdout, progress on stderr, JSON in bench/results/trainer.json (--out).
+Exit status 1 when the run fails (the server died, a call failed, the exported weights differ);
+a MISS against a target is printed but does not fail the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import torch
+from safetensors.torch import save_file
+from transformers import LlamaConfig, LlamaForCausalLM
+
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR))
+
+from envhost import BenchFailure, ServerProcess, clean_environment, cpu_seconds, free_port  # noqa: E402
+
+from opentinker.api.common.v1 import algorithm_pb2, datum_pb2, model_pb2, resources_pb2, weights_pb2  # noqa: E402
+from opentinker.api.trainer.v1 import trainer_service_pb2 as pb  # noqa: E402
+from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc  # noqa: E402
+from opentinker.ml.models import quiet_transformers, save_model_dir  # noqa: E402
+from opentinker.ml.tokenizer import VOCAB_SIZE, build_byte_tokenizer  # noqa: E402
+from opentinker.ml.weights import TensorSpec, WeightsAssembler, lora_state_dict  # noqa: E402
+from opentinker_trainer import convert  # noqa: E402
+from opentinker_trainer.export import export_weights  # noqa: E402
+from opentinker_trainer.session import TrainingSession, create_session  # noqa: E402
+
+LEASE = resources_pb2.LeaseContext(job_id="bench-trainer", lease_id="bench", fencing_token=1)
+ADAPTATIONS = ("lora", "full")
+STEP_TARGETS = ("grpc", "in-process")
+EXPORT_TARGETS = ("export", "safetensors")
+TARGET_RATIOS = {"grpc_over_inprocess_step_lora": 0.90, "grpc_over_inprocess_step_full": 0.90,
+                 "export_over_safetensors_lora": 0.50, "export_over_safetensors_full": 0.50}
+DTYPE_NAMES = {weights_pb2.TENSOR_DTYPE_FLOAT32: "float32", weights_pb2.TENSOR_DTYPE_BFLOAT16: "bfloat16",
+               weights_pb2.TENSOR_DTYPE_FLOAT16: "float16"}
+WEIGHTS_FORMATS = {"lora": weights_pb2.WEIGHTS_FORMAT_LORA_ADAPTER, "full": weights_pb2.WEIGHTS_FORMAT_FULL}
+EXPORT_SIZES = {"full": {"hidden_size": 512, "intermediate_size": 1792, "num_hidden_layers": 8},
+                "quick": {"hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 6}}
+"""Llama sizes of the export model: ~30.4M parameters, and ~5.1M with --quick."""
+CALL_TIMEOUT_S = 300.0
+START_TIMEOUT_S = 90.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchConfig:
+    model: str
+    sequences: int
+    tokens: int
+    prompt_tokens: int
+    steps: int
+    warmup: int
+    rounds: int
+    export_rounds: int
+    lora_rank: int
+    chunk_bytes: int
+    threads: int
+    export_sizes: dict[str, int]
+    quick: bool
+    out: Path
+
+
+QUICK_DEFAULTS = {"steps": (10, 3), "warmup": (3, 2), "rounds": (7, 2), "export_rounds": (5, 2)}
+"""(default, default with --quick) of the options that --quick shortens."""
+
+
+def parse_args(argv: list[str] | None) -> BenchConfig:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="tiny-llama", help="builtin model of the step measurements")
+    p.add_argument("--sequences", type=int, default=16, help="datums per ForwardBackward")
+    p.add_argument("--tokens", type=int, default=64, help="tokens per datum")
+    p.add_argument("--prompt-tokens", type=int, default=16, help="leading tokens of a datum with loss mask 0")
+    p.add_argument("--steps", type=int, help="timed steps per side and round (default 10; 3 with --quick)")
+    p.add_argument("--warmup", type=int, help="untimed steps per side first (default 3; 2 with --quick)")
+    p.add_argument("--rounds", type=int, help="step rounds (default 7; 2 with --quick)")
+    p.add_argument("--export-rounds", type=int, help="export rounds (default 5; 2 with --quick)")
+    p.add_argument("--lora-rank", type=int, default=16)
+    p.add_argument("--chunk-bytes", type=int, default=0, help="ExportWeights chunk_bytes (0 = the server's 1 MiB)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads of the server (OMP_NUM_THREADS) and of the in-process sessions "
+                        "(default 1; see the module docstring)")
+    p.add_argument("--quick", action="store_true", help="fewer rounds and steps, a ~5M-parameter export model")
+    p.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "trainer.json")
+    a = p.parse_args(argv)
+    counts = {name: getattr(a, name) if getattr(a, name) is not None else defaults[a.quick]
+              for name, defaults in QUICK_DEFAULTS.items()}
+    config = BenchConfig(
+        model=a.model, sequences=a.sequences, tokens=a.tokens, prompt_tokens=a.prompt_tokens, **counts,
+        lora_rank=a.lora_rank, chunk_bytes=a.chunk_bytes, threads=a.threads,
+        export_sizes=EXPORT_SIZES["quick" if a.quick else "full"], quick=a.quick, out=a.out)
+    if min(*counts.values(), config.threads) < 1:
+        p.error("--steps, --warmup, --rounds, --export-rounds and --threads must be >= 1")
+    if not 0 <= config.prompt_tokens < config.tokens - 1:
+        p.error("--prompt-tokens must leave at least two trained tokens")
+    return config
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def load_note() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
+
+
+# ---- requests: the same for the server and the in-process twins ------------------------------
+
+def create_request(base: model_pb2.ModelReference, adaptation: str, lora_rank: int) -> pb.CreateSessionRequest:
+    kind = (model_pb2.Adaptation(lora=model_pb2.LoraAdaptation(rank=lora_rank, alpha=2.0 * lora_rank))
+            if adaptation == "lora" else model_pb2.Adaptation(full=model_pb2.FullAdaptation()))
+    return pb.CreateSessionRequest(
+        lease=LEASE, base_model=base, adaptation=kind, seed=1,
+        optimizer=algorithm_pb2.OptimizerConfig(learning_rate=1e-4, max_grad_norm=1.0))
+
+
+def datum_messages(config: BenchConfig) -> list[datum_pb2.Datum]:
+    """Random byte sequences; advantages +-1 by sequence; sampling logprobs near a uniform policy's."""
+    generator = torch.Generator().manual_seed(0)
+    datums = []
+    for index in range(config.sequences):
+        tokens = torch.randint(0, 256, (config.tokens,), generator=generator).tolist()
+        logprobs = (-5.56 + 0.1 * torch.randn(config.tokens, generator=generator)).tolist()
+        datums.append(datum_pb2.Datum(
+            tokens=tokens, loss_mask=[0.0] * config.prompt_tokens + [1.0] * (config.tokens - config.prompt_tokens),
+            advantages=[1.0 if index % 2 else -1.0] * config.tokens, sampling_logprobs=logprobs))
+    return datums
+
+
+PPO_CLIP = algorithm_pb2.LossConfig(function=algorithm_pb2.LOSS_FUNCTION_PPO_CLIP,
+                                    aggregation=algorithm_pb2.LOSS_AGGREGATION_TOKEN_MEAN,
+                                    clip_low=0.2, clip_high=0.2)
+
+
+def twin(request: pb.CreateSessionRequest, name: str, checkpoint_root: Path) -> TrainingSession:
+    """The in-process session the server would create for `request`."""
+    return create_session(f"twin-{name}", convert.session_spec(request), checkpoint_root=checkpoint_root)
+
+
+def export_model_dir(sizes: dict[str, int], directory: Path) -> tuple[Path, int]:
+    """A seeded Llama with the byte-level tokenizer saved as an HF directory; (path, parameters)."""
+    config = LlamaConfig(vocab_size=VOCAB_SIZE, pad_token_id=256, bos_token_id=257, eos_token_id=259,
+                         tie_word_embeddings=True, max_position_embeddings=512, num_attention_heads=8,
+                         num_key_value_heads=8, **sizes)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(config)
+    save_model_dir(model, build_byte_tokenizer(), directory)
+    return directory, sum(p.numel() for p in model.parameters())
+
+
+# ---- measurements -----------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class StepRun:
+    adaptation: str
+    target: str
+    round: int
+    steps: int
+    tokens: int
+    seconds: float
+    server_cpu_s: float
+    client_cpu_s: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportRun:
+    adaptation: str
+    target: str
+    round: int
+    bytes: int
+    seconds: float
+    header_s: float = 0.0
+    """export: from the call to its first message (the server's snapshot and sha256)."""
+    stream_s: float = 0.0
+    """export: from the header to the last chunk added to the assembler."""
+    finish_s: float = 0.0
+    """export: the assembler's finish() (sha256 check, tensors rebuilt)."""
+    server_cpu_s: float = 0.0
+    client_cpu_s: float = 0.0
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.bytes / self.seconds
+
+
+class Sides:
+    """The server's sessions (ids by adaptation) and their in-process twins, step and export."""
+
+    def __init__(self, stub: pb_grpc.TrainerServiceStub, server: ServerProcess, config: BenchConfig) -> None:
+        self.stub, self.server, self.config = stub, server, config
+        self.request = pb.ForwardBackwardRequest(lease=LEASE, datums=datum_messages(config), loss=PPO_CLIP)
+        self.datums = [convert.datum(message) for message in self.request.datums]
+        self.loss = convert.loss_config(PPO_CLIP)
+        self.step_ids: dict[str, str] = {}
+        self.step_twins: dict[str, TrainingSession] = {}
+        self.export_ids: dict[str, str] = {}
+        self.export_twins: dict[str, TrainingSession] = {}
+        self.first_loss: dict[str, dict[str, float]] = {a: {} for a in ADAPTATIONS}
+        self.optim_count = 0
+
+    def open(self, export_dir: Path, checkpoint_root: Path) -> None:
+        builtin = model_pb2.ModelReference(builtin=model_pb2.BuiltinModel(name=self.config.model, seed=0))
+        local = model_pb2.ModelReference(local=model_pb2.LocalModel(path=str(export_dir)))
+        for adaptation in ADAPTATIONS:
+            for base, ids, twins in ((builtin, self.step_ids, self.step_twins),
+                                     (local, self.export_ids, self.export_twins)):
+                request = create_request(base, adaptation, self.config.lora_rank)
+                ids[adaptation] = self.stub.CreateSession(request, timeout=CALL_TIMEOUT_S).session.session_id
+                twins[adaptation] = twin(request, adaptation, checkpoint_root)
+
+    # -- step
+
+    def step_grpc(self, adaptation: str) -> float:
+        session_id = self.step_ids[adaptation]
+        self.request.session_id = session_id
+        self.optim_count += 1
+        loss = self.stub.ForwardBackward(self.request, timeout=CALL_TIMEOUT_S).loss
+        self.stub.OptimStep(pb.OptimStepRequest(session_id=session_id, lease=LEASE,
+                                                request_id=f"bench/optim/{self.optim_count}"),
+                            timeout=CALL_TIMEOUT_S)
+        return loss
+
+    def step_in_process(self, adaptation: str) -> float:
+        session = self.step_twins[adaptation]
+        loss = session.forward_backward(self.datums, self.loss).loss
+        session.optim_step()
+        return loss
+
+    def warm_up(self) -> None:
+        for adaptation in ADAPTATIONS:
+            for target, step in (("grpc", self.step_grpc), ("in-process", self.step_in_process)):
+                losses = [step(adaptation) for _ in range(self.config.warmup)]
+                self.first_loss[adaptation][target] = losses[0]
+
+    def time_steps(self, adaptation: str, target: str, round_index: int) -> StepRun:
+        step: Callable[[str], float] = self.step_grpc if target == "grpc" else self.step_in_process
+        server_cpu, client_cpu = cpu_seconds(self.server.pid), time.process_time()
+        started = time.perf_counter()
+        for _ in range(self.config.steps):
+            step(adaptation)
+        seconds = time.perf_counter() - started
+        return StepRun(adaptation=adaptation, target=target, round=round_index, steps=self.config.steps,
+                       tokens=self.config.steps * self.config.sequences * self.config.tokens, seconds=seconds,
+                       server_cpu_s=cpu_seconds(self.server.pid) - server_cpu,
+                       client_cpu_s=time.process_time() - client_cpu)
+
+    # -- export
+
+    def expected_tensors(self, adaptation: str) -> dict[str, torch.Tensor]:
+        """What ExportWeights of the twin's weights holds (tied tensors as separate copies)."""
+        model = self.export_twins[adaptation].model
+        source = lora_state_dict(model) if adaptation == "lora" else model.state_dict()
+        return {name: tensor.detach().clone() for name, tensor in source.items()}
+
+    def export_grpc(self, adaptation: str, round_index: int) -> tuple[ExportRun, pb.ExportWeightsResponse,
+                                                                       dict[str, torch.Tensor]]:
+        request = pb.ExportWeightsRequest(session_id=self.export_ids[adaptation],
+                                          format=WEIGHTS_FORMATS[adaptation], chunk_bytes=self.config.chunk_bytes)
+        server_cpu, client_cpu = cpu_seconds(self.server.pid), time.process_time()
+        started = time.perf_counter()
+        stream = self.stub.ExportWeights(request, timeout=CALL_TIMEOUT_S)
+        first = next(stream)
+        header_at = time.perf_counter()
+        if first.WhichOneof("item") != "header":
+            raise BenchFailure(f"ExportWeights ({adaptation}) began with {first.WhichOneof('item')}, not a header")
+        header = first.header
+        assembler = WeightsAssembler([tensor_spec(message) for message in header.tensors], header.sha256)
+        for item in stream:
+            assembler.add(item.chunk.tensor_name, item.chunk.offset, item.chunk.data)
+        streamed_at = time.perf_counter()
+        tensors = assembler.finish()
+        done = time.perf_counter()
+        run = ExportRun(adaptation=adaptation, target="export", round=round_index, bytes=header.total_bytes,
+                        seconds=done - started, header_s=header_at - started, stream_s=streamed_at - header_at,
+                        finish_s=done - streamed_at, server_cpu_s=cpu_seconds(self.server.pid) - server_cpu,
+                        client_cpu_s=time.process_time() - client_cpu)
+        return run, first, tensors
+
+    @staticmethod
+    def export_safetensors(adaptation: str, round_index: int, tensors: dict[str, torch.Tensor],
+                           directory: Path) -> ExportRun:
+        path = directory / f"bench-trainer-{os.getpid()}-{adaptation}.safetensors"
+        client_cpu = time.process_time()
+        started = time.perf_counter()
+        save_file(tensors, str(path))
+        seconds = time.perf_counter() - started
+        cpu = time.process_time() - client_cpu
+        path.unlink()
+        size = sum(t.numel() * t.element_size() for t in tensors.values())
+        return ExportRun(adaptation=adaptation, target="safetensors", round=round_index, bytes=size,
+                         seconds=seconds, client_cpu_s=cpu)
+
+
+def tensor_spec(message: weights_pb2.TensorSpec) -> TensorSpec:
+    return TensorSpec(name=message.name, dtype=DTYPE_NAMES[message.dtype], shape=tuple(message.shape),
+                      byte_length=message.byte_length)
+
+
+def verify_export(adaptation: str, first: pb.ExportWeightsResponse, received: dict[str, torch.Tensor],
+                  expected: dict[str, torch.Tensor], twin_session: TrainingSession) -> dict[str, Any]:
+    """The exported weights are the twin's: same names, sha256 and tensors; BenchFailure otherwise."""
+    reference = export_weights(twin_session)
+    problems = []
+    if list(received) != list(expected):
+        problems.append(f"tensor names differ: {sorted(set(received) ^ set(expected))[:5]}")
+    if first.header.sha256 != reference.package.sha256:
+        problems.append(f"sha256 {first.header.sha256} != in-process {reference.package.sha256}")
+    unequal = [name for name in expected if name in received and not torch.equal(received[name], expected[name])]
+    if unequal:
+        problems.append(f"tensors differ: {unequal[:5]}")
+    if problems:
+        raise BenchFailure(f"ExportWeights ({adaptation}) differs from the in-process weights: "
+                           f"{'; '.join(problems)}")
+    return {"tensors": len(received), "bytes": first.header.total_bytes, "sha256": first.header.sha256,
+            "equal": True}
+
+
+def shm_dir() -> Path:
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+
+
+def run_steps(sides: Sides, config: BenchConfig) -> list[StepRun]:
+    progress(f"warm-up: {config.warmup} step(s) per side and adaptation ...")
+    sides.warm_up()
+    runs: list[StepRun] = []
+    for round_index in range(config.rounds):
+        for adaptation in rotated(ADAPTATIONS, round_index):
+            for target in rotated(STEP_TARGETS, round_index):
+                run = sides.time_steps(adaptation, target, round_index)
+                progress(f"round {round_index + 1} step {adaptation:4s} {target:10s} "
+                         f"{run.steps / run.seconds:6.2f} steps/s {run.tokens_per_s:9.0f} tokens/s")
+                runs.append(run)
+    return runs
+
+
+def rotated(names: tuple[str, ...], shift: int) -> tuple[str, ...]:
+    shift %= len(names)
+    return names[shift:] + names[:shift]
+
+
+def run_exports(sides: Sides, config: BenchConfig) -> tuple[list[ExportRun], dict[str, Any]]:
+    directory = shm_dir()
+    expected = {adaptation: sides.expected_tensors(adaptation) for adaptation in ADAPTATIONS}
+    verified: dict[str, Any] = {}
+    runs: list[ExportRun] = []
+    for adaptation in ADAPTATIONS:  # warm-up, and the one check against the in-process weights
+        _, first, received = sides.export_grpc(adaptation, -1)
+        verified[adaptation] = verify_export(adaptation, first, received, expected[adaptation],
+                                             sides.export_twins[adaptation])
+        sides.export_safetensors(adaptation, -1, expected[adaptation], directory)
+        del received
+    for round_index in range(config.export_rounds):
+        for adaptation in rotated(ADAPTATIONS, round_index):
+            for target in rotated(EXPORT_TARGETS, round_index):
+                run = (sides.export_grpc(adaptation, round_index)[0] if target == "export"
+                       else sides.export_safetensors(adaptation, round_index, expected[adaptation], directory))
+                progress(f"round {round_index + 1} export {adaptation:4s} {target:11s} "
+                         f"{run.bytes_per_s / 1e6:8.1f} MB/s ({run.bytes / 1e6:.1f} MB "
+                         f"in {run.seconds * 1e3:.0f} ms)")
+                runs.append(run)
+    return runs, verified
+
+
+# ---- report -----------------------------------------------------------------------------------
+
+def summarize(step_runs: list[StepRun], export_runs: list[ExportRun]) -> dict[str, Any]:
+    median = statistics.median
+    steps = {}
+    for adaptation in ADAPTATIONS:
+        for target in STEP_TARGETS:
+            runs = [r for r in step_runs if r.adaptation == adaptation and r.target == target]
+            steps.setdefault(adaptation, {})[target] = {
+                "steps_per_s": median(r.steps / r.seconds for r in runs),
+                "tokens_per_s": median(r.tokens_per_s for r in runs),
+                "ms_per_step": median(1e3 * r.seconds / r.steps for r in runs),
+                "server_cpu_ms_per_step": median(1e3 * r.server_cpu_s / r.steps for r in runs),
+                "client_cpu_ms_per_step": median(1e3 * r.client_cpu_s / r.steps for r in runs)}
+    exports = {}
+    for adaptation in ADAPTATIONS:
+        for target in EXPORT_TARGETS:
+            runs = [r for r in export_runs if r.adaptation == adaptation and r.target == target]
+            exports.setdefault(adaptation, {})[target] = {
+                "bytes": runs[0].bytes, "bytes_per_s": median(r.bytes_per_s for r in runs),
+                "ms": median(1e3 * r.seconds for r in runs), "header_ms": median(1e3 * r.header_s for r in runs),
+                "stream_ms": median(1e3 * r.stream_s for r in runs),
+                "finish_ms": median(1e3 * r.finish_s for r in runs),
+                "server_cpu_ms": median(1e3 * r.server_cpu_s for r in runs),
+                "client_cpu_ms": median(1e3 * r.client_cpu_s for r in runs)}
+    return {"step": steps, "export": exports}
+
+
+def ratios(step_runs: list[StepRun], export_runs: list[ExportRun]) -> dict[str, float]:
+    """Per adaptation, the median over rounds of the round's throughput ratio (the two sides of
+    a round run back to back, so a drift in the machine's load cancels out)."""
+    steps = {f"grpc_over_inprocess_step_{a}": paired_ratio(step_runs, a, "grpc", "in-process")
+             for a in ADAPTATIONS}
+    exports = {f"export_over_safetensors_{a}": paired_ratio(export_runs, a, "export", "safetensors")
+               for a in ADAPTATIONS}
+    return {**steps, **exports}
+
+
+def paired_ratio(runs: list[StepRun] | list[ExportRun], adaptation: str, target: str, baseline: str) -> float:
+    rate = {(r.target, r.round): r.tokens_per_s if isinstance(r, StepRun) else r.bytes_per_s
+            for r in runs if r.adaptation == adaptation}
+    rounds = sorted({round_index for _, round_index in rate})
+    return statistics.median(rate[(target, i)] / rate[(baseline, i)] for i in rounds)
+
+
+def print_report(results: dict[str, Any], config: BenchConfig) -> None:
+    summary, models = results["summary"], results["models"]
+    trained = config.tokens - config.prompt_tokens
+    print(f"\nTrainer step: {config.model} ({models['step_parameters']:,} parameters), "
+          f"{config.sequences} sequences x {config.tokens} tokens ({trained} trained), PPO-clip; "
+          f"ForwardBackward + OptimStep, median of {config.rounds} rounds x {config.steps} steps, "
+          f"{config.threads} torch thread(s) per process")
+    print(f"{'adaptation':11s}{'target':12s}{'steps/s':>9s}{'tokens/s':>10s}{'ms/step':>9s}"
+          f"{'server CPU ms':>15s}{'client CPU ms':>15s}")
+    for adaptation, targets in summary["step"].items():
+        for target, row in targets.items():
+            print(f"{adaptation:11s}{target:12s}{row['steps_per_s']:9.2f}{row['tokens_per_s']:10.0f}"
+                  f"{row['ms_per_step']:9.1f}{row['server_cpu_ms_per_step']:15.1f}"
+                  f"{row['client_cpu_ms_per_step']:15.1f}")
+    chunk = f"{config.chunk_bytes} B" if config.chunk_bytes else "1 MiB (server default)"
+    print(f"\nExportWeights: Llama of {models['export_parameters']:,} parameters (a LoRA rank {config.lora_rank} "
+          f"adapter, and full), chunks of {chunk}, drained and reassembled vs safetensors save_file to "
+          f"{results['safetensors_dir']}; median of {config.export_rounds} rounds")
+    print(f"{'kind':6s}{'target':13s}{'MB':>8s}{'MB/s':>9s}{'ms':>8s}{'header ms':>11s}{'stream ms':>11s}"
+          f"{'finish ms':>11s}{'server CPU ms':>15s}{'client CPU ms':>15s}")
+    for adaptation, targets in summary["export"].items():
+        for target, row in targets.items():
+            phases = (f"{row['header_ms']:11.1f}{row['stream_ms']:11.1f}{row['finish_ms']:11.1f}"
+                      f"{row['server_cpu_ms']:15.1f}" if target == "export" else f"{'-':>11s}" * 3 + f"{'-':>15s}")
+            print(f"{adaptation:6s}{target:13s}{row['bytes'] / 1e6:8.2f}{row['bytes_per_s'] / 1e6:9.1f}"
+                  f"{row['ms']:8.1f}{phases}{row['client_cpu_ms']:15.1f}")
+    losses = results["first_loss"]
+    print("\nfirst step loss, grpc / in-process: " + ", ".join(
+        f"{a} {losses[a]['grpc']:.6f} / {losses[a]['in-process']:.6f}" for a in ADAPTATIONS))
+    print("exported weights equal to the in-process session's (names, sha256, tensors): " + ", ".join(
+        f"{a} {'yes' if results['verified'][a]['equal'] else 'NO'}" for a in ADAPTATIONS))
+    for name, value in results["ratios"].items():
+        target = TARGET_RATIOS[name]
+        print(f"{name:34s}{value:6.2f}  target >= {target:.2f}: {'ok' if value >= target else 'MISS'}")
+    print(f"{results['load_before']} before, {results['load_after']} after")
+
+
+def trainer_process(tmp_path: Path, config: BenchConfig) -> ServerProcess:
+    port, nowhere = free_port(), free_port()
+    return ServerProcess(
+        name="trainer", command=[sys.executable, "-m", "opentinker_trainer"], port=port,
+        log_path=tmp_path / "trainer.log", env=clean_environment(
+            OPENTINKER_AUTH="disabled", OPENTINKER_TRAINER_PORT=str(port), OPENTINKER_TRAINER_HOST="127.0.0.1",
+            OPENTINKER_TRAINER_DEVICE="cpu", OPENTINKER_TRAINER_SCHEDULER_ADDRESS=f"127.0.0.1:{nowhere}",
+            OPENTINKER_CHECKPOINT_DIR=str(tmp_path / "checkpoints"), OMP_NUM_THREADS=str(config.threads)))
+
+
+def run(config: BenchConfig) -> dict[str, Any]:
+    """Start the server, measure both parts, stop it; the results (BenchFailure on a failed run)."""
+    load_before = load_note()
+    with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
+        tmp_path = Path(tmp)
+        server = trainer_process(tmp_path, config)
+        try:
+            progress("starting the Trainer process; building the export model ...")
+            server.start()
+            export_dir, export_parameters = export_model_dir(config.export_sizes, tmp_path / "export-model")
+            server.wait_serving(START_TIMEOUT_S)
+            with grpc.insecure_channel(server.address) as channel:
+                sides = Sides(pb_grpc.TrainerServiceStub(channel), server, config)
+                progress("creating sessions (server and in-process) ...")
+                sides.open(export_dir, tmp_path / "checkpoints")
+                step_runs = run_steps(sides, config)
+                export_runs, verified = run_exports(sides, config)
+        except (BenchFailure, grpc.RpcError) as failure:
+            raise BenchFailure(f"{failure}\ntrainer log:\n{server.log_tail()}") from failure
+        finally:
+            server.stop()
+    summary = summarize(step_runs, export_runs)
+    ratio = ratios(step_runs, export_runs)
+    return {
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()},
+        "host": {"python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count()},
+        "models": {"step_parameters": sides.step_twins["full"].info.parameter_count,
+                   "step_lora_trainable": sides.step_twins["lora"].info.trainable_parameter_count,
+                   "export_parameters": export_parameters,
+                   "export_lora_trainable": sides.export_twins["lora"].info.trainable_parameter_count},
+        "safetensors_dir": str(shm_dir()), "first_loss": sides.first_loss, "verified": verified,
+        "summary": summary, "ratios": ratio, "targets": TARGET_RATIOS,
+        "meets_target": {name: value >= TARGET_RATIOS[name] for name, value in ratio.items()},
+        "load_before": load_before, "load_after": load_note(),
+        "runs": {"step": [asdict(r) for r in step_runs], "export": [asdict(r) for r in export_runs]}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    config = parse_args(argv)
+    quiet_transformers()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(config.threads)
+    try:
+        results = run(config)
+    except BenchFailure as failure:
+        print(f"bench failed: {failure}", file=sys.stderr)
+        return 1
+    finally:
+        torch.set_num_threads(threads)
+    print_report(results, config)
+    config.out.parent.mkdir(parents=True, exist_ok=True)
+    config.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"results: {config.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
