@@ -72,6 +72,7 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from envhost import BenchFailure, ServerProcess, clean_environment, cpu_seconds, free_port  # noqa: E402
 
+from opentinker.core.memory import keep_freed_memory
 from opentinker.api.common.v1 import algorithm_pb2, datum_pb2, model_pb2, resources_pb2, weights_pb2  # noqa: E402
 from opentinker.api.trainer.v1 import trainer_service_pb2 as pb  # noqa: E402
 from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc  # noqa: E402
@@ -555,6 +556,7 @@ def run(config: BenchConfig) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)
     quiet_transformers()
+    keep_freed_memory()  # as the services do: the receiver and the baseline get the same allocator
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads)
     try:

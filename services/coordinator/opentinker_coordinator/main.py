@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.core.entrypoint import run_service
+from opentinker.core.memory import keep_freed_memory
 from opentinker.core.server import ServerPlan
 from opentinker.core.worker_registration import WorkerRegistration
 from opentinker_coordinator.launch import JobLauncher, LaunchConfig
@@ -31,6 +32,7 @@ def registration(settings: CoordinatorSettings, registry: RunRegistry) -> Worker
 
 
 async def build_plan(settings: CoordinatorSettings) -> ServerPlan:
+    keep_freed_memory()  # every weight sync relays a model's worth of chunk messages
     launcher = JobLauncher(LaunchConfig(
         scheduler_address=settings.scheduler_address, trainer_address=settings.trainer_address,
         rollout_address=settings.rollout_address, output_dir=settings.output_dir,

@@ -2,6 +2,7 @@
 
 from opentinker.core.devices import discover_devices
 from opentinker.core.entrypoint import run_service
+from opentinker.core.memory import keep_freed_memory
 from opentinker.core.server import ServerPlan
 from opentinker.core.worker_registration import WorkerRegistration
 from opentinker_rollout.envhost_client import EnvHostChannels
@@ -14,6 +15,7 @@ SERVICE_NAME = "rollout"
 
 async def build_plan(settings: RolloutSettings) -> ServerPlan:
     """The RolloutService over a policy registry; EnvHost channels are dialled on first use."""
+    keep_freed_memory()  # weight updates allocate and free a model's worth of buffers each time
     registry = PolicyRegistry(checkpoint_root=settings.checkpoint_dir,
                               default_max_batch_size=settings.max_batch_size,
                               continuous_batching=settings.batching == "continuous")

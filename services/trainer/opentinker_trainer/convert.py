@@ -22,7 +22,7 @@ from opentinker.api.common.v1 import datum_pb2, model_pb2, resources_pb2, weight
 from opentinker.api.trainer.v1 import trainer_service_pb2 as pb
 from opentinker.ml.checkpoints import CheckpointFormat
 from opentinker.ml.sources import LoraSpec, ModelInfo, ModelSource, Precision
-from opentinker.ml.weights import TensorSpec
+from opentinker.ml.weights import Chunk, TensorSpec
 from opentinker_trainer.batching import Datum
 from opentinker_trainer.checkpointing import CheckpointRecord
 from opentinker_trainer.config import (KlEstimator, KlPlacement, Lease, LossAggregation, LossConfig,
@@ -230,3 +230,13 @@ def timestamp(seconds: float) -> Timestamp:
     stamp = Timestamp()
     stamp.FromNanoseconds(int(seconds * 1e9))
     return stamp
+
+
+def chunk_response(chunk: Chunk) -> pb.ExportWeightsResponse:
+    """One chunk message, its bytes set in place (building a WeightsChunk first and passing it
+    to the constructor copies the megabyte once more)."""
+    response = pb.ExportWeightsResponse()
+    response.chunk.tensor_name = chunk.tensor_name
+    response.chunk.offset = chunk.offset
+    response.chunk.data = chunk.data
+    return response

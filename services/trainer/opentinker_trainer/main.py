@@ -2,6 +2,7 @@
 
 from opentinker.core.devices import discover_devices
 from opentinker.core.entrypoint import run_service
+from opentinker.core.memory import keep_freed_memory
 from opentinker.core.server import ServerPlan
 from opentinker.core.worker_registration import WorkerRegistration
 from opentinker_trainer.settings import TrainerSettings
@@ -15,6 +16,7 @@ async def build_plan(settings: TrainerSettings) -> ServerPlan:
     from opentinker_trainer.servicer import build_registry, trainer_service_binding
 
     quiet_transformers()
+    keep_freed_memory()  # exports allocate and free a model's worth of buffers each time
     devices = discover_devices(settings.cpu_slots)
     registry = build_registry(settings.checkpoint_dir, settings.device,
                               [device.device_id for device in devices])

@@ -164,8 +164,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
             session, format, chunk_bytes=request.chunk_bytes))
         yield pb.ExportWeightsResponse(header=convert.weights_header(export))
         for chunk in export.package.chunks:
-            yield pb.ExportWeightsResponse(chunk=weights_pb2.WeightsChunk(
-                tensor_name=chunk.tensor_name, offset=chunk.offset, data=chunk.data))
+            yield convert.chunk_response(chunk)
 
     @maps_domain_errors
     async def CloseSession(self, request: pb.CloseSessionRequest, context: Any) -> pb.CloseSessionResponse:
