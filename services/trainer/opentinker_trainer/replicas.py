@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from opentinker_trainer.config import SessionSpec
 from opentinker_trainer.errors import TrainerError
+from opentinker_trainer.replica_worker import serve_replica
 
 COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=10)
 START_TIMEOUT_S = 300.0
@@ -107,7 +108,6 @@ class ReplicaGroup:
         context = multiprocessing.get_context("spawn")
         self._pipes: list[Connection] = []
         self._processes = []
-        from opentinker_trainer.replica_worker import serve_replica
         for rank in range(1, self.world_size):
             ours, theirs = context.Pipe()
             process = context.Process(

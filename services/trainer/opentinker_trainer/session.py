@@ -221,7 +221,8 @@ class TrainingSession:
         """sha256 of the trainable parameters' bytes: equal on every rank of an in-sync session."""
         digest = hashlib.sha256()
         for parameter in self.trainable_parameters():
-            digest.update(parameter.detach().cpu().contiguous().numpy().tobytes())
+            flat = parameter.detach().cpu().contiguous().reshape(-1)
+            digest.update(flat.view(torch.uint8).numpy().tobytes())  # bfloat16 has no numpy twin
         return digest.hexdigest()
 
     def replicas_in_sync(self) -> bool:
