@@ -72,13 +72,14 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from envhost import BenchFailure, ServerProcess, clean_environment, cpu_seconds, free_port  # noqa: E402
 
-from opentinker.core.memory import keep_freed_memory
+from opentinker.core.memory import keep_freed_memory  # noqa: E402
 from opentinker.api.common.v1 import algorithm_pb2, datum_pb2, model_pb2, resources_pb2, weights_pb2  # noqa: E402
 from opentinker.api.trainer.v1 import trainer_service_pb2 as pb  # noqa: E402
 from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc  # noqa: E402
 from opentinker.ml.models import quiet_transformers, save_model_dir  # noqa: E402
 from opentinker.ml.tokenizer import VOCAB_SIZE, build_byte_tokenizer  # noqa: E402
-from opentinker.ml.weights import TensorSpec, WeightsAssembler, lora_state_dict  # noqa: E402
+from opentinker.ml.weights import WeightsAssembler, lora_state_dict  # noqa: E402
+from opentinker_rollout.convert import weights_header  # noqa: E402 - as the Rollout receives weights
 from opentinker_trainer import convert  # noqa: E402
 from opentinker_trainer.export import export_weights  # noqa: E402
 from opentinker_trainer.session import TrainingSession, create_session  # noqa: E402
@@ -89,8 +90,6 @@ STEP_TARGETS = ("grpc", "in-process")
 EXPORT_TARGETS = ("export", "safetensors")
 TARGET_RATIOS = {"grpc_over_inprocess_step_lora": 0.90, "grpc_over_inprocess_step_full": 0.90,
                  "export_over_safetensors_lora": 0.50, "export_over_safetensors_full": 0.50}
-DTYPE_NAMES = {weights_pb2.TENSOR_DTYPE_FLOAT32: "float32", weights_pb2.TENSOR_DTYPE_BFLOAT16: "bfloat16",
-               weights_pb2.TENSOR_DTYPE_FLOAT16: "float16"}
 WEIGHTS_FORMATS = {"lora": weights_pb2.WEIGHTS_FORMAT_LORA_ADAPTER, "full": weights_pb2.WEIGHTS_FORMAT_FULL}
 EXPORT_SIZES = {"full": {"hidden_size": 512, "intermediate_size": 1792, "num_hidden_layers": 8},
                 "quick": {"hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 6}}
@@ -326,7 +325,7 @@ class Sides:
         if first.WhichOneof("item") != "header":
             raise BenchFailure(f"ExportWeights ({adaptation}) began with {first.WhichOneof('item')}, not a header")
         header = first.header
-        assembler = WeightsAssembler([tensor_spec(message) for message in header.tensors], header.sha256)
+        assembler = WeightsAssembler(list(weights_header(header).tensors), header.sha256)
         for item in stream:
             assembler.add(item.chunk.tensor_name, item.chunk.offset, item.chunk.data)
         streamed_at = time.perf_counter()
@@ -351,11 +350,6 @@ class Sides:
         size = sum(t.numel() * t.element_size() for t in tensors.values())
         return ExportRun(adaptation=adaptation, target="safetensors", round=round_index, bytes=size,
                          seconds=seconds, client_cpu_s=cpu)
-
-
-def tensor_spec(message: weights_pb2.TensorSpec) -> TensorSpec:
-    return TensorSpec(name=message.name, dtype=DTYPE_NAMES[message.dtype], shape=tuple(message.shape),
-                      byte_length=message.byte_length)
 
 
 def verify_export(adaptation: str, first: pb.ExportWeightsResponse, received: dict[str, torch.Tensor],

@@ -104,7 +104,7 @@ class ReplicaGroup:
         self.world_size = len(devices)
         store = dist.TCPStore("127.0.0.1", 0, self.world_size, is_master=True,
                               timeout=COLLECTIVE_TIMEOUT, wait_for_workers=False)
-        self._store = store
+        self._store = store  # the group's rendezvous lives as long as the group
         context = multiprocessing.get_context("spawn")
         self._pipes: list[Connection] = []
         self._processes = []

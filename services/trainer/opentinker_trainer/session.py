@@ -22,6 +22,7 @@ from opentinker.ml.errors import CheckpointError, ModelSourceError
 from opentinker.ml.logprobs import token_logprobs
 from opentinker.ml.models import apply_lora, describe_model, load_model
 from opentinker.ml.sources import LoraSpec, ModelInfo
+from opentinker.ml.weights import tensor_bytes
 from opentinker_trainer.batching import (Datum, pad_batch, plan_micro_batches, validate_datums,
                                          validate_sequences)
 from opentinker_trainer.config import LossConfig, SessionSpec
@@ -221,8 +222,7 @@ class TrainingSession:
         """sha256 of the trainable parameters' bytes: equal on every rank of an in-sync session."""
         digest = hashlib.sha256()
         for parameter in self.trainable_parameters():
-            flat = parameter.detach().cpu().contiguous().reshape(-1)
-            digest.update(flat.view(torch.uint8).numpy().tobytes())  # bfloat16 has no numpy twin
+            digest.update(tensor_bytes(parameter))
         return digest.hexdigest()
 
     def replicas_in_sync(self) -> bool:

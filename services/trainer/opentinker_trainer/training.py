@@ -1,5 +1,7 @@
-"""One ForwardBackward: micro-batches, loss terms, backward, metrics. Gradients accumulate in
-the model's parameters until the session's optimizer step."""
+"""One ForwardBackward: micro-batches, loss terms, backward, metrics. `batch_norm` fixes the
+whole batch's denominators, `accumulate` runs one shard of it (all of it on one device, a
+rank's share when data-parallel), `combine` merges the shards' results. Gradients accumulate
+in the model's parameters until the session's optimizer step."""
 
 from __future__ import annotations
 
@@ -59,16 +61,6 @@ class ShardResult:
     loss: float
     metrics: MetricSums
     logprobs: list[list[float]]
-
-
-def forward_backward(model: Any, datums: Sequence[Datum], loss: LossConfig, *,
-                     max_tokens: int, reference: ReferenceFn | None,
-                     device: str | torch.device = "cpu") -> ForwardBackwardResult:
-    """Accumulate d(batch loss)/d(params) into `.grad`, micro-batch by micro-batch."""
-    norm = batch_norm(datums, loss)
-    shard = accumulate(model, datums, loss, norm, max_tokens=max_tokens, reference=reference,
-                       device=device)
-    return combine(datums, [(list(range(len(datums))), shard)])
 
 
 def batch_norm(datums: Sequence[Datum], loss: LossConfig) -> losses.LossNorm:
