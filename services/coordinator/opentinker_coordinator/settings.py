@@ -22,6 +22,8 @@ class CoordinatorSettings(ServiceSettings):
         "127.0.0.1:50052", "Trainer used when a job's assignment names none.")
     rollout_address: str = address_setting(
         "127.0.0.1:50053", "Rollout used when a job's assignment names none.")
+    envhost_address: str = address_setting(
+        "127.0.0.1:50054", "EnvHost that hosts multi-agent matches whose environment names none.")
     output_dir: str = setting(
         ".opentinker/outputs", "Directory for INFERENCE job results that name no output_path.")
     checkpoint_dir: Path = checkpoint_dir_setting(

@@ -30,7 +30,8 @@ SERVICES: tuple[ServiceDef, ...] = (
     ServiceDef(name="trainer", default_port=50052, peers=("scheduler",)),
     ServiceDef(name="rollout", default_port=50053, peers=("scheduler", "envhost")),
     ServiceDef(name="envhost", default_port=50054, peers=("scheduler",)),
-    ServiceDef(name="coordinator", default_port=50055, peers=("scheduler", "trainer", "rollout")),
+    ServiceDef(name="coordinator", default_port=50055,
+               peers=("scheduler", "trainer", "rollout", "envhost")),
 )
 SERVICE_NAMES = tuple(s.name for s in SERVICES)
 

@@ -22,6 +22,10 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_WEIGHTS_CORRUPT: _ClassVar[ErrorReason]
     ERROR_REASON_REQUEST_ID_REUSED: _ClassVar[ErrorReason]
     ERROR_REASON_UNAUTHENTICATED: _ClassVar[ErrorReason]
+    ERROR_REASON_MATCH_NOT_FOUND: _ClassVar[ErrorReason]
+    ERROR_REASON_MATCH_FINISHED: _ClassVar[ErrorReason]
+    ERROR_REASON_SEAT_TAKEN: _ClassVar[ErrorReason]
+    ERROR_REASON_AGENT_LOST: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 ERROR_REASON_INVALID_FIELD: ErrorReason
 ERROR_REASON_JOB_NOT_FOUND: ErrorReason
@@ -37,6 +41,10 @@ ERROR_REASON_WEIGHTS_VERSION_CONFLICT: ErrorReason
 ERROR_REASON_WEIGHTS_CORRUPT: ErrorReason
 ERROR_REASON_REQUEST_ID_REUSED: ErrorReason
 ERROR_REASON_UNAUTHENTICATED: ErrorReason
+ERROR_REASON_MATCH_NOT_FOUND: ErrorReason
+ERROR_REASON_MATCH_FINISHED: ErrorReason
+ERROR_REASON_SEAT_TAKEN: ErrorReason
+ERROR_REASON_AGENT_LOST: ErrorReason
 
 class ErrorDetail(_message.Message):
     __slots__ = ("code", "message", "reason", "traceback")

@@ -29,7 +29,7 @@ from opentinker.api.common.v1 import progress_pb2 as opentinker_dot_common_dot_v
 from opentinker.api.common.v1 import resources_pb2 as opentinker_dot_common_dot_v1_dot_resources__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n3opentinker/coordinator/v1/coordinator_service.proto\x12\x19opentinker.coordinator.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a&opentinker/common/v1/environment.proto\x1a#opentinker/common/v1/progress.proto\x1a$opentinker/common/v1/resources.proto\"\x8e\x03\n\x03Run\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x33\n\x05state\x18\x02 \x01(\x0e\x32$.opentinker.coordinator.v1.Run.State\x12\x33\n\x08progress\x18\x03 \x01(\x0b\x32!.opentinker.common.v1.JobProgress\x12\x38\n\x06\x61gents\x18\x04 \x03(\x0b\x32(.opentinker.coordinator.v1.AgentProgress\x12\x0f\n\x07message\x18\x05 \x01(\t\x12.\n\nstart_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x91\x01\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x12\n\x0eSTATE_STARTING\x10\x01\x12\x11\n\rSTATE_RUNNING\x10\x02\x12\x10\n\x0cSTATE_PAUSED\x10\x03\x12\x12\n\x0eSTATE_STOPPING\x10\x04\x12\x12\n\x0eSTATE_FINISHED\x10\x05\x12\x10\n\x0cSTATE_FAILED\x10\x06\"s\n\rAgentProgress\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12*\n\x05phase\x18\x02 \x01(\x0e\x32\x1b.opentinker.common.v1.Phase\x12\x0c\n\x04step\x18\x03 \x01(\x03\x12\x16\n\x0epolicy_version\x18\x04 \x01(\x03\"X\n\x0fStartRunRequest\x12\x31\n\x05lease\x18\x01 \x01(\x0b\x32\".opentinker.common.v1.LeaseContext\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"?\n\x10StartRunResponse\x12+\n\x03run\x18\x01 \x01(\x0b\x32\x1e.opentinker.coordinator.v1.Run\"p\n\x10ResumeRunRequest\x12\x31\n\x05lease\x18\x01 \x01(\x0b\x32\".opentinker.common.v1.LeaseContext\x12\x15\n\rcheckpoint_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"@\n\x11ResumeRunResponse\x12+\n\x03run\x18\x01 \x01(\x0b\x32\x1e.opentinker.coordinator.v1.Run\"f\n\x0eStopRunRequest\x12\x31\n\x05lease\x18\x01 \x01(\x0b\x32\".opentinker.common.v1.LeaseContext\x12\x11\n\timmediate\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\">\n\x0fStopRunResponse\x12+\n\x03run\x18\x01 \x01(\x0b\x32\x1e.opentinker.coordinator.v1.Run\"\x1f\n\rGetRunRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"=\n\x0eGetRunResponse\x12+\n\x03run\x18\x01 \x01(\x0b\x32\x1e.opentinker.coordinator.v1.Run\"!\n\x0fWatchRunRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"?\n\x10WatchRunResponse\x12+\n\x03run\x18\x01 \x01(\x0b\x32\x1e.opentinker.coordinator.v1.Run\"\xdb\x04\n\x05Match\x12\x10\n\x08match_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12?\n\x0b\x65nvironment\x18\x03 \x01(\x0b\x32*.opentinker.common.v1.EnvironmentReference\x12\r\n\x05seats\x18\x04 \x03(\t\x12J\n\x0e\x61gents_by_seat\x18\x05 \x03(\x0b\x32\x32.opentinker.coordinator.v1.Match.AgentsBySeatEntry\x12\x35\n\x05state\x18\x06 \x01(\x0e\x32&.opentinker.coordinator.v1.Match.State\x12\x12\n\nturn_index\x18\x07 \x01(\x05\x12\x14\n\x0c\x63urrent_seat\x18\x08 \x01(\t\x12L\n\x0frewards_by_seat\x18\t \x03(\x0b\x32\x33.opentinker.coordinator.v1.Match.RewardsBySeatEntry\x1a\x33\n\x11\x41gentsBySeatEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x34\n\x12RewardsBySeatEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\"z\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x1c\n\x18STATE_WAITING_FOR_AGENTS\x10\x01\x12\x15\n\x11STATE_IN_PROGRESS\x10\x02\x12\x12\n\x0eSTATE_FINISHED\x10\x03\x12\x11\n\rSTATE_ABORTED\x10\x04\"\xc3\x01\n\x10OpenMatchRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12?\n\x0b\x65nvironment\x18\x02 \x01(\x0b\x32*.opentinker.common.v1.EnvironmentReference\x12\r\n\x05seats\x18\x03 \x03(\t\x12-\n\x0creset_kwargs\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0c\n\x04seed\x18\x05 \x01(\x03\x12\x12\n\nrequest_id\x18\x06 \x01(\t\"D\n\x11OpenMatchResponse\x12/\n\x05match\x18\x01 \x01(\x0b\x32 .opentinker.coordinator.v1.Match\"D\n\x10JoinMatchRequest\x12\x10\n\x08match_id\x18\x01 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\x12\x0c\n\x04seat\x18\x03 \x01(\t\"y\n\x11JoinMatchResponse\x12/\n\x05match\x18\x01 \x01(\x0b\x32 .opentinker.coordinator.v1.Match\x12\x15\n\rsystem_prompt\x18\x02 \x01(\t\x12\x1c\n\x14initial_user_message\x18\x03 \x01(\t\"#\n\x0fGetMatchRequest\x12\x10\n\x08match_id\x18\x01 \x01(\t\"C\n\x10GetMatchResponse\x12/\n\x05match\x18\x01 \x01(\x0b\x32 .opentinker.coordinator.v1.Match\"6\n\x10\x41waitTurnRequest\x12\x10\n\x08match_id\x18\x01 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\"d\n\x11\x41waitTurnResponse\x12\x12\n\nturn_index\x18\x01 \x01(\x05\x12\x13\n\x0bobservation\x18\x02 \x01(\t\x12\x16\n\x0ematch_finished\x18\x03 \x01(\x08\x12\x0e\n\x06reward\x18\x04 \x01(\x02\"q\n\x13SubmitActionRequest\x12\x10\n\x08match_id\x18\x01 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\x12\x12\n\nturn_index\x18\x03 \x01(\x05\x12\x0e\n\x06\x61\x63tion\x18\x04 \x01(\t\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"S\n\x14SubmitActionResponse\x12\x13\n\x0bobservation\x18\x01 \x01(\t\x12\x0e\n\x06reward\x18\x02 \x01(\x02\x12\x16\n\x0ematch_finished\x18\x03 \x01(\x08\"7\n\x11LeaveMatchRequest\x12\x10\n\x08match_id\x18\x01 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\"E\n\x12LeaveMatchResponse\x12/\n\x05match\x18\x01 \x01(\x0b\x32 .opentinker.coordinator.v1.Match\"t\n\x16\x41rriveAtBarrierRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\x12*\n\x05phase\x18\x03 \x01(\x0e\x32\x1b.opentinker.common.v1.Phase\x12\x0c\n\x04step\x18\x04 \x01(\x03\"J\n\x17\x41rriveAtBarrierResponse\x12\x16\n\x0e\x61gents_arrived\x18\x01 \x01(\x05\x12\x17\n\x0f\x61gents_expected\x18\x02 \x01(\x05\x32\xfc\t\n\x12\x43oordinatorService\x12\x63\n\x08StartRun\x12*.opentinker.coordinator.v1.StartRunRequest\x1a+.opentinker.coordinator.v1.StartRunResponse\x12\x66\n\tResumeRun\x12+.opentinker.coordinator.v1.ResumeRunRequest\x1a,.opentinker.coordinator.v1.ResumeRunResponse\x12`\n\x07StopRun\x12).opentinker.coordinator.v1.StopRunRequest\x1a*.opentinker.coordinator.v1.StopRunResponse\x12]\n\x06GetRun\x12(.opentinker.coordinator.v1.GetRunRequest\x1a).opentinker.coordinator.v1.GetRunResponse\x12\x65\n\x08WatchRun\x12*.opentinker.coordinator.v1.WatchRunRequest\x1a+.opentinker.coordinator.v1.WatchRunResponse0\x01\x12\x66\n\tOpenMatch\x12+.opentinker.coordinator.v1.OpenMatchRequest\x1a,.opentinker.coordinator.v1.OpenMatchResponse\x12\x66\n\tJoinMatch\x12+.opentinker.coordinator.v1.JoinMatchRequest\x1a,.opentinker.coordinator.v1.JoinMatchResponse\x12\x63\n\x08GetMatch\x12*.opentinker.coordinator.v1.GetMatchRequest\x1a+.opentinker.coordinator.v1.GetMatchResponse\x12\x66\n\tAwaitTurn\x12+.opentinker.coordinator.v1.AwaitTurnRequest\x1a,.opentinker.coordinator.v1.AwaitTurnResponse\x12o\n\x0cSubmitAction\x12..opentinker.coordinator.v1.SubmitActionRequest\x1a/.opentinker.coordinator.v1.SubmitActionResponse\x12i\n\nLeaveMatch\x12,.opentinker.coordinator.v1.LeaveMatchRequest\x1a-.opentinker.coordinator.v1.LeaveMatchResponse\x12x\n\x0f\x41rriveAtBarrier\x12\x31.opentinker.coordinator.v1.ArriveAtBarrierRequest\x1a\x32.opentinker.coordinator.v1.ArriveAtBarrierResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n3opentinker/coordinator/v1/coordinator_service.proto\x12\x19opentinker.coordinator.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a&opentinker/common/v1/environment.proto\x1a#opentinker/common/v1/progress.proto\x1a$opentinker/common/v1/resources.proto\"\x8e\x03\n\x03Run\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x33\n\x05state\x18\x02 \x01(\x0e\x32$.opentinker.coordinator.v1.Run.State\x12\x33\n\x08progress\x18\x03 \x01(\x0b\x32!.opentinker.common.v1.JobProgress\x12\x38\n\x06\x61gents\x18\x04 \x03(\x0b\x32(.opentinker.coordinator.v1.AgentProgress\x12\x0f\n\x07message\x18\x05 \x01(\t\x12.\n\nstart_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x91\x01\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x12\n\x0eSTATE_STARTING\x10\x01\x12\x11\n\rSTATE_RUNNING\x10\x02\x12\x10\n\x0cSTATE_PAUSED\x10\x03\x12\x12\n\x0eSTATE_STOPPING\x10\x04\x12\x12\n\x0eSTATE_FINISHED\x10\x05\x12\x10\n\x0cSTATE_FAILED\x10\x06\"s\n\rAgentProgress\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12*\n\x05phase\x18\x02 \x01(\x0e\x32\x1b.opentinker.common.v1.Phase\x12\x0c\n\x04step\x18\x03 \x01(\x03\x12\x16\n\x0epolicy_version\x18\x04 \x01(\x03\"X\n\x0fStartRunRequest\x12\x31\n\x05lease\x18\x01 \x01(\x0b\x32\".opentinker.common.v1.LeaseContext\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"?\n\x10StartRunResponse\x12+\n\x03run\x18\x01 \x01(\x0b\x32\x1e.opentinker.coordinator.v1.Run\"p\n\x10ResumeRunRequest\x12\x31\n\x05lease\x18\x01 \x01(\x0b\x32\".opentinker.common.v1.LeaseContext\x12\x15\n\rcheckpoint_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"@\n\x11ResumeRunResponse\x12+\n\x03run\x18\x01 \x01(\x0b\x32\x1e.opentinker.coordinator.v1.Run\"f\n\x0eStopRunRequest\x12\x31\n\x05lease\x18\x01 \x01(\x0b\x32\".opentinker.common.v1.LeaseContext\x12\x11\n\timmediate\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\">\n\x0fStopRunResponse\x12+\n\x03run\x18\x01 \x01(\x0b\x32\x1e.opentinker.coordinator.v1.Run\"\x1f\n\rGetRunRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"=\n\x0eGetRunResponse\x12+\n\x03run\x18\x01 \x01(\x0b\x32\x1e.opentinker.coordinator.v1.Run\"!\n\x0fWatchRunRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"?\n\x10WatchRunResponse\x12+\n\x03run\x18\x01 \x01(\x0b\x32\x1e.opentinker.coordinator.v1.Run\"\xac\x06\n\x05Match\x12\x10\n\x08match_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12?\n\x0b\x65nvironment\x18\x03 \x01(\x0b\x32*.opentinker.common.v1.EnvironmentReference\x12\r\n\x05seats\x18\x04 \x03(\t\x12J\n\x0e\x61gents_by_seat\x18\x05 \x03(\x0b\x32\x32.opentinker.coordinator.v1.Match.AgentsBySeatEntry\x12\x35\n\x05state\x18\x06 \x01(\x0e\x32&.opentinker.coordinator.v1.Match.State\x12\x12\n\nturn_index\x18\x07 \x01(\x05\x12\x14\n\x0c\x63urrent_seat\x18\x08 \x01(\t\x12L\n\x0frewards_by_seat\x18\t \x03(\x0b\x32\x33.opentinker.coordinator.v1.Match.RewardsBySeatEntry\x12\x37\n\x07history\x18\n \x03(\x0b\x32&.opentinker.coordinator.v1.MatchAction\x12N\n\x10outcomes_by_seat\x18\x0b \x03(\x0b\x32\x34.opentinker.coordinator.v1.Match.OutcomesBySeatEntry\x12\x0f\n\x07message\x18\x0c \x01(\t\x1a\x33\n\x11\x41gentsBySeatEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x34\n\x12RewardsBySeatEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x1a\x35\n\x13OutcomesBySeatEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"z\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x1c\n\x18STATE_WAITING_FOR_AGENTS\x10\x01\x12\x15\n\x11STATE_IN_PROGRESS\x10\x02\x12\x12\n\x0eSTATE_FINISHED\x10\x03\x12\x11\n\rSTATE_ABORTED\x10\x04\"s\n\x0bMatchAction\x12\x12\n\nturn_index\x18\x01 \x01(\x05\x12\x0c\n\x04seat\x18\x02 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x04 \x01(\t\x12\x0e\n\x06reward\x18\x05 \x01(\x02\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x06 \x01(\x08\"\xc3\x01\n\x10OpenMatchRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12?\n\x0b\x65nvironment\x18\x02 \x01(\x0b\x32*.opentinker.common.v1.EnvironmentReference\x12\r\n\x05seats\x18\x03 \x03(\t\x12-\n\x0creset_kwargs\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0c\n\x04seed\x18\x05 \x01(\x03\x12\x12\n\nrequest_id\x18\x06 \x01(\t\"D\n\x11OpenMatchResponse\x12/\n\x05match\x18\x01 \x01(\x0b\x32 .opentinker.coordinator.v1.Match\"D\n\x10JoinMatchRequest\x12\x10\n\x08match_id\x18\x01 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\x12\x0c\n\x04seat\x18\x03 \x01(\t\"y\n\x11JoinMatchResponse\x12/\n\x05match\x18\x01 \x01(\x0b\x32 .opentinker.coordinator.v1.Match\x12\x15\n\rsystem_prompt\x18\x02 \x01(\t\x12\x1c\n\x14initial_user_message\x18\x03 \x01(\t\"#\n\x0fGetMatchRequest\x12\x10\n\x08match_id\x18\x01 \x01(\t\"C\n\x10GetMatchResponse\x12/\n\x05match\x18\x01 \x01(\x0b\x32 .opentinker.coordinator.v1.Match\"6\n\x10\x41waitTurnRequest\x12\x10\n\x08match_id\x18\x01 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\"u\n\x11\x41waitTurnResponse\x12\x12\n\nturn_index\x18\x01 \x01(\x05\x12\x13\n\x0bobservation\x18\x02 \x01(\t\x12\x16\n\x0ematch_finished\x18\x03 \x01(\x08\x12\x0e\n\x06reward\x18\x04 \x01(\x02\x12\x0f\n\x07outcome\x18\x05 \x01(\t\"q\n\x13SubmitActionRequest\x12\x10\n\x08match_id\x18\x01 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\x12\x12\n\nturn_index\x18\x03 \x01(\x05\x12\x0e\n\x06\x61\x63tion\x18\x04 \x01(\t\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"v\n\x14SubmitActionResponse\x12\x13\n\x0bobservation\x18\x01 \x01(\t\x12\x0e\n\x06reward\x18\x02 \x01(\x02\x12\x16\n\x0ematch_finished\x18\x03 \x01(\x08\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x04 \x01(\x08\x12\x0f\n\x07outcome\x18\x05 \x01(\t\"7\n\x11LeaveMatchRequest\x12\x10\n\x08match_id\x18\x01 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\"E\n\x12LeaveMatchResponse\x12/\n\x05match\x18\x01 \x01(\x0b\x32 .opentinker.coordinator.v1.Match\"t\n\x16\x41rriveAtBarrierRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\x12*\n\x05phase\x18\x03 \x01(\x0e\x32\x1b.opentinker.common.v1.Phase\x12\x0c\n\x04step\x18\x04 \x01(\x03\"J\n\x17\x41rriveAtBarrierResponse\x12\x16\n\x0e\x61gents_arrived\x18\x01 \x01(\x05\x12\x17\n\x0f\x61gents_expected\x18\x02 \x01(\x05\x32\xfc\t\n\x12\x43oordinatorService\x12\x63\n\x08StartRun\x12*.opentinker.coordinator.v1.StartRunRequest\x1a+.opentinker.coordinator.v1.StartRunResponse\x12\x66\n\tResumeRun\x12+.opentinker.coordinator.v1.ResumeRunRequest\x1a,.opentinker.coordinator.v1.ResumeRunResponse\x12`\n\x07StopRun\x12).opentinker.coordinator.v1.StopRunRequest\x1a*.opentinker.coordinator.v1.StopRunResponse\x12]\n\x06GetRun\x12(.opentinker.coordinator.v1.GetRunRequest\x1a).opentinker.coordinator.v1.GetRunResponse\x12\x65\n\x08WatchRun\x12*.opentinker.coordinator.v1.WatchRunRequest\x1a+.opentinker.coordinator.v1.WatchRunResponse0\x01\x12\x66\n\tOpenMatch\x12+.opentinker.coordinator.v1.OpenMatchRequest\x1a,.opentinker.coordinator.v1.OpenMatchResponse\x12\x66\n\tJoinMatch\x12+.opentinker.coordinator.v1.JoinMatchRequest\x1a,.opentinker.coordinator.v1.JoinMatchResponse\x12\x63\n\x08GetMatch\x12*.opentinker.coordinator.v1.GetMatchRequest\x1a+.opentinker.coordinator.v1.GetMatchResponse\x12\x66\n\tAwaitTurn\x12+.opentinker.coordinator.v1.AwaitTurnRequest\x1a,.opentinker.coordinator.v1.AwaitTurnResponse\x12o\n\x0cSubmitAction\x12..opentinker.coordinator.v1.SubmitActionRequest\x1a/.opentinker.coordinator.v1.SubmitActionResponse\x12i\n\nLeaveMatch\x12,.opentinker.coordinator.v1.LeaveMatchRequest\x1a-.opentinker.coordinator.v1.LeaveMatchResponse\x12x\n\x0f\x41rriveAtBarrier\x12\x31.opentinker.coordinator.v1.ArriveAtBarrierRequest\x1a\x32.opentinker.coordinator.v1.ArriveAtBarrierResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,6 +40,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MATCH_AGENTSBYSEATENTRY']._serialized_options = b'8\001'
   _globals['_MATCH_REWARDSBYSEATENTRY']._loaded_options = None
   _globals['_MATCH_REWARDSBYSEATENTRY']._serialized_options = b'8\001'
+  _globals['_MATCH_OUTCOMESBYSEATENTRY']._loaded_options = None
+  _globals['_MATCH_OUTCOMESBYSEATENTRY']._serialized_options = b'8\001'
   _globals['_RUN']._serialized_start=261
   _globals['_RUN']._serialized_end=659
   _globals['_RUN_STATE']._serialized_start=514
@@ -67,41 +69,45 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WATCHRUNRESPONSE']._serialized_start=1412
   _globals['_WATCHRUNRESPONSE']._serialized_end=1475
   _globals['_MATCH']._serialized_start=1478
-  _globals['_MATCH']._serialized_end=2081
-  _globals['_MATCH_AGENTSBYSEATENTRY']._serialized_start=1852
-  _globals['_MATCH_AGENTSBYSEATENTRY']._serialized_end=1903
-  _globals['_MATCH_REWARDSBYSEATENTRY']._serialized_start=1905
-  _globals['_MATCH_REWARDSBYSEATENTRY']._serialized_end=1957
-  _globals['_MATCH_STATE']._serialized_start=1959
-  _globals['_MATCH_STATE']._serialized_end=2081
-  _globals['_OPENMATCHREQUEST']._serialized_start=2084
-  _globals['_OPENMATCHREQUEST']._serialized_end=2279
-  _globals['_OPENMATCHRESPONSE']._serialized_start=2281
-  _globals['_OPENMATCHRESPONSE']._serialized_end=2349
-  _globals['_JOINMATCHREQUEST']._serialized_start=2351
-  _globals['_JOINMATCHREQUEST']._serialized_end=2419
-  _globals['_JOINMATCHRESPONSE']._serialized_start=2421
-  _globals['_JOINMATCHRESPONSE']._serialized_end=2542
-  _globals['_GETMATCHREQUEST']._serialized_start=2544
-  _globals['_GETMATCHREQUEST']._serialized_end=2579
-  _globals['_GETMATCHRESPONSE']._serialized_start=2581
-  _globals['_GETMATCHRESPONSE']._serialized_end=2648
-  _globals['_AWAITTURNREQUEST']._serialized_start=2650
-  _globals['_AWAITTURNREQUEST']._serialized_end=2704
-  _globals['_AWAITTURNRESPONSE']._serialized_start=2706
-  _globals['_AWAITTURNRESPONSE']._serialized_end=2806
-  _globals['_SUBMITACTIONREQUEST']._serialized_start=2808
-  _globals['_SUBMITACTIONREQUEST']._serialized_end=2921
-  _globals['_SUBMITACTIONRESPONSE']._serialized_start=2923
-  _globals['_SUBMITACTIONRESPONSE']._serialized_end=3006
-  _globals['_LEAVEMATCHREQUEST']._serialized_start=3008
-  _globals['_LEAVEMATCHREQUEST']._serialized_end=3063
-  _globals['_LEAVEMATCHRESPONSE']._serialized_start=3065
-  _globals['_LEAVEMATCHRESPONSE']._serialized_end=3134
-  _globals['_ARRIVEATBARRIERREQUEST']._serialized_start=3136
-  _globals['_ARRIVEATBARRIERREQUEST']._serialized_end=3252
-  _globals['_ARRIVEATBARRIERRESPONSE']._serialized_start=3254
-  _globals['_ARRIVEATBARRIERRESPONSE']._serialized_end=3328
-  _globals['_COORDINATORSERVICE']._serialized_start=3331
-  _globals['_COORDINATORSERVICE']._serialized_end=4607
+  _globals['_MATCH']._serialized_end=2290
+  _globals['_MATCH_AGENTSBYSEATENTRY']._serialized_start=2006
+  _globals['_MATCH_AGENTSBYSEATENTRY']._serialized_end=2057
+  _globals['_MATCH_REWARDSBYSEATENTRY']._serialized_start=2059
+  _globals['_MATCH_REWARDSBYSEATENTRY']._serialized_end=2111
+  _globals['_MATCH_OUTCOMESBYSEATENTRY']._serialized_start=2113
+  _globals['_MATCH_OUTCOMESBYSEATENTRY']._serialized_end=2166
+  _globals['_MATCH_STATE']._serialized_start=2168
+  _globals['_MATCH_STATE']._serialized_end=2290
+  _globals['_MATCHACTION']._serialized_start=2292
+  _globals['_MATCHACTION']._serialized_end=2407
+  _globals['_OPENMATCHREQUEST']._serialized_start=2410
+  _globals['_OPENMATCHREQUEST']._serialized_end=2605
+  _globals['_OPENMATCHRESPONSE']._serialized_start=2607
+  _globals['_OPENMATCHRESPONSE']._serialized_end=2675
+  _globals['_JOINMATCHREQUEST']._serialized_start=2677
+  _globals['_JOINMATCHREQUEST']._serialized_end=2745
+  _globals['_JOINMATCHRESPONSE']._serialized_start=2747
+  _globals['_JOINMATCHRESPONSE']._serialized_end=2868
+  _globals['_GETMATCHREQUEST']._serialized_start=2870
+  _globals['_GETMATCHREQUEST']._serialized_end=2905
+  _globals['_GETMATCHRESPONSE']._serialized_start=2907
+  _globals['_GETMATCHRESPONSE']._serialized_end=2974
+  _globals['_AWAITTURNREQUEST']._serialized_start=2976
+  _globals['_AWAITTURNREQUEST']._serialized_end=3030
+  _globals['_AWAITTURNRESPONSE']._serialized_start=3032
+  _globals['_AWAITTURNRESPONSE']._serialized_end=3149
+  _globals['_SUBMITACTIONREQUEST']._serialized_start=3151
+  _globals['_SUBMITACTIONREQUEST']._serialized_end=3264
+  _globals['_SUBMITACTIONRESPONSE']._serialized_start=3266
+  _globals['_SUBMITACTIONRESPONSE']._serialized_end=3384
+  _globals['_LEAVEMATCHREQUEST']._serialized_start=3386
+  _globals['_LEAVEMATCHREQUEST']._serialized_end=3441
+  _globals['_LEAVEMATCHRESPONSE']._serialized_start=3443
+  _globals['_LEAVEMATCHRESPONSE']._serialized_end=3512
+  _globals['_ARRIVEATBARRIERREQUEST']._serialized_start=3514
+  _globals['_ARRIVEATBARRIERREQUEST']._serialized_end=3630
+  _globals['_ARRIVEATBARRIERRESPONSE']._serialized_start=3632
+  _globals['_ARRIVEATBARRIERRESPONSE']._serialized_end=3706
+  _globals['_COORDINATORSERVICE']._serialized_start=3709
+  _globals['_COORDINATORSERVICE']._serialized_end=4985
 # @@protoc_insertion_point(module_scope)

@@ -129,7 +129,7 @@ class WatchRunResponse(_message.Message):
     def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
 
 class Match(_message.Message):
-    __slots__ = ("match_id", "job_id", "environment", "seats", "agents_by_seat", "state", "turn_index", "current_seat", "rewards_by_seat")
+    __slots__ = ("match_id", "job_id", "environment", "seats", "agents_by_seat", "state", "turn_index", "current_seat", "rewards_by_seat", "history", "outcomes_by_seat", "message")
     class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATE_UNSPECIFIED: _ClassVar[Match.State]
@@ -156,6 +156,13 @@ class Match(_message.Message):
         key: str
         value: float
         def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class OutcomesBySeatEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     MATCH_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
@@ -165,6 +172,9 @@ class Match(_message.Message):
     TURN_INDEX_FIELD_NUMBER: _ClassVar[int]
     CURRENT_SEAT_FIELD_NUMBER: _ClassVar[int]
     REWARDS_BY_SEAT_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
+    OUTCOMES_BY_SEAT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
     match_id: str
     job_id: str
     environment: _environment_pb2.EnvironmentReference
@@ -174,7 +184,26 @@ class Match(_message.Message):
     turn_index: int
     current_seat: str
     rewards_by_seat: _containers.ScalarMap[str, float]
-    def __init__(self, match_id: _Optional[str] = ..., job_id: _Optional[str] = ..., environment: _Optional[_Union[_environment_pb2.EnvironmentReference, _Mapping]] = ..., seats: _Optional[_Iterable[str]] = ..., agents_by_seat: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[Match.State, str]] = ..., turn_index: _Optional[int] = ..., current_seat: _Optional[str] = ..., rewards_by_seat: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    history: _containers.RepeatedCompositeFieldContainer[MatchAction]
+    outcomes_by_seat: _containers.ScalarMap[str, str]
+    message: str
+    def __init__(self, match_id: _Optional[str] = ..., job_id: _Optional[str] = ..., environment: _Optional[_Union[_environment_pb2.EnvironmentReference, _Mapping]] = ..., seats: _Optional[_Iterable[str]] = ..., agents_by_seat: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[Match.State, str]] = ..., turn_index: _Optional[int] = ..., current_seat: _Optional[str] = ..., rewards_by_seat: _Optional[_Mapping[str, float]] = ..., history: _Optional[_Iterable[_Union[MatchAction, _Mapping]]] = ..., outcomes_by_seat: _Optional[_Mapping[str, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class MatchAction(_message.Message):
+    __slots__ = ("turn_index", "seat", "agent_id", "action", "reward", "accepted")
+    TURN_INDEX_FIELD_NUMBER: _ClassVar[int]
+    SEAT_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    turn_index: int
+    seat: str
+    agent_id: str
+    action: str
+    reward: float
+    accepted: bool
+    def __init__(self, turn_index: _Optional[int] = ..., seat: _Optional[str] = ..., agent_id: _Optional[str] = ..., action: _Optional[str] = ..., reward: _Optional[float] = ..., accepted: _Optional[bool] = ...) -> None: ...
 
 class OpenMatchRequest(_message.Message):
     __slots__ = ("job_id", "environment", "seats", "reset_kwargs", "seed", "request_id")
@@ -239,16 +268,18 @@ class AwaitTurnRequest(_message.Message):
     def __init__(self, match_id: _Optional[str] = ..., agent_id: _Optional[str] = ...) -> None: ...
 
 class AwaitTurnResponse(_message.Message):
-    __slots__ = ("turn_index", "observation", "match_finished", "reward")
+    __slots__ = ("turn_index", "observation", "match_finished", "reward", "outcome")
     TURN_INDEX_FIELD_NUMBER: _ClassVar[int]
     OBSERVATION_FIELD_NUMBER: _ClassVar[int]
     MATCH_FINISHED_FIELD_NUMBER: _ClassVar[int]
     REWARD_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
     turn_index: int
     observation: str
     match_finished: bool
     reward: float
-    def __init__(self, turn_index: _Optional[int] = ..., observation: _Optional[str] = ..., match_finished: _Optional[bool] = ..., reward: _Optional[float] = ...) -> None: ...
+    outcome: str
+    def __init__(self, turn_index: _Optional[int] = ..., observation: _Optional[str] = ..., match_finished: _Optional[bool] = ..., reward: _Optional[float] = ..., outcome: _Optional[str] = ...) -> None: ...
 
 class SubmitActionRequest(_message.Message):
     __slots__ = ("match_id", "agent_id", "turn_index", "action", "request_id")
@@ -265,14 +296,18 @@ class SubmitActionRequest(_message.Message):
     def __init__(self, match_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., turn_index: _Optional[int] = ..., action: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class SubmitActionResponse(_message.Message):
-    __slots__ = ("observation", "reward", "match_finished")
+    __slots__ = ("observation", "reward", "match_finished", "accepted", "outcome")
     OBSERVATION_FIELD_NUMBER: _ClassVar[int]
     REWARD_FIELD_NUMBER: _ClassVar[int]
     MATCH_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
     observation: str
     reward: float
     match_finished: bool
-    def __init__(self, observation: _Optional[str] = ..., reward: _Optional[float] = ..., match_finished: _Optional[bool] = ...) -> None: ...
+    accepted: bool
+    outcome: str
+    def __init__(self, observation: _Optional[str] = ..., reward: _Optional[float] = ..., match_finished: _Optional[bool] = ..., accepted: _Optional[bool] = ..., outcome: _Optional[str] = ...) -> None: ...
 
 class LeaveMatchRequest(_message.Message):
     __slots__ = ("match_id", "agent_id")

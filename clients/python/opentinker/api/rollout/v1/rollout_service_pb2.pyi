@@ -162,17 +162,21 @@ class SampleResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[PromptCompletions, _Mapping]]] = ...) -> None: ...
 
 class EpisodeSpec(_message.Message):
-    __slots__ = ("group_id", "reset_kwargs", "seed")
+    __slots__ = ("group_id", "reset_kwargs", "seed", "match_id", "seat")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     RESET_KWARGS_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
+    MATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    SEAT_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     reset_kwargs: _struct_pb2.Struct
     seed: int
-    def __init__(self, group_id: _Optional[str] = ..., reset_kwargs: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., seed: _Optional[int] = ...) -> None: ...
+    match_id: str
+    seat: str
+    def __init__(self, group_id: _Optional[str] = ..., reset_kwargs: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., seed: _Optional[int] = ..., match_id: _Optional[str] = ..., seat: _Optional[str] = ...) -> None: ...
 
 class RunEpisodesRequest(_message.Message):
-    __slots__ = ("policy_id", "lease", "environment", "episodes", "group_size", "sampling", "limits", "coordinator_session_id", "agent_id")
+    __slots__ = ("policy_id", "lease", "environment", "episodes", "group_size", "sampling", "limits", "coordinator_address", "agent_id")
     POLICY_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
@@ -180,7 +184,7 @@ class RunEpisodesRequest(_message.Message):
     GROUP_SIZE_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
-    COORDINATOR_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     policy_id: str
     lease: _resources_pb2.LeaseContext
@@ -189,9 +193,9 @@ class RunEpisodesRequest(_message.Message):
     group_size: int
     sampling: _sampling_pb2.SamplingParams
     limits: _sampling_pb2.AgentLoopLimits
-    coordinator_session_id: str
+    coordinator_address: str
     agent_id: str
-    def __init__(self, policy_id: _Optional[str] = ..., lease: _Optional[_Union[_resources_pb2.LeaseContext, _Mapping]] = ..., environment: _Optional[_Union[_environment_pb2.EnvironmentReference, _Mapping]] = ..., episodes: _Optional[_Iterable[_Union[EpisodeSpec, _Mapping]]] = ..., group_size: _Optional[int] = ..., sampling: _Optional[_Union[_sampling_pb2.SamplingParams, _Mapping]] = ..., limits: _Optional[_Union[_sampling_pb2.AgentLoopLimits, _Mapping]] = ..., coordinator_session_id: _Optional[str] = ..., agent_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, policy_id: _Optional[str] = ..., lease: _Optional[_Union[_resources_pb2.LeaseContext, _Mapping]] = ..., environment: _Optional[_Union[_environment_pb2.EnvironmentReference, _Mapping]] = ..., episodes: _Optional[_Iterable[_Union[EpisodeSpec, _Mapping]]] = ..., group_size: _Optional[int] = ..., sampling: _Optional[_Union[_sampling_pb2.SamplingParams, _Mapping]] = ..., limits: _Optional[_Union[_sampling_pb2.AgentLoopLimits, _Mapping]] = ..., coordinator_address: _Optional[str] = ..., agent_id: _Optional[str] = ...) -> None: ...
 
 class RunEpisodesResponse(_message.Message):
     __slots__ = ("trajectory", "progress", "error")

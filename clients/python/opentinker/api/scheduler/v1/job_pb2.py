@@ -33,7 +33,7 @@ from opentinker.api.common.v1 import resources_pb2 as opentinker_dot_common_dot_
 from opentinker.api.common.v1 import sampling_pb2 as opentinker_dot_common_dot_v1_dot_sampling__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!opentinker/scheduler/v1/job.proto\x12\x17opentinker.scheduler.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a$opentinker/common/v1/algorithm.proto\x1a&opentinker/common/v1/environment.proto\x1a opentinker/common/v1/model.proto\x1a#opentinker/common/v1/progress.proto\x1a$opentinker/common/v1/resources.proto\x1a#opentinker/common/v1/sampling.proto\"\xe5\x04\n\x07JobSpec\x12.\n\x04type\x18\x01 \x01(\x0e\x32 .opentinker.scheduler.v1.JobType\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x32\n\x06policy\x18\x03 \x01(\x0b\x32\".opentinker.scheduler.v1.AgentSpec\x12\x32\n\x06\x61gents\x18\x04 \x03(\x0b\x32\".opentinker.scheduler.v1.AgentSpec\x12?\n\x0b\x65nvironment\x18\x05 \x01(\x0b\x32*.opentinker.common.v1.EnvironmentReference\x12\x39\n\x08training\x18\x06 \x01(\x0b\x32\'.opentinker.scheduler.v1.TrainingConfig\x12\x38\n\tresources\x18\x07 \x03(\x0b\x32%.opentinker.common.v1.ResourceRequest\x12\x10\n\x08priority\x18\x08 \x01(\x05\x12:\n\x07\x64\x61taset\x18\t \x01(\x0b\x32).opentinker.scheduler.v1.DatasetReference\x12;\n\tinference\x18\n \x01(\x0b\x32(.opentinker.scheduler.v1.InferenceConfig\x12<\n\x06labels\x18\x0b \x03(\x0b\x32,.opentinker.scheduler.v1.JobSpec.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xbb\x02\n\tAgentSpec\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x33\n\x05model\x18\x02 \x01(\x0b\x32$.opentinker.common.v1.ModelReference\x12\x34\n\nadaptation\x18\x03 \x01(\x0b\x32 .opentinker.common.v1.Adaptation\x12\x32\n\talgorithm\x18\x04 \x01(\x0b\x32\x1f.opentinker.common.v1.Algorithm\x12\x36\n\x08sampling\x18\x05 \x01(\x0b\x32$.opentinker.common.v1.SamplingParams\x12\x35\n\x06limits\x18\x06 \x01(\x0b\x32%.opentinker.common.v1.AgentLoopLimits\x12\x0e\n\x06\x66rozen\x18\x07 \x01(\x08\"\xc0\x02\n\x0eTrainingConfig\x12\x13\n\x0btotal_steps\x18\x01 \x01(\x03\x12\x12\n\nbatch_size\x18\x02 \x01(\x05\x12\x12\n\ngroup_size\x18\x03 \x01(\x05\x12\"\n\x1amax_tokens_per_micro_batch\x18\x04 \x01(\x05\x12\x18\n\x10\x65val_every_steps\x18\x05 \x01(\x05\x12\x15\n\reval_episodes\x18\x06 \x01(\x05\x12\x1e\n\x16\x63heckpoint_every_steps\x18\x07 \x01(\x05\x12\x18\n\x0bmax_retries\x18\x08 \x01(\x05H\x00\x88\x01\x01\x12\x0c\n\x04seed\x18\t \x01(\x03\x12/\n\x0cmax_duration\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0btarget_loss\x18\x0b \x01(\x01\x42\x0e\n\x0c_max_retries\"b\n\x10\x44\x61tasetReference\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x16\n\x0emessages_field\x18\x02 \x01(\t\x12(\n\x07options\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\"<\n\x0fInferenceConfig\x12\x14\n\x0cnum_episodes\x18\x01 \x01(\x05\x12\x13\n\x0boutput_path\x18\x02 \x01(\t\"\x9f\x06\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\ttenant_id\x18\x02 \x01(\t\x12.\n\x04spec\x18\x03 \x01(\x0b\x32 .opentinker.scheduler.v1.JobSpec\x12\x31\n\x05state\x18\x04 \x01(\x0e\x32\".opentinker.scheduler.v1.Job.State\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstart_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x33\n\x08progress\x18\t \x01(\x0b\x32!.opentinker.common.v1.JobProgress\x12\x16\n\x0estatus_message\x18\n \x01(\t\x12\x16\n\x0equeue_position\x18\x0b \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x0c \x01(\x05\x12\x38\n\x0b\x61ssignments\x18\r \x03(\x0b\x32#.opentinker.scheduler.v1.Assignment\x12\x1b\n\x13last_event_sequence\x18\x0e \x01(\x03\x12\x18\n\x10\x63\x61ncel_requested\x18\x0f \x01(\x08\x12=\n\x0bresume_from\x18\x10 \x01(\x0b\x32(.opentinker.scheduler.v1.CheckpointSaved\x12\x14\n\x0cretries_left\x18\x11 \x01(\x05\"\x95\x01\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x10\n\x0cSTATE_QUEUED\x10\x01\x12\x14\n\x10STATE_ALLOCATING\x10\x02\x12\x11\n\rSTATE_RUNNING\x10\x03\x12\x13\n\x0fSTATE_SUCCEEDED\x10\x04\x12\x10\n\x0cSTATE_FAILED\x10\x05\x12\x13\n\x0fSTATE_CANCELLED\x10\x06\"\xa1\x01\n\nAssignment\x12(\n\x04role\x18\x01 \x01(\x0e\x32\x1a.opentinker.common.v1.Role\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x12\n\ndevice_ids\x18\x04 \x03(\t\x12\x31\n\x05lease\x18\x05 \x01(\x0b\x32\".opentinker.common.v1.LeaseContext\"\xc9\x03\n\x08JobEvent\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12(\n\x04time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12>\n\rstate_changed\x18\x04 \x01(\x0b\x32%.opentinker.scheduler.v1.StateChangedH\x00\x12;\n\x07metrics\x18\x05 \x01(\x0b\x32(.opentinker.scheduler.v1.MetricsReportedH\x00\x12/\n\x03log\x18\x06 \x01(\x0b\x32 .opentinker.scheduler.v1.LogLineH\x00\x12<\n\x08progress\x18\x07 \x01(\x0b\x32(.opentinker.scheduler.v1.ProgressUpdatedH\x00\x12>\n\ncheckpoint\x18\x08 \x01(\x0b\x32(.opentinker.scheduler.v1.CheckpointSavedH\x00\x12:\n\x0bworker_lost\x18\t \x01(\x0b\x32#.opentinker.scheduler.v1.WorkerLostH\x00\x42\t\n\x07payload\"\x8c\x01\n\x0cStateChanged\x12\x36\n\nfrom_state\x18\x01 \x01(\x0e\x32\".opentinker.scheduler.v1.Job.State\x12\x34\n\x08to_state\x18\x02 \x01(\x0e\x32\".opentinker.scheduler.v1.Job.State\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xa6\x01\n\x0fMetricsReported\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\x12\x44\n\x06values\x18\x03 \x03(\x0b\x32\x34.opentinker.scheduler.v1.MetricsReported.ValuesEntry\x1a-\n\x0bValuesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xc6\x01\n\x07LogLine\x12\x35\n\x05level\x18\x01 \x01(\x0e\x32&.opentinker.scheduler.v1.LogLine.Level\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"c\n\x05Level\x12\x15\n\x11LEVEL_UNSPECIFIED\x10\x00\x12\x0f\n\x0bLEVEL_DEBUG\x10\x01\x12\x0e\n\nLEVEL_INFO\x10\x02\x12\x11\n\rLEVEL_WARNING\x10\x03\x12\x0f\n\x0bLEVEL_ERROR\x10\x04\"F\n\x0fProgressUpdated\x12\x33\n\x08progress\x18\x01 \x01(\x0b\x32!.opentinker.common.v1.JobProgress\"6\n\x0f\x43heckpointSaved\x12\x15\n\rcheckpoint_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\"Y\n\nWorkerLost\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12(\n\x04role\x18\x02 \x01(\x0e\x32\x1a.opentinker.common.v1.Role\x12\x0e\n\x06reason\x18\x03 \x01(\t*^\n\x07JobType\x12\x18\n\x14JOB_TYPE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bJOB_TYPE_RL\x10\x01\x12\x10\n\x0cJOB_TYPE_SFT\x10\x02\x12\x16\n\x12JOB_TYPE_INFERENCE\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!opentinker/scheduler/v1/job.proto\x12\x17opentinker.scheduler.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a$opentinker/common/v1/algorithm.proto\x1a&opentinker/common/v1/environment.proto\x1a opentinker/common/v1/model.proto\x1a#opentinker/common/v1/progress.proto\x1a$opentinker/common/v1/resources.proto\x1a#opentinker/common/v1/sampling.proto\"\xa5\x05\n\x07JobSpec\x12.\n\x04type\x18\x01 \x01(\x0e\x32 .opentinker.scheduler.v1.JobType\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x32\n\x06policy\x18\x03 \x01(\x0b\x32\".opentinker.scheduler.v1.AgentSpec\x12\x32\n\x06\x61gents\x18\x04 \x03(\x0b\x32\".opentinker.scheduler.v1.AgentSpec\x12?\n\x0b\x65nvironment\x18\x05 \x01(\x0b\x32*.opentinker.common.v1.EnvironmentReference\x12\x39\n\x08training\x18\x06 \x01(\x0b\x32\'.opentinker.scheduler.v1.TrainingConfig\x12\x38\n\tresources\x18\x07 \x03(\x0b\x32%.opentinker.common.v1.ResourceRequest\x12\x10\n\x08priority\x18\x08 \x01(\x05\x12:\n\x07\x64\x61taset\x18\t \x01(\x0b\x32).opentinker.scheduler.v1.DatasetReference\x12;\n\tinference\x18\n \x01(\x0b\x32(.opentinker.scheduler.v1.InferenceConfig\x12<\n\x06labels\x18\x0b \x03(\x0b\x32,.opentinker.scheduler.v1.JobSpec.LabelsEntry\x12>\n\x0bmulti_agent\x18\x0c \x01(\x0b\x32).opentinker.scheduler.v1.MultiAgentConfig\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa2\x02\n\x10MultiAgentConfig\x12\x42\n\x07pairing\x18\x01 \x01(\x0e\x32\x31.opentinker.scheduler.v1.MultiAgentConfig.Pairing\x12\x44\n\x10\x65val_environment\x18\x02 \x01(\x0b\x32*.opentinker.common.v1.EnvironmentReference\x12\r\n\x05\x65lo_k\x18\x03 \x01(\x01\x12\x1f\n\x17\x62\x61rrier_timeout_seconds\x18\x04 \x01(\x01\"T\n\x07Pairing\x12\x17\n\x13PAIRING_UNSPECIFIED\x10\x00\x12\x17\n\x13PAIRING_FIXED_SEATS\x10\x01\x12\x17\n\x13PAIRING_ROUND_ROBIN\x10\x02\"\xbb\x02\n\tAgentSpec\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x33\n\x05model\x18\x02 \x01(\x0b\x32$.opentinker.common.v1.ModelReference\x12\x34\n\nadaptation\x18\x03 \x01(\x0b\x32 .opentinker.common.v1.Adaptation\x12\x32\n\talgorithm\x18\x04 \x01(\x0b\x32\x1f.opentinker.common.v1.Algorithm\x12\x36\n\x08sampling\x18\x05 \x01(\x0b\x32$.opentinker.common.v1.SamplingParams\x12\x35\n\x06limits\x18\x06 \x01(\x0b\x32%.opentinker.common.v1.AgentLoopLimits\x12\x0e\n\x06\x66rozen\x18\x07 \x01(\x08\"\xc0\x02\n\x0eTrainingConfig\x12\x13\n\x0btotal_steps\x18\x01 \x01(\x03\x12\x12\n\nbatch_size\x18\x02 \x01(\x05\x12\x12\n\ngroup_size\x18\x03 \x01(\x05\x12\"\n\x1amax_tokens_per_micro_batch\x18\x04 \x01(\x05\x12\x18\n\x10\x65val_every_steps\x18\x05 \x01(\x05\x12\x15\n\reval_episodes\x18\x06 \x01(\x05\x12\x1e\n\x16\x63heckpoint_every_steps\x18\x07 \x01(\x05\x12\x18\n\x0bmax_retries\x18\x08 \x01(\x05H\x00\x88\x01\x01\x12\x0c\n\x04seed\x18\t \x01(\x03\x12/\n\x0cmax_duration\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0btarget_loss\x18\x0b \x01(\x01\x42\x0e\n\x0c_max_retries\"b\n\x10\x44\x61tasetReference\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x16\n\x0emessages_field\x18\x02 \x01(\t\x12(\n\x07options\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\"<\n\x0fInferenceConfig\x12\x14\n\x0cnum_episodes\x18\x01 \x01(\x05\x12\x13\n\x0boutput_path\x18\x02 \x01(\t\"\x9f\x06\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\ttenant_id\x18\x02 \x01(\t\x12.\n\x04spec\x18\x03 \x01(\x0b\x32 .opentinker.scheduler.v1.JobSpec\x12\x31\n\x05state\x18\x04 \x01(\x0e\x32\".opentinker.scheduler.v1.Job.State\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstart_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x33\n\x08progress\x18\t \x01(\x0b\x32!.opentinker.common.v1.JobProgress\x12\x16\n\x0estatus_message\x18\n \x01(\t\x12\x16\n\x0equeue_position\x18\x0b \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x0c \x01(\x05\x12\x38\n\x0b\x61ssignments\x18\r \x03(\x0b\x32#.opentinker.scheduler.v1.Assignment\x12\x1b\n\x13last_event_sequence\x18\x0e \x01(\x03\x12\x18\n\x10\x63\x61ncel_requested\x18\x0f \x01(\x08\x12=\n\x0bresume_from\x18\x10 \x01(\x0b\x32(.opentinker.scheduler.v1.CheckpointSaved\x12\x14\n\x0cretries_left\x18\x11 \x01(\x05\"\x95\x01\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x10\n\x0cSTATE_QUEUED\x10\x01\x12\x14\n\x10STATE_ALLOCATING\x10\x02\x12\x11\n\rSTATE_RUNNING\x10\x03\x12\x13\n\x0fSTATE_SUCCEEDED\x10\x04\x12\x10\n\x0cSTATE_FAILED\x10\x05\x12\x13\n\x0fSTATE_CANCELLED\x10\x06\"\xa1\x01\n\nAssignment\x12(\n\x04role\x18\x01 \x01(\x0e\x32\x1a.opentinker.common.v1.Role\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x12\n\ndevice_ids\x18\x04 \x03(\t\x12\x31\n\x05lease\x18\x05 \x01(\x0b\x32\".opentinker.common.v1.LeaseContext\"\xc9\x03\n\x08JobEvent\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12(\n\x04time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12>\n\rstate_changed\x18\x04 \x01(\x0b\x32%.opentinker.scheduler.v1.StateChangedH\x00\x12;\n\x07metrics\x18\x05 \x01(\x0b\x32(.opentinker.scheduler.v1.MetricsReportedH\x00\x12/\n\x03log\x18\x06 \x01(\x0b\x32 .opentinker.scheduler.v1.LogLineH\x00\x12<\n\x08progress\x18\x07 \x01(\x0b\x32(.opentinker.scheduler.v1.ProgressUpdatedH\x00\x12>\n\ncheckpoint\x18\x08 \x01(\x0b\x32(.opentinker.scheduler.v1.CheckpointSavedH\x00\x12:\n\x0bworker_lost\x18\t \x01(\x0b\x32#.opentinker.scheduler.v1.WorkerLostH\x00\x42\t\n\x07payload\"\x8c\x01\n\x0cStateChanged\x12\x36\n\nfrom_state\x18\x01 \x01(\x0e\x32\".opentinker.scheduler.v1.Job.State\x12\x34\n\x08to_state\x18\x02 \x01(\x0e\x32\".opentinker.scheduler.v1.Job.State\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xa6\x01\n\x0fMetricsReported\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\x12\x44\n\x06values\x18\x03 \x03(\x0b\x32\x34.opentinker.scheduler.v1.MetricsReported.ValuesEntry\x1a-\n\x0bValuesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xc6\x01\n\x07LogLine\x12\x35\n\x05level\x18\x01 \x01(\x0e\x32&.opentinker.scheduler.v1.LogLine.Level\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"c\n\x05Level\x12\x15\n\x11LEVEL_UNSPECIFIED\x10\x00\x12\x0f\n\x0bLEVEL_DEBUG\x10\x01\x12\x0e\n\nLEVEL_INFO\x10\x02\x12\x11\n\rLEVEL_WARNING\x10\x03\x12\x0f\n\x0bLEVEL_ERROR\x10\x04\"F\n\x0fProgressUpdated\x12\x33\n\x08progress\x18\x01 \x01(\x0b\x32!.opentinker.common.v1.JobProgress\"\xd1\x01\n\x0f\x43heckpointSaved\x12\x15\n\rcheckpoint_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12^\n\x14\x61gent_checkpoint_ids\x18\x03 \x03(\x0b\x32@.opentinker.scheduler.v1.CheckpointSaved.AgentCheckpointIdsEntry\x1a\x39\n\x17\x41gentCheckpointIdsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"Y\n\nWorkerLost\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12(\n\x04role\x18\x02 \x01(\x0e\x32\x1a.opentinker.common.v1.Role\x12\x0e\n\x06reason\x18\x03 \x01(\t*^\n\x07JobType\x12\x18\n\x14JOB_TYPE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bJOB_TYPE_RL\x10\x01\x12\x10\n\x0cJOB_TYPE_SFT\x10\x02\x12\x16\n\x12JOB_TYPE_INFERENCE\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -44,42 +44,50 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOBSPEC_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_METRICSREPORTED_VALUESENTRY']._loaded_options = None
   _globals['_METRICSREPORTED_VALUESENTRY']._serialized_options = b'8\001'
-  _globals['_JOBTYPE']._serialized_start=3958
-  _globals['_JOBTYPE']._serialized_end=4052
+  _globals['_CHECKPOINTSAVED_AGENTCHECKPOINTIDSENTRY']._loaded_options = None
+  _globals['_CHECKPOINTSAVED_AGENTCHECKPOINTIDSENTRY']._serialized_options = b'8\001'
+  _globals['_JOBTYPE']._serialized_start=4471
+  _globals['_JOBTYPE']._serialized_end=4565
   _globals['_JOBSPEC']._serialized_start=382
-  _globals['_JOBSPEC']._serialized_end=995
-  _globals['_JOBSPEC_LABELSENTRY']._serialized_start=950
-  _globals['_JOBSPEC_LABELSENTRY']._serialized_end=995
-  _globals['_AGENTSPEC']._serialized_start=998
-  _globals['_AGENTSPEC']._serialized_end=1313
-  _globals['_TRAININGCONFIG']._serialized_start=1316
-  _globals['_TRAININGCONFIG']._serialized_end=1636
-  _globals['_DATASETREFERENCE']._serialized_start=1638
-  _globals['_DATASETREFERENCE']._serialized_end=1736
-  _globals['_INFERENCECONFIG']._serialized_start=1738
-  _globals['_INFERENCECONFIG']._serialized_end=1798
-  _globals['_JOB']._serialized_start=1801
-  _globals['_JOB']._serialized_end=2600
-  _globals['_JOB_STATE']._serialized_start=2451
-  _globals['_JOB_STATE']._serialized_end=2600
-  _globals['_ASSIGNMENT']._serialized_start=2603
-  _globals['_ASSIGNMENT']._serialized_end=2764
-  _globals['_JOBEVENT']._serialized_start=2767
-  _globals['_JOBEVENT']._serialized_end=3224
-  _globals['_STATECHANGED']._serialized_start=3227
-  _globals['_STATECHANGED']._serialized_end=3367
-  _globals['_METRICSREPORTED']._serialized_start=3370
-  _globals['_METRICSREPORTED']._serialized_end=3536
-  _globals['_METRICSREPORTED_VALUESENTRY']._serialized_start=3491
-  _globals['_METRICSREPORTED_VALUESENTRY']._serialized_end=3536
-  _globals['_LOGLINE']._serialized_start=3539
-  _globals['_LOGLINE']._serialized_end=3737
-  _globals['_LOGLINE_LEVEL']._serialized_start=3638
-  _globals['_LOGLINE_LEVEL']._serialized_end=3737
-  _globals['_PROGRESSUPDATED']._serialized_start=3739
-  _globals['_PROGRESSUPDATED']._serialized_end=3809
-  _globals['_CHECKPOINTSAVED']._serialized_start=3811
-  _globals['_CHECKPOINTSAVED']._serialized_end=3865
-  _globals['_WORKERLOST']._serialized_start=3867
-  _globals['_WORKERLOST']._serialized_end=3956
+  _globals['_JOBSPEC']._serialized_end=1059
+  _globals['_JOBSPEC_LABELSENTRY']._serialized_start=1014
+  _globals['_JOBSPEC_LABELSENTRY']._serialized_end=1059
+  _globals['_MULTIAGENTCONFIG']._serialized_start=1062
+  _globals['_MULTIAGENTCONFIG']._serialized_end=1352
+  _globals['_MULTIAGENTCONFIG_PAIRING']._serialized_start=1268
+  _globals['_MULTIAGENTCONFIG_PAIRING']._serialized_end=1352
+  _globals['_AGENTSPEC']._serialized_start=1355
+  _globals['_AGENTSPEC']._serialized_end=1670
+  _globals['_TRAININGCONFIG']._serialized_start=1673
+  _globals['_TRAININGCONFIG']._serialized_end=1993
+  _globals['_DATASETREFERENCE']._serialized_start=1995
+  _globals['_DATASETREFERENCE']._serialized_end=2093
+  _globals['_INFERENCECONFIG']._serialized_start=2095
+  _globals['_INFERENCECONFIG']._serialized_end=2155
+  _globals['_JOB']._serialized_start=2158
+  _globals['_JOB']._serialized_end=2957
+  _globals['_JOB_STATE']._serialized_start=2808
+  _globals['_JOB_STATE']._serialized_end=2957
+  _globals['_ASSIGNMENT']._serialized_start=2960
+  _globals['_ASSIGNMENT']._serialized_end=3121
+  _globals['_JOBEVENT']._serialized_start=3124
+  _globals['_JOBEVENT']._serialized_end=3581
+  _globals['_STATECHANGED']._serialized_start=3584
+  _globals['_STATECHANGED']._serialized_end=3724
+  _globals['_METRICSREPORTED']._serialized_start=3727
+  _globals['_METRICSREPORTED']._serialized_end=3893
+  _globals['_METRICSREPORTED_VALUESENTRY']._serialized_start=3848
+  _globals['_METRICSREPORTED_VALUESENTRY']._serialized_end=3893
+  _globals['_LOGLINE']._serialized_start=3896
+  _globals['_LOGLINE']._serialized_end=4094
+  _globals['_LOGLINE_LEVEL']._serialized_start=3995
+  _globals['_LOGLINE_LEVEL']._serialized_end=4094
+  _globals['_PROGRESSUPDATED']._serialized_start=4096
+  _globals['_PROGRESSUPDATED']._serialized_end=4166
+  _globals['_CHECKPOINTSAVED']._serialized_start=4169
+  _globals['_CHECKPOINTSAVED']._serialized_end=4378
+  _globals['_CHECKPOINTSAVED_AGENTCHECKPOINTIDSENTRY']._serialized_start=4321
+  _globals['_CHECKPOINTSAVED_AGENTCHECKPOINTIDSENTRY']._serialized_end=4378
+  _globals['_WORKERLOST']._serialized_start=4380
+  _globals['_WORKERLOST']._serialized_end=4469
 # @@protoc_insertion_point(module_scope)

@@ -30,7 +30,7 @@ JOB_TYPE_SFT: JobType
 JOB_TYPE_INFERENCE: JobType
 
 class JobSpec(_message.Message):
-    __slots__ = ("type", "display_name", "policy", "agents", "environment", "training", "resources", "priority", "dataset", "inference", "labels")
+    __slots__ = ("type", "display_name", "policy", "agents", "environment", "training", "resources", "priority", "dataset", "inference", "labels", "multi_agent")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +49,7 @@ class JobSpec(_message.Message):
     DATASET_FIELD_NUMBER: _ClassVar[int]
     INFERENCE_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    MULTI_AGENT_FIELD_NUMBER: _ClassVar[int]
     type: JobType
     display_name: str
     policy: AgentSpec
@@ -60,7 +61,28 @@ class JobSpec(_message.Message):
     dataset: DatasetReference
     inference: InferenceConfig
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, type: _Optional[_Union[JobType, str]] = ..., display_name: _Optional[str] = ..., policy: _Optional[_Union[AgentSpec, _Mapping]] = ..., agents: _Optional[_Iterable[_Union[AgentSpec, _Mapping]]] = ..., environment: _Optional[_Union[_environment_pb2.EnvironmentReference, _Mapping]] = ..., training: _Optional[_Union[TrainingConfig, _Mapping]] = ..., resources: _Optional[_Iterable[_Union[_resources_pb2.ResourceRequest, _Mapping]]] = ..., priority: _Optional[int] = ..., dataset: _Optional[_Union[DatasetReference, _Mapping]] = ..., inference: _Optional[_Union[InferenceConfig, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    multi_agent: MultiAgentConfig
+    def __init__(self, type: _Optional[_Union[JobType, str]] = ..., display_name: _Optional[str] = ..., policy: _Optional[_Union[AgentSpec, _Mapping]] = ..., agents: _Optional[_Iterable[_Union[AgentSpec, _Mapping]]] = ..., environment: _Optional[_Union[_environment_pb2.EnvironmentReference, _Mapping]] = ..., training: _Optional[_Union[TrainingConfig, _Mapping]] = ..., resources: _Optional[_Iterable[_Union[_resources_pb2.ResourceRequest, _Mapping]]] = ..., priority: _Optional[int] = ..., dataset: _Optional[_Union[DatasetReference, _Mapping]] = ..., inference: _Optional[_Union[InferenceConfig, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., multi_agent: _Optional[_Union[MultiAgentConfig, _Mapping]] = ...) -> None: ...
+
+class MultiAgentConfig(_message.Message):
+    __slots__ = ("pairing", "eval_environment", "elo_k", "barrier_timeout_seconds")
+    class Pairing(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        PAIRING_UNSPECIFIED: _ClassVar[MultiAgentConfig.Pairing]
+        PAIRING_FIXED_SEATS: _ClassVar[MultiAgentConfig.Pairing]
+        PAIRING_ROUND_ROBIN: _ClassVar[MultiAgentConfig.Pairing]
+    PAIRING_UNSPECIFIED: MultiAgentConfig.Pairing
+    PAIRING_FIXED_SEATS: MultiAgentConfig.Pairing
+    PAIRING_ROUND_ROBIN: MultiAgentConfig.Pairing
+    PAIRING_FIELD_NUMBER: _ClassVar[int]
+    EVAL_ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
+    ELO_K_FIELD_NUMBER: _ClassVar[int]
+    BARRIER_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    pairing: MultiAgentConfig.Pairing
+    eval_environment: _environment_pb2.EnvironmentReference
+    elo_k: float
+    barrier_timeout_seconds: float
+    def __init__(self, pairing: _Optional[_Union[MultiAgentConfig.Pairing, str]] = ..., eval_environment: _Optional[_Union[_environment_pb2.EnvironmentReference, _Mapping]] = ..., elo_k: _Optional[float] = ..., barrier_timeout_seconds: _Optional[float] = ...) -> None: ...
 
 class AgentSpec(_message.Message):
     __slots__ = ("agent_id", "model", "adaptation", "algorithm", "sampling", "limits", "frozen")
@@ -270,12 +292,21 @@ class ProgressUpdated(_message.Message):
     def __init__(self, progress: _Optional[_Union[_progress_pb2.JobProgress, _Mapping]] = ...) -> None: ...
 
 class CheckpointSaved(_message.Message):
-    __slots__ = ("checkpoint_id", "step")
+    __slots__ = ("checkpoint_id", "step", "agent_checkpoint_ids")
+    class AgentCheckpointIdsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
+    AGENT_CHECKPOINT_IDS_FIELD_NUMBER: _ClassVar[int]
     checkpoint_id: str
     step: int
-    def __init__(self, checkpoint_id: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
+    agent_checkpoint_ids: _containers.ScalarMap[str, str]
+    def __init__(self, checkpoint_id: _Optional[str] = ..., step: _Optional[int] = ..., agent_checkpoint_ids: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class WorkerLost(_message.Message):
     __slots__ = ("worker_id", "role", "reason")
