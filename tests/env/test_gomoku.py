@@ -550,7 +550,7 @@ def test_illegal_moves_are_penalised_explained_and_retried() -> None:
     taken = harness.step("e5")
     assert taken.observation == "Illegal: e5 is taken. X to move"
     assert (taken.reward, taken.done) == (-0.5, False)
-    assert taken.info == {"error": "taken", "seat": "black", "invalid_moves": 1}
+    assert taken.info == {"error": "taken", "seat": "black", "to_move": "black", "invalid_moves": 1}
     retaken = harness.step(f"I play {move_name(reply)}")
     assert retaken.observation == f"Illegal: {move_name(reply)} is taken. X to move"
     off = harness.step("j1")

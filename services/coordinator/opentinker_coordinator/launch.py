@@ -15,6 +15,7 @@ from opentinker.api.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
 from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as scheduler_grpc
 from opentinker.core.auth_interceptor import authenticated_channel
 from opentinker_coordinator import job_plans
+from opentinker_coordinator.agent_protocol import AgentProtocol
 from opentinker_coordinator.inference_driver import InferencePorts, run_inference
 from opentinker_coordinator.remote import RemoteRollout, RemoteTrainer, RemoteWeightSync, SchedulerReporter
 from opentinker_coordinator.rl_driver import RlPorts, StopRequested, run_rl
@@ -36,6 +37,8 @@ class LaunchConfig:
     """Shared checkpoint root (tokenizers of checkpoint models for SFT data)."""
     api_key: str = ""
     """Sent on every call to the Scheduler, Trainer and Rollout (OPENTINKER_API_KEY)."""
+    coordinator_address: str = ""
+    """Where Rollout workers reach this Coordinator to play multi-agent matches."""
 
 
 def assignment_for(job: job_pb2.Job, role: int) -> job_pb2.Assignment | None:
@@ -55,8 +58,9 @@ def address_for(job: job_pb2.Job, role: int, default: str) -> str:
 class JobLauncher:
     """The RunRegistry's launcher: one call drives one job to its end."""
 
-    def __init__(self, config: LaunchConfig) -> None:
+    def __init__(self, config: LaunchConfig, protocol: AgentProtocol | None = None) -> None:
         self.config = config
+        self.protocol = protocol
 
     async def __call__(self, run: RunState) -> None:
         async with authenticated_channel(self.config.scheduler_address, self.config.api_key) as scheduler:

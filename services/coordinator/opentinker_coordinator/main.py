@@ -12,6 +12,8 @@ from opentinker.core.entrypoint import run_service
 from opentinker.core.memory import keep_freed_memory
 from opentinker.core.server import ServerPlan
 from opentinker.core.worker_registration import WorkerRegistration
+from opentinker_coordinator.agent_protocol import AgentProtocol
+from opentinker_coordinator.envhost_seats import EnvHostChannels
 from opentinker_coordinator.launch import JobLauncher, LaunchConfig
 from opentinker_coordinator.runs import RunRegistry
 from opentinker_coordinator.servicer import coordinator_service_binding
@@ -33,14 +35,17 @@ def registration(settings: CoordinatorSettings, registry: RunRegistry) -> Worker
 
 async def build_plan(settings: CoordinatorSettings) -> ServerPlan:
     keep_freed_memory()  # every weight sync relays a model's worth of chunk messages
+    envhosts = EnvHostChannels(settings.envhost_address, settings.api_key)
+    protocol = AgentProtocol(envhosts.factory())
     launcher = JobLauncher(LaunchConfig(
         scheduler_address=settings.scheduler_address, trainer_address=settings.trainer_address,
         rollout_address=settings.rollout_address, output_dir=settings.output_dir,
-        checkpoint_dir=settings.checkpoint_dir, api_key=settings.api_key))
+        checkpoint_dir=settings.checkpoint_dir, api_key=settings.api_key,
+        coordinator_address=settings.reachable_address), protocol)
     registry = RunRegistry(launcher)
     worker = registration(settings, registry)
-    return ServerPlan(services=[coordinator_service_binding(registry)], start_hooks=[worker.start],
-                      close_hooks=[worker.stop, registry.close])
+    return ServerPlan(services=[coordinator_service_binding(registry, protocol)], start_hooks=[worker.start],
+                      close_hooks=[worker.stop, registry.close, protocol.close, envhosts.close])
 
 
 def main() -> int:

@@ -1,19 +1,29 @@
 """The CoordinatorService servicer: converts protobuf <-> run state, nothing else.
 
-Live: StartRun, StopRun, GetRun, WatchRun. The multi-agent protocol (matches, turns,
-barriers) and ResumeRun answer UNIMPLEMENTED until issues 8 and 4.
+Live: StartRun, StopRun, GetRun, WatchRun and the multi-agent protocol (OpenMatch, JoinMatch,
+GetMatch, AwaitTurn, SubmitAction, LeaveMatch, ArriveAtBarrier) over the `AgentProtocol`.
+ResumeRun answers UNIMPLEMENTED: a re-queued job resumes through StartRun with its checkpoint.
+Protocol errors carry their ErrorReason name in the `opentinker-reason` trailing metadata.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any
+
 import grpc
-from google.protobuf import timestamp_pb2
+from google.protobuf import json_format, timestamp_pb2
 
 from opentinker.api.common.v1 import progress_pb2
 from opentinker.api.coordinator.v1 import coordinator_service_pb2 as pb
 from opentinker.api.coordinator.v1 import coordinator_service_pb2_grpc as pb_grpc
+from opentinker.core.errors import REASON_METADATA_KEY, TRACEBACK_METADATA_KEY
 from opentinker.core.server import ServiceBinding
 from opentinker.core.unimplemented import unimplemented_base
+from opentinker_coordinator import match_convert
+from opentinker_coordinator.agent_protocol import AgentProtocol
+from opentinker_coordinator.protocol_errors import MatchEnvironmentFailed, ProtocolError
 from opentinker_coordinator.runs import RunRegistry, RunState, RunStatus
 
 SERVICE_FULL_NAME = pb.DESCRIPTOR.services_by_name["CoordinatorService"].full_name
@@ -37,9 +47,24 @@ def run_message(run: RunState) -> pb.Run:
                   message=run.message, start_time=start)
 
 
+def answers_protocol_errors(rpc: Callable[..., Any]) -> Callable[..., Any]:
+    """Abort with the protocol error's status code, message and reason (and a game traceback)."""
+    @functools.wraps(rpc)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await rpc(self, request, context)
+        except ProtocolError as error:
+            metadata = [(REASON_METADATA_KEY, f"ERROR_REASON_{error.reason}")]
+            if isinstance(error, MatchEnvironmentFailed) and error.traceback:
+                metadata.append((TRACEBACK_METADATA_KEY, error.traceback.encode()))
+            await context.abort(match_convert.status_code(error), str(error), trailing_metadata=tuple(metadata))
+    return wrapper
+
+
 class CoordinatorServicer(unimplemented_base(pb_grpc.CoordinatorServiceServicer, SERVICE_FULL_NAME)):
-    def __init__(self, registry: RunRegistry) -> None:
+    def __init__(self, registry: RunRegistry, protocol: AgentProtocol) -> None:
         self.registry = registry
+        self.protocol = protocol
 
     async def StartRun(self, request: pb.StartRunRequest, context: grpc.aio.ServicerContext) -> pb.StartRunResponse:
         if not request.lease.job_id:
@@ -66,6 +91,53 @@ class CoordinatorServicer(unimplemented_base(pb_grpc.CoordinatorServiceServicer,
                 return
             await changed.wait()
 
+    # -- the multi-agent protocol ---------------------------------------------------------------
+
+    @answers_protocol_errors
+    async def OpenMatch(self, request: pb.OpenMatchRequest, context: grpc.aio.ServicerContext) -> pb.OpenMatchResponse:
+        match = await self.protocol.open_match(
+            job_id=request.job_id, environment=match_convert.environment_ref(request.environment),
+            seats=list(request.seats), reset_kwargs=json_format.MessageToDict(request.reset_kwargs),
+            seed=request.seed, request_id=request.request_id)
+        return pb.OpenMatchResponse(match=self._match(match))
+
+    @answers_protocol_errors
+    async def JoinMatch(self, request: pb.JoinMatchRequest, context: grpc.aio.ServicerContext) -> pb.JoinMatchResponse:
+        match = self.protocol.join(request.match_id, request.agent_id, request.seat)
+        return pb.JoinMatchResponse(match=self._match(match), system_prompt=match.system_prompt,
+                                    initial_user_message=match.initial_user_message)
+
+    @answers_protocol_errors
+    async def GetMatch(self, request: pb.GetMatchRequest, context: grpc.aio.ServicerContext) -> pb.GetMatchResponse:
+        return pb.GetMatchResponse(match=self._match(self.protocol.get(request.match_id)))
+
+    @answers_protocol_errors
+    async def AwaitTurn(self, request: pb.AwaitTurnRequest, context: grpc.aio.ServicerContext) -> pb.AwaitTurnResponse:
+        return match_convert.turn_response(await self.protocol.await_turn(request.match_id, request.agent_id))
+
+    @answers_protocol_errors
+    async def SubmitAction(self, request: pb.SubmitActionRequest,
+                           context: grpc.aio.ServicerContext) -> pb.SubmitActionResponse:
+        result = await self.protocol.submit(request.match_id, request.agent_id, request.turn_index,
+                                            request.action, request.request_id)
+        return match_convert.action_response(result)
+
+    @answers_protocol_errors
+    async def LeaveMatch(self, request: pb.LeaveMatchRequest, context: grpc.aio.ServicerContext) -> pb.LeaveMatchResponse:
+        return pb.LeaveMatchResponse(match=self._match(await self.protocol.leave(request.match_id, request.agent_id)))
+
+    @answers_protocol_errors
+    async def ArriveAtBarrier(self, request: pb.ArriveAtBarrierRequest,
+                              context: grpc.aio.ServicerContext) -> pb.ArriveAtBarrierResponse:
+        remaining = context.time_remaining()
+        arrival = await self.protocol.arrive(request.job_id, request.agent_id,
+                                             match_convert.barrier_phase(request.phase), request.step,
+                                             timeout_s=remaining)
+        return pb.ArriveAtBarrierResponse(agents_arrived=arrival.arrived, agents_expected=arrival.expected)
+
+    def _match(self, match) -> pb.Match:
+        return match_convert.match_message(match)
+
     async def _existing(self, job_id: str, context: grpc.aio.ServicerContext) -> RunState:
         run = self.registry.get(job_id)
         if run is None:
@@ -73,6 +145,6 @@ class CoordinatorServicer(unimplemented_base(pb_grpc.CoordinatorServiceServicer,
         return run
 
 
-def coordinator_service_binding(registry: RunRegistry) -> ServiceBinding:
-    return ServiceBinding(full_name=SERVICE_FULL_NAME, servicer=CoordinatorServicer(registry),
+def coordinator_service_binding(registry: RunRegistry, protocol: AgentProtocol) -> ServiceBinding:
+    return ServiceBinding(full_name=SERVICE_FULL_NAME, servicer=CoordinatorServicer(registry, protocol),
                           add_to_server=pb_grpc.add_CoordinatorServiceServicer_to_server)

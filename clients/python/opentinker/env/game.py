@@ -89,8 +89,16 @@ class _GameMetadata:
     multi_turn: ClassVar[bool] = True
     """False for single-turn games (one step per episode)."""
     seats: ClassVar[tuple[str, ...]] = ()
-    """Seats of a multi-agent game; a seated game's `step` also takes `seat=` (keyword), where
-    "" means "the seat to move" (how a single-agent session of a seated game plays)."""
+    """Seats of a multi-agent game, in turn order (the first moves first); a seated game's `step`
+    also takes `seat=` (keyword), where "" means "the seat to move" (how a single-agent session
+    of a seated game plays).
+
+    In a Coordinator match (multi-agent jobs) the step's `info` may say more, all optional:
+    "to_move" (the seat to move next; default: the next seat in order after an accepted
+    action), "error" (the action was rejected: the same seat moves again), "observations"
+    ({seat: text}, each seat's private view; default: the observation is public), "rewards"
+    ({seat: reward} of this step; default: the reward goes to the actor; on the final step they
+    are the match's result) and "outcomes" ({seat: "win" | "loss" | "draw" | ...} at the end)."""
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:

@@ -25,7 +25,9 @@ forfeits: reward -1 (instead of the penalty), episode over, a loss. The last ste
 `result` ("win", "loss", "draw" or "forfeit", for the stepping player), `correct` (True on a
 win), `winner` ("black", "white" or None) and both seats' `outcomes` and `rewards`; with two
 seats only the stepping seat gets its final reward from `step`, the other seat's (-1 after the
-winning move) is in `info["rewards"]`.
+winning move) is in `info["rewards"]`. Every step that does not end the game names the seat to
+move next in `info["to_move"]` and a rejected move has `info["error"]` (the Coordinator's match
+contract, see `opentinker.env.game`).
 
 Single-agent (`opponent="scripted"`): the model plays `model_color` ("black" moves first;
 "white" sees the opponent's opening move in reset's observation); `reset(index=i)` seeds the
@@ -175,7 +177,8 @@ class GomokuGame(AbstractGame):
             if self.board.is_full():
                 return self._finish(stone, winner=None)
         return StepResult(observation=self._position(last), reward=0.0, done=False,
-                          info={"move": move_name(move), "seat": STONE_SEATS[stone]})
+                          info={"move": move_name(move), "seat": STONE_SEATS[stone],
+                                "to_move": STONE_SEATS[self.to_move]})
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -222,7 +225,8 @@ class GomokuGame(AbstractGame):
             why = f"{move_name(move)} is {problem}"
         return StepResult(observation=f"Illegal: {why}. {STONE_CHARS[stone]} to move",
                           reward=self.invalid_move_penalty, done=False,
-                          info={"error": problem, "seat": seat, "invalid_moves": self.invalid_moves[seat]})
+                          info={"error": problem, "seat": seat, "to_move": seat,
+                                "invalid_moves": self.invalid_moves[seat]})
 
     def _finish(self, stone: int, *, winner: int | None, forfeit: bool = False) -> StepResult:
         """End the episode; the step's reward and `result` are those of `stone`'s seat."""

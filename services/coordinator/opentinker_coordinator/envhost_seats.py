@@ -1,0 +1,100 @@
+"""`SeatedEnvironment` over the EnvHostService (the service edge: grpc lives here).
+
+A match owns one EnvHost session: OpenSession + Reset when it starts, Step(seat) per action,
+CloseSession at the end. Any RPC error becomes `EnvironmentBroke` (the match is aborted).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import grpc
+from google.protobuf import json_format, struct_pb2
+
+from opentinker.api.envhost.v1 import envhost_service_pb2 as envhost_pb
+from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
+from opentinker.core.auth_interceptor import authenticated_channel
+from opentinker.core.errors import TRACEBACK_METADATA_KEY
+from opentinker_coordinator.seated_environment import (
+    EnvironmentBroke,
+    MatchEnvironmentRef,
+    SeatedEnvironmentFactory,
+    SeatedStart,
+    SeatedStep,
+)
+
+CALL_TIMEOUT_S = 120.0
+
+
+class EnvHostChannels:
+    """One channel per EnvHost address, closed together."""
+
+    def __init__(self, default_address: str, api_key: str = "") -> None:
+        self.default_address, self.api_key = default_address, api_key
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def stub(self, address: str) -> envhost_grpc.EnvHostServiceStub:
+        address = address or self.default_address
+        if address not in self._channels:
+            self._channels[address] = authenticated_channel(address, self.api_key)
+        return envhost_grpc.EnvHostServiceStub(self._channels[address])
+
+    def factory(self) -> SeatedEnvironmentFactory:
+        def make(environment: MatchEnvironmentRef, job_id: str) -> EnvHostSeatedEnvironment:
+            return EnvHostSeatedEnvironment(self.stub(environment.envhost_address), environment, job_id)
+        return make
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+
+
+class EnvHostSeatedEnvironment:
+    def __init__(self, stub: envhost_grpc.EnvHostServiceStub, environment: MatchEnvironmentRef,
+                 job_id: str) -> None:
+        self.stub, self.environment, self.job_id = stub, environment, job_id
+        self.session_id = ""
+
+    async def start(self, reset_kwargs: Mapping[str, Any], seed: int) -> SeatedStart:
+        opened = await self._call("OpenSession", envhost_pb.OpenSessionRequest(
+            env_name=self.environment.env_name, config=_struct(self.environment.config),
+            request_id=uuid.uuid4().hex, job_id=self.job_id))
+        self.session_id = opened.session_id
+        reset = await self._call("Reset", envhost_pb.ResetRequest(
+            session_id=self.session_id, kwargs=_struct(reset_kwargs), seed=seed))
+        return SeatedStart(seats=tuple(opened.environment.seats), system_prompt=reset.system_prompt,
+                           initial_user_message=reset.initial_user_message, observation=reset.observation)
+
+    async def step(self, action: str, seat: str) -> SeatedStep:
+        response = await self._call("Step", envhost_pb.StepRequest(session_id=self.session_id, action=action,
+                                                                   seat=seat))
+        return SeatedStep(observation=response.observation, reward=response.reward, done=response.done,
+                          info=json_format.MessageToDict(response.info))
+
+    async def close(self) -> None:
+        if self.session_id:
+            session_id, self.session_id = self.session_id, ""
+            await self._call("CloseSession", envhost_pb.CloseSessionRequest(session_id=session_id))
+
+    async def _call(self, method: str, request: Any) -> Any:
+        try:
+            return await getattr(self.stub, method)(request, timeout=CALL_TIMEOUT_S)
+        except grpc.aio.AioRpcError as error:
+            raise EnvironmentBroke(f"EnvHost {method} failed: {error.code().name}: {error.details()}",
+                                   traceback=_traceback(error)) from error
+
+
+def _struct(values: Mapping[str, Any]) -> struct_pb2.Struct:
+    struct = struct_pb2.Struct()
+    struct.update(dict(values))
+    return struct
+
+
+def _traceback(error: grpc.aio.AioRpcError) -> str:
+    for key, value in error.trailing_metadata() or ():
+        if key == TRACEBACK_METADATA_KEY:
+            return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    return ""
