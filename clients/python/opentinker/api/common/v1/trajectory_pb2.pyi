@@ -67,7 +67,7 @@ class Turn(_message.Message):
     def __init__(self, turn_index: _Optional[int] = ..., action_start: _Optional[int] = ..., action_end: _Optional[int] = ..., observation_start: _Optional[int] = ..., observation_end: _Optional[int] = ..., action_text: _Optional[str] = ..., observation_text: _Optional[str] = ..., reward: _Optional[float] = ..., policy_version: _Optional[int] = ..., info: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class Trajectory(_message.Message):
-    __slots__ = ("trajectory_id", "group_id", "episode_index", "token_ids", "loss_mask", "sampling_logprobs", "prompt_length", "turns", "total_reward", "stop_reason", "policy_version", "env_error", "metrics", "agent_id", "prompt_text", "token_rewards")
+    __slots__ = ("trajectory_id", "group_id", "episode_index", "token_ids", "loss_mask", "sampling_logprobs", "prompt_length", "turns", "total_reward", "stop_reason", "policy_version", "env_error", "metrics", "agent_id", "prompt_text", "token_rewards", "match_id", "seat", "outcome")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -91,6 +91,9 @@ class Trajectory(_message.Message):
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_REWARDS_FIELD_NUMBER: _ClassVar[int]
+    MATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    SEAT_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
     trajectory_id: str
     group_id: str
     episode_index: int
@@ -107,4 +110,7 @@ class Trajectory(_message.Message):
     agent_id: str
     prompt_text: str
     token_rewards: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, trajectory_id: _Optional[str] = ..., group_id: _Optional[str] = ..., episode_index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., loss_mask: _Optional[_Iterable[int]] = ..., sampling_logprobs: _Optional[_Iterable[float]] = ..., prompt_length: _Optional[int] = ..., turns: _Optional[_Iterable[_Union[Turn, _Mapping]]] = ..., total_reward: _Optional[float] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., policy_version: _Optional[int] = ..., env_error: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ..., agent_id: _Optional[str] = ..., prompt_text: _Optional[str] = ..., token_rewards: _Optional[_Iterable[float]] = ...) -> None: ...
+    match_id: str
+    seat: str
+    outcome: str
+    def __init__(self, trajectory_id: _Optional[str] = ..., group_id: _Optional[str] = ..., episode_index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., loss_mask: _Optional[_Iterable[int]] = ..., sampling_logprobs: _Optional[_Iterable[float]] = ..., prompt_length: _Optional[int] = ..., turns: _Optional[_Iterable[_Union[Turn, _Mapping]]] = ..., total_reward: _Optional[float] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., policy_version: _Optional[int] = ..., env_error: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ..., agent_id: _Optional[str] = ..., prompt_text: _Optional[str] = ..., token_rewards: _Optional[_Iterable[float]] = ..., match_id: _Optional[str] = ..., seat: _Optional[str] = ..., outcome: _Optional[str] = ...) -> None: ...
