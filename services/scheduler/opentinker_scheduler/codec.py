@@ -103,7 +103,10 @@ def decode_job(raw: RawHash, *, metrics: Mapping[bytes, bytes], queue_rank: int 
 
 def _resume_from(raw: RawHash) -> CheckpointRef | None:
     checkpoint_id = text(raw, "resume_checkpoint_id")
-    return CheckpointRef(checkpoint_id=checkpoint_id, step=number(raw, "resume_step")) if checkpoint_id else None
+    if not checkpoint_id:
+        return None
+    agents = json.loads(text(raw, "resume_agent_checkpoints", "{}"))
+    return CheckpointRef(checkpoint_id=checkpoint_id, step=number(raw, "resume_step"), agent_checkpoint_ids=agents)
 
 
 def encode_devices(devices: tuple[Device, ...]) -> str:

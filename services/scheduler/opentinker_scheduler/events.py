@@ -44,6 +44,8 @@ class ProgressUpdated:
 class CheckpointSaved:
     checkpoint_id: str = ""
     step: int = 0
+    agent_checkpoint_ids: dict[str, str] = field(default_factory=dict)
+    """Multi-agent jobs: each learning agent's checkpoint of this step."""
 
 
 @dataclass(frozen=True, kw_only=True)

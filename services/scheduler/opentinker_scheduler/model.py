@@ -155,6 +155,8 @@ class CheckpointRef:
 
     checkpoint_id: str
     step: int = 0
+    agent_checkpoint_ids: dict[str, str] = field(default_factory=dict)
+    """Multi-agent jobs: each learning agent's checkpoint (the job's common checkpoint)."""
 
 
 @dataclass(frozen=True, kw_only=True)

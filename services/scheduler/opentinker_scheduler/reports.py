@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 
 from opentinker_scheduler.errors import InvalidArgument
@@ -31,7 +32,9 @@ def build_report(payloads: Sequence[Payload | None], *, lease: LeaseContext, req
             latest, update_time_ms=latest.update_time_ms or now_ms))
     checkpoints = [p for p in checked if isinstance(p, CheckpointSaved) and p.checkpoint_id]
     if checkpoints:
-        fields |= {"resume_checkpoint_id": checkpoints[-1].checkpoint_id, "resume_step": checkpoints[-1].step}
+        last = checkpoints[-1]
+        fields |= {"resume_checkpoint_id": last.checkpoint_id, "resume_step": last.step,
+                   "resume_agent_checkpoints": json.dumps(last.agent_checkpoint_ids, sort_keys=True)}
     return Report(payloads=checked, lease=lease, request_id=request_id, job_fields=fields, metrics=metrics)
 
 
