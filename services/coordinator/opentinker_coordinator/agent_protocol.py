@@ -115,6 +115,21 @@ class AgentProtocol:
         self._evict_ended()
         return match
 
+    async def seats_of(self, environment: MatchEnvironmentRef, job_id: str) -> tuple[str, ...]:
+        """The game's seats in turn order (a session is opened and closed to ask)."""
+        game = self.environments(environment, job_id)
+        try:
+            start = await game.start({}, 0)
+        except EnvironmentBroke as broke:
+            raise MatchEnvironmentFailed(f"environment: {environment.env_name} could not start: {broke}",
+                                         traceback=broke.traceback) from broke
+        finally:
+            await game.close()
+        problem = _seat_problem(environment.env_name, start.seats, (), {})
+        if problem:
+            raise InvalidProtocolRequest(problem)
+        return start.seats
+
     def get(self, match_id: str) -> Match:
         if not match_id:
             raise InvalidProtocolRequest("match_id: is required")

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+from google.protobuf import json_format
+
 from opentinker.api.common.v1 import algorithm_pb2
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker_coordinator.advantages import Estimator
-from opentinker_coordinator.plans import InferencePlan, RlPlan, SftPlan
+from opentinker_coordinator.elo import DEFAULT_K
+from opentinker_coordinator.pairings import Pairing
+from opentinker_coordinator.plans import (
+    AgentPlan,
+    InferencePlan,
+    MultiAgentPlan,
+    MultiAgentResume,
+    RlPlan,
+    SftPlan,
+)
+from opentinker_coordinator.seated_environment import MatchEnvironmentRef
 from opentinker_coordinator.types import CheckpointRef
 
 DEFAULT_BATCH_SIZE = 8
@@ -39,6 +51,50 @@ def rl_plan(job: job_pb2.Job) -> RlPlan:
         estimator=ESTIMATORS[advantage.estimator], normalize_by_std=advantage.normalize_by_std,
         gamma=advantage.gamma or 1.0,
         resume=resume_point(job))
+
+
+PAIRINGS = {
+    job_pb2.MultiAgentConfig.PAIRING_UNSPECIFIED: Pairing.AUTO,
+    job_pb2.MultiAgentConfig.PAIRING_FIXED_SEATS: Pairing.FIXED_SEATS,
+    job_pb2.MultiAgentConfig.PAIRING_ROUND_ROBIN: Pairing.ROUND_ROBIN,
+}
+DEFAULT_BARRIER_TIMEOUT_S = 300.0
+
+
+def agent_plan(agent: job_pb2.AgentSpec) -> AgentPlan:
+    advantage = agent.algorithm.advantage
+    if advantage.estimator not in ESTIMATORS:
+        name = algorithm_pb2.AdvantageEstimator.Name(advantage.estimator)
+        raise UnsupportedJob(f"agent {agent.agent_id}: advantage estimator {name} is not supported yet")
+    return AgentPlan(agent_id=agent.agent_id, learns=not agent.frozen, estimator=ESTIMATORS[advantage.estimator],
+                     normalize_by_std=advantage.normalize_by_std, gamma=advantage.gamma or 1.0)
+
+
+def multi_agent_plan(job: job_pb2.Job, attempt_token: int) -> MultiAgentPlan:
+    training, config = job.spec.training, job.spec.multi_agent
+    environment = job.spec.environment
+    return MultiAgentPlan(
+        job_id=job.job_id, scope=f"{job.job_id}/attempt-{attempt_token}",
+        agents=tuple(agent_plan(agent) for agent in job.spec.agents),
+        environment=MatchEnvironmentRef(env_name=environment.env_name,
+                                        config=json_format.MessageToDict(environment.config),
+                                        envhost_address=environment.envhost_address),
+        pairing=PAIRINGS.get(config.pairing, Pairing.AUTO), total_steps=training.total_steps,
+        batch_size=training.batch_size or 1, group_size=training.group_size or DEFAULT_GROUP_SIZE,
+        eval_every_steps=training.eval_every_steps, eval_episodes=training.eval_episodes or DEFAULT_EVAL_EPISODES,
+        evaluates_alone=bool(config.eval_environment.env_name),
+        checkpoint_every_steps=training.checkpoint_every_steps, seed=training.seed,
+        elo_k=config.elo_k or DEFAULT_K, barrier_timeout_s=config.barrier_timeout_seconds or DEFAULT_BARRIER_TIMEOUT_S,
+        resume=multi_agent_resume(job))
+
+
+def multi_agent_resume(job: job_pb2.Job) -> MultiAgentResume | None:
+    """Every learning agent's checkpoint of the job's last common checkpoint (None: start fresh)."""
+    resume = job.resume_from
+    if not job.HasField("resume_from") or not resume.agent_checkpoint_ids:
+        return None
+    return MultiAgentResume(step=resume.step, checkpoint_ids=dict(resume.agent_checkpoint_ids),
+                            ratings=dict(resume.driver_state))
 
 
 def sft_plan(job: job_pb2.Job) -> SftPlan:

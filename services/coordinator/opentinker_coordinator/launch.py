@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from opentinker.core.auth_interceptor import authenticated_channel
 from opentinker_coordinator import job_plans
 from opentinker_coordinator.agent_protocol import AgentProtocol
 from opentinker_coordinator.inference_driver import InferencePorts, run_inference
+from opentinker_coordinator.ma_driver import AgentFailed, AgentPorts, MultiAgentPorts, run_multi_agent
 from opentinker_coordinator.remote import RemoteRollout, RemoteTrainer, RemoteWeightSync, SchedulerReporter
 from opentinker_coordinator.rl_driver import RlPorts, StopRequested, run_rl
 from opentinker_coordinator.runs import RunState, RunStatus
@@ -92,6 +94,9 @@ class JobLauncher:
 
     async def _drive(self, job: job_pb2.Job, run: RunState, reporter: SchedulerReporter) -> None:
         kind = job.spec.type
+        if kind == job_pb2.JOB_TYPE_RL and job.spec.agents:
+            await self._drive_multi_agent(job, run, reporter)
+            return
         async with self._channel(job, resources_pb2.ROLE_TRAINER, self.config.trainer_address) as trainer_channel, \
                 self._channel(job, resources_pb2.ROLE_ROLLOUT, self.config.rollout_address) as rollout_channel:
             trainer = RemoteTrainer(trainer_channel, job, lease_for(job, resources_pb2.ROLE_TRAINER, reporter.lease))
@@ -116,9 +121,60 @@ class JobLauncher:
             finally:
                 await _close_quietly(trainer, rollout)
 
+    async def _drive_multi_agent(self, job: job_pb2.Job, run: RunState, reporter: SchedulerReporter) -> None:
+        if self.protocol is None:
+            raise job_plans.UnsupportedJob("this Coordinator hosts no Agent Protocol; multi-agent jobs need one")
+        plan = job_plans.multi_agent_plan(job, run.fencing_token)
+        async with self._channel(job, resources_pb2.ROLE_TRAINER, self.config.trainer_address) as trainer_channel, \
+                self._channel(job, resources_pb2.ROLE_ROLLOUT, self.config.rollout_address) as rollout_channel:
+            agents = {agent.agent_id: self._agent_ports(job, agent, reporter, trainer_channel, rollout_channel)
+                      for agent in job.spec.agents}
+            ports = MultiAgentPorts(agents=agents, host=self.protocol, reporter=reporter, stop=run.stop)
+            try:
+                await run_multi_agent(plan, ports)
+            except AgentFailed as failed:
+                if not _worker_lost(failed.cause):
+                    raise
+                await _pause_until_requeued(run, reporter, failed, plan.barrier_timeout_s)
+            finally:
+                await _close_quietly(*[port for own in agents.values() for port in (own.trainer, own.rollout) if port])
+
+    def _agent_ports(self, job: job_pb2.Job, agent: job_pb2.AgentSpec, reporter: SchedulerReporter,
+                     trainer_channel: grpc.aio.Channel, rollout_channel: grpc.aio.Channel) -> AgentPorts:
+        rollout = RemoteRollout(rollout_channel, job, lease_for(job, resources_pb2.ROLE_ROLLOUT, reporter.lease),
+                                agent_id=agent.agent_id, coordinator_address=self.config.coordinator_address)
+        if agent.frozen:
+            return AgentPorts(rollout=rollout)
+        trainer = RemoteTrainer(trainer_channel, job, lease_for(job, resources_pb2.ROLE_TRAINER, reporter.lease),
+                                agent_id=agent.agent_id)
+        return AgentPorts(rollout=rollout, trainer=trainer, weights=RemoteWeightSync(trainer, rollout))
+
     def _channel(self, job: job_pb2.Job, role: int, default: str) -> grpc.aio.Channel:
         return authenticated_channel(address_for(job, role, default), self.config.api_key,
                                      options=[("grpc.max_receive_message_length", 64 << 20)])
+
+
+def _worker_lost(error: BaseException) -> bool:
+    """An agent's Trainer or Rollout went away (killed, restarted, unreachable)."""
+    return isinstance(error, grpc.aio.AioRpcError) and error.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def _pause_until_requeued(run: RunState, reporter: SchedulerReporter, failed: AgentFailed,
+                                timeout_s: float) -> None:
+    """Every agent stopped at its barrier; wait for the Scheduler to notice the lost worker and
+    re-queue the job (the new attempt resumes from the common checkpoint and supersedes this
+    run), or fail after `timeout_s`."""
+    message = (f"paused: {failed}; every agent stopped at its barrier, waiting up to {timeout_s:g} s for the "
+               "Scheduler to re-queue the job from its last common checkpoint")
+    run.pause(message)
+    log.warning("run_paused", job_id=run.job_id, agent_id=failed.agent_id, error=str(failed.cause))
+    with contextlib.suppress(grpc.RpcError):
+        await reporter.log("warning", message)
+    try:
+        await asyncio.wait_for(run.stop.wait(), timeout_s)
+    except TimeoutError:
+        raise failed from None
+    raise StopRequested()
 
 
 async def _close_quietly(*ports) -> None:

@@ -110,6 +110,7 @@ class Match:
     _answers: dict[str, ActionResult] = field(default_factory=dict)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _playing: asyncio.Future | None = None
 
     @classmethod
     def started(cls, *, match_id: str, job_id: str, environment: SeatedEnvironment, start: SeatedStart,
@@ -173,16 +174,32 @@ class Match:
     async def submit(self, agent_id: str, turn_index: int, action: str, request_id: str = "") -> ActionResult:
         """Apply the action of the seat to move for the turn it was granted."""
         seat = self.seat_of(agent_id)
-        async with self._lock:
+        await self._lock.acquire()
+        try:
             if request_id and request_id in self._answers:
                 return self._answers[request_id]
             self._check_turn(seat, turn_index)
+        except BaseException:
+            self._lock.release()
+            raise
+        # The step runs to its end (and releases the lock) even if this caller gives up, e.g. a
+        # client deadline: the game may have taken the move, so the match must record it; a
+        # retry with the request_id then gets the answer.
+        self._playing = asyncio.ensure_future(self._play(seat, agent_id, action, request_id))
+        self._playing.add_done_callback(_retrieve)
+        return await asyncio.shield(self._playing)
+
+    async def _play(self, seat: str, agent_id: str, action: str, request_id: str) -> ActionResult:
+        """Step and record one action; the caller holds the lock, this releases it."""
+        try:
             step = await self._step(action, seat)
             result = self._apply(seat, agent_id, action, step)
             if request_id:
                 self._answers[request_id] = result
             self._touch()
             return result
+        finally:
+            self._lock.release()
 
     def _check_turn(self, seat: str, turn_index: int) -> None:
         if self.state in (MatchState.FINISHED, MatchState.ABORTED):
@@ -333,6 +350,12 @@ def _outcome(named: Any, seat: str, reward: float) -> str:
     if isinstance(named, Mapping) and isinstance(named.get(seat), str) and named[seat]:
         return named[seat]
     return "win" if reward > 0 else "loss" if reward < 0 else "draw"
+
+
+def _retrieve(future: asyncio.Future) -> None:
+    """Marks a step's failure as seen (its caller may have given up on it)."""
+    if not future.cancelled():
+        future.exception()
 
 
 async def _close_quietly(environment: SeatedEnvironment) -> None:

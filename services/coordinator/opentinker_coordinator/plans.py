@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from opentinker_coordinator.advantages import Estimator
+from opentinker_coordinator.pairings import Pairing
+from opentinker_coordinator.seated_environment import MatchEnvironmentRef
 from opentinker_coordinator.types import CheckpointRef
 
 
@@ -49,3 +51,49 @@ class InferencePlan:
     output_path: str
     """JSONL written by the coordinator: one line per episode."""
     seed: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentPlan:
+    """One agent of a multi-agent job: how it learns (or that it does not)."""
+
+    agent_id: str
+    learns: bool = True
+    """False for a frozen agent: it plays but is never updated (a snapshot opponent)."""
+    estimator: Estimator = Estimator.GRPO
+    normalize_by_std: bool = False
+    gamma: float = 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class MultiAgentResume:
+    step: int
+    checkpoint_ids: dict[str, str]
+    """The learning agents' checkpoints of `step` (the job's common checkpoint)."""
+    ratings: dict[str, float]
+    """Elo ratings at `step`, by agent."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MultiAgentPlan:
+    job_id: str
+    scope: str
+    """The job's scope in the Agent Protocol: one per attempt, so a stale attempt's matches and
+    barriers never mix with the new one's."""
+    agents: tuple[AgentPlan, ...]
+    environment: MatchEnvironmentRef
+    pairing: Pairing
+    total_steps: int
+    batch_size: int
+    """Problems (match resets) per pairing per step."""
+    group_size: int
+    """Matches per problem and pairing; an agent's trajectories of one problem and seat form a group."""
+    eval_every_steps: int = 0
+    eval_episodes: int = 32
+    evaluates_alone: bool = False
+    """True when every agent is also evaluated alone in the job's eval environment."""
+    checkpoint_every_steps: int = 0
+    seed: int = 0
+    elo_k: float = 16.0
+    barrier_timeout_s: float = 300.0
+    resume: MultiAgentResume | None = None

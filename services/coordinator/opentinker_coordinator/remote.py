@@ -13,7 +13,7 @@ import structlog
 from google.protobuf import json_format, struct_pb2
 
 from opentinker.api.common.v1 import (
-    algorithm_pb2, datum_pb2, progress_pb2, resources_pb2, sampling_pb2, trajectory_pb2,
+    algorithm_pb2, datum_pb2, environment_pb2, progress_pb2, resources_pb2, sampling_pb2, trajectory_pb2,
     weights_pb2,
 )
 from opentinker.api.rollout.v1 import rollout_service_pb2 as rollout_pb
@@ -23,7 +23,7 @@ from opentinker.api.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
 from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as scheduler_grpc
 from opentinker.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
-from opentinker_coordinator.types import CheckpointRef, Datum, EpisodeRequest, StopReason, Trajectory
+from opentinker_coordinator.types import CheckpointRef, Datum, EpisodeRequest, SeatRequest, StopReason, Trajectory
 
 log = structlog.get_logger(__name__)
 
@@ -48,11 +48,18 @@ def eval_sampling(policy: job_pb2.AgentSpec) -> sampling_pb2.SamplingParams:
     return sampling
 
 
-def loss_config(job: job_pb2.Job) -> algorithm_pb2.LossConfig:
+def agent_policy(job: job_pb2.Job, agent_id: str = "") -> job_pb2.AgentSpec:
+    """The spec's policy, or in a multi-agent job the named agent's."""
+    if not agent_id:
+        return job.spec.policy
+    return next(agent for agent in job.spec.agents if agent.agent_id == agent_id)
+
+
+def loss_config(job: job_pb2.Job, agent_id: str = "") -> algorithm_pb2.LossConfig:
     """The job type's default loss with the spec's set fields on top (an unset function or
     clip range keeps the default, so `loss: {aggregation: SEQUENCE_MEAN}` is a complete
     spec); temperature follows the sampling."""
-    policy = job.spec.policy
+    policy = agent_policy(job, agent_id)
     loss = algorithm_pb2.LossConfig()
     loss.CopyFrom(SFT_LOSS if job.spec.type == job_pb2.JOB_TYPE_SFT else RL_LOSS)
     loss.MergeFrom(policy.algorithm.loss)
@@ -66,14 +73,14 @@ def datum_message(datum: Datum) -> datum_pb2.Datum:
                            sampling_logprobs=datum.sampling_logprobs, group_id=datum.group_id)
 
 
-def is_lora(job: job_pb2.Job) -> bool:
-    return job.spec.policy.adaptation.WhichOneof("kind") == "lora"
+def is_lora(job: job_pb2.Job, agent_id: str = "") -> bool:
+    return agent_policy(job, agent_id).adaptation.WhichOneof("kind") == "lora"
 
 
-def session_optimizer(job: job_pb2.Job) -> algorithm_pb2.OptimizerConfig:
+def session_optimizer(job: job_pb2.Job, agent_id: str = "") -> algorithm_pb2.OptimizerConfig:
     """The policy's optimizer; a decay schedule without total_steps decays over the job's."""
     optimizer = algorithm_pb2.OptimizerConfig()
-    optimizer.CopyFrom(job.spec.policy.algorithm.optimizer)
+    optimizer.CopyFrom(agent_policy(job, agent_id).algorithm.optimizer)
     if not optimizer.total_steps:
         optimizer.total_steps = job.spec.training.total_steps
     return optimizer
@@ -84,19 +91,26 @@ def trainer_device_ids(job: job_pb2.Job) -> list[str]:
     return next((list(a.device_ids) for a in job.assignments if a.role == resources_pb2.ROLE_TRAINER), [])
 
 
-class RemoteTrainer:
-    """TrainerPort over gRPC: one session for the job."""
+def _request_prefix(job: job_pb2.Job, agent_id: str) -> str:
+    return f"{job.job_id}/{agent_id}" if agent_id else job.job_id
 
-    def __init__(self, channel: grpc.aio.Channel, job: job_pb2.Job, lease: resources_pb2.LeaseContext) -> None:
+
+class RemoteTrainer:
+    """TrainerPort over gRPC: one session for the job (for one agent of a multi-agent job)."""
+
+    def __init__(self, channel: grpc.aio.Channel, job: job_pb2.Job, lease: resources_pb2.LeaseContext,
+                 agent_id: str = "") -> None:
         self.stub = trainer_grpc.TrainerServiceStub(channel)
-        self.job, self.lease = job, lease
+        self.job, self.lease, self.agent_id = job, lease, agent_id
+        self.prefix = _request_prefix(job, agent_id)
         self.session_id = ""
 
     async def open(self) -> None:
-        policy, training = self.job.spec.policy, self.job.spec.training
+        policy, training = agent_policy(self.job, self.agent_id), self.job.spec.training
         request = trainer_pb.CreateSessionRequest(
-            request_id=f"{self.job.job_id}/session/{self.lease.fencing_token}", lease=self.lease,
-            base_model=policy.model, adaptation=policy.adaptation, optimizer=session_optimizer(self.job),
+            request_id=f"{self.prefix}/session/{self.lease.fencing_token}", lease=self.lease,
+            base_model=policy.model, adaptation=policy.adaptation,
+            optimizer=session_optimizer(self.job, self.agent_id),
             seed=training.seed, max_tokens_per_micro_batch=training.max_tokens_per_micro_batch,
             device_ids=trainer_device_ids(self.job))
         self.session_id = (await self.stub.CreateSession(request)).session.session_id
@@ -104,24 +118,25 @@ class RemoteTrainer:
     async def forward_backward(self, datums: Sequence[Datum]) -> dict[str, float]:
         request = trainer_pb.ForwardBackwardRequest(
             session_id=self.session_id, lease=self.lease, datums=[datum_message(d) for d in datums],
-            loss=loss_config(self.job))
+            loss=loss_config(self.job, self.agent_id))
         response = await self.stub.ForwardBackward(request)
         return {"loss": response.loss, "loss_tokens": float(response.num_tokens), **dict(response.metrics)}
 
     async def optim_step(self, step: int) -> dict[str, float]:
         request = trainer_pb.OptimStepRequest(session_id=self.session_id, lease=self.lease,
-                                              request_id=f"{self.job.job_id}/optim/{step}")
+                                              request_id=f"{self.prefix}/optim/{step}")
         response = await self.stub.OptimStep(request)
         return {"grad_norm": response.grad_norm, "learning_rate": response.learning_rate, **dict(response.metrics)}
 
     async def save_checkpoint(self, name: str, *, final: bool) -> CheckpointRef:
         if final:
-            fmt = trainer_pb.CHECKPOINT_FORMAT_PEFT_ADAPTER if is_lora(self.job) else trainer_pb.CHECKPOINT_FORMAT_HF_MODEL
+            fmt = (trainer_pb.CHECKPOINT_FORMAT_PEFT_ADAPTER if is_lora(self.job, self.agent_id)
+                   else trainer_pb.CHECKPOINT_FORMAT_HF_MODEL)
         else:
             fmt = trainer_pb.CHECKPOINT_FORMAT_TRAINING_STATE
         request = trainer_pb.SaveCheckpointRequest(
             session_id=self.session_id, lease=self.lease, format=fmt, name=name,
-            request_id=f"{self.job.job_id}/checkpoint/{name}")
+            request_id=f"{self.prefix}/checkpoint/{name}")
         checkpoint = (await self.stub.SaveCheckpoint(request)).checkpoint
         return CheckpointRef(checkpoint_id=checkpoint.checkpoint_id, step=checkpoint.step)
 
@@ -150,6 +165,7 @@ def _verdict(message: trajectory_pb2.Trajectory) -> bool | None:
 def trajectory_from_message(message: trajectory_pb2.Trajectory) -> Trajectory:
     reason = trajectory_pb2.StopReason.Name(message.stop_reason).removeprefix("STOP_REASON_")
     return Trajectory(
+        agent_id=message.agent_id, match_id=message.match_id, seat=message.seat, outcome=message.outcome,
         group_id=message.group_id, token_ids=list(message.token_ids), loss_mask=list(message.loss_mask),
         sampling_logprobs=list(message.sampling_logprobs), total_reward=message.total_reward,
         stop_reason=StopReason(reason), policy_version=message.policy_version, correct=_verdict(message),
@@ -159,27 +175,54 @@ def trajectory_from_message(message: trajectory_pb2.Trajectory) -> Trajectory:
 
 
 class RemoteRollout:
-    """RolloutPort over gRPC: the job's policy on one Rollout worker."""
+    """RolloutPort over gRPC: the job's policy (or one agent's) on one Rollout worker."""
 
-    def __init__(self, channel: grpc.aio.Channel, job: job_pb2.Job, lease: resources_pb2.LeaseContext) -> None:
+    def __init__(self, channel: grpc.aio.Channel, job: job_pb2.Job, lease: resources_pb2.LeaseContext,
+                 agent_id: str = "", coordinator_address: str = "") -> None:
         self.stub = rollout_grpc.RolloutServiceStub(channel)
-        self.job, self.lease = job, lease
+        self.job, self.lease, self.agent_id = job, lease, agent_id
+        self.coordinator_address = coordinator_address
+        self.policy = agent_policy(job, agent_id)
         self.policy_id = ""
 
     async def open(self) -> None:
-        policy = self.job.spec.policy
         request = rollout_pb.LoadModelRequest(
-            request_id=f"{self.job.job_id}/policy/{self.lease.fencing_token}", lease=self.lease,
-            model=policy.model, adaptation=policy.adaptation)
+            request_id=f"{_request_prefix(self.job, self.agent_id)}/policy/{self.lease.fencing_token}",
+            lease=self.lease, model=self.policy.model, adaptation=self.policy.adaptation)
         self.policy_id = (await self.stub.LoadModel(request)).policy.policy_id
 
-    async def run_episodes(self, requests: Sequence[EpisodeRequest], group_size: int,
-                           *, evaluation: bool) -> AsyncIterator[Trajectory]:
-        policy = self.job.spec.policy
+    async def run_episodes(self, requests: Sequence[EpisodeRequest], group_size: int, *, evaluation: bool,
+                           environment: environment_pb2.EnvironmentReference | None = None,
+                           ) -> AsyncIterator[Trajectory]:
+        """Single-agent episodes in the job's environment (or `environment`, e.g. an agent's eval)."""
         request = rollout_pb.RunEpisodesRequest(
-            policy_id=self.policy_id, lease=self.lease, environment=self.job.spec.environment,
+            policy_id=self.policy_id, lease=self.lease, environment=environment or self.job.spec.environment,
             episodes=[episode_spec(r) for r in requests], group_size=group_size,
-            sampling=eval_sampling(policy) if evaluation else training_sampling(policy), limits=policy.limits)
+            sampling=self._sampling(evaluation), limits=self.policy.limits, agent_id=self.agent_id)
+        async for trajectory in self._stream(request):
+            yield trajectory
+
+    async def play_seats(self, seats: Sequence[SeatRequest], *, evaluation: bool) -> AsyncIterator[Trajectory]:
+        """Play this agent's seat in each match (hosted by this Coordinator)."""
+        request = rollout_pb.RunEpisodesRequest(
+            policy_id=self.policy_id, lease=self.lease, group_size=1,
+            episodes=[rollout_pb.EpisodeSpec(group_id=s.group_id, seed=s.seed, match_id=s.match_id, seat=s.seat)
+                      for s in seats],
+            sampling=self._sampling(evaluation), limits=self.policy.limits,
+            coordinator_address=self.coordinator_address, agent_id=self.agent_id)
+        async for trajectory in self._stream(request):
+            yield trajectory
+
+    async def evaluate_alone(self, requests: Sequence[EpisodeRequest]) -> AsyncIterator[Trajectory]:
+        """Greedy single-agent episodes in the multi-agent job's eval environment."""
+        async for trajectory in self.run_episodes(requests, 1, evaluation=True,
+                                                  environment=self.job.spec.multi_agent.eval_environment):
+            yield trajectory
+
+    def _sampling(self, evaluation: bool) -> sampling_pb2.SamplingParams:
+        return eval_sampling(self.policy) if evaluation else training_sampling(self.policy)
+
+    async def _stream(self, request: rollout_pb.RunEpisodesRequest) -> AsyncIterator[Trajectory]:
         async for item in self.stub.RunEpisodes(request):
             if item.HasField("trajectory"):
                 yield trajectory_from_message(item.trajectory)
@@ -200,7 +243,8 @@ class RemoteWeightSync:
     async def _requests(self) -> AsyncIterator[rollout_pb.UpdateWeightsRequest]:
         target = rollout_pb.UpdateWeightsTarget(policy_id=self.rollout.policy_id, lease=self.rollout.lease)
         yield rollout_pb.UpdateWeightsRequest(target=target)
-        fmt = weights_pb2.WEIGHTS_FORMAT_LORA_ADAPTER if is_lora(self.trainer.job) else weights_pb2.WEIGHTS_FORMAT_FULL
+        fmt = (weights_pb2.WEIGHTS_FORMAT_LORA_ADAPTER if is_lora(self.trainer.job, self.trainer.agent_id)
+               else weights_pb2.WEIGHTS_FORMAT_FULL)
         export = self.trainer.stub.ExportWeights(
             trainer_pb.ExportWeightsRequest(session_id=self.trainer.session_id, format=fmt))
         async for item in export:
@@ -231,9 +275,10 @@ class SchedulerReporter:
         await self.stub.ReportJobEvents(scheduler_pb.ReportJobEventsRequest(
             lease=self.lease, events=[event], request_id=request_id))
 
-    async def metrics(self, step: int, values: dict[str, float]) -> None:
-        self.run_state.record_metrics(values)
-        await self._report(job_pb2.JobEvent(metrics=job_pb2.MetricsReported(step=step, values=values)))
+    async def metrics(self, step: int, values: dict[str, float], *, agent_id: str = "") -> None:
+        self.run_state.record_metrics({f"{agent_id}/{k}" if agent_id else k: v for k, v in values.items()})
+        await self._report(job_pb2.JobEvent(metrics=job_pb2.MetricsReported(step=step, values=values,
+                                                                             agent_id=agent_id)))
 
     async def progress(self, *, phase: str, step: int, total_steps: int,
                        metrics: dict[str, float] | None = None) -> None:
@@ -248,10 +293,12 @@ class SchedulerReporter:
                                source="coordinator", message=message)
         await self._report(job_pb2.JobEvent(log=line))
 
-    async def checkpoint(self, ref: CheckpointRef) -> None:
+    async def checkpoint(self, ref: CheckpointRef, *, agents: dict[str, str] | None = None,
+                         driver_state: dict[str, float] | None = None) -> None:
         self.run_state.last_checkpoint_id = ref.checkpoint_id
         await self._report(job_pb2.JobEvent(checkpoint=job_pb2.CheckpointSaved(
-            checkpoint_id=ref.checkpoint_id, step=ref.step)))
+            checkpoint_id=ref.checkpoint_id, step=ref.step, agent_checkpoint_ids=agents or {},
+            driver_state=driver_state or {})))
 
     async def finish(self, *, succeeded: bool, message: str) -> None:
         state = job_pb2.Job.STATE_SUCCEEDED if succeeded else job_pb2.Job.STATE_FAILED

@@ -16,6 +16,8 @@ log = structlog.get_logger(__name__)
 class RunStatus(StrEnum):
     STARTING = "STARTING"
     RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+    """A multi-agent run whose agent's worker was lost, waiting to be re-queued or to time out."""
     STOPPING = "STOPPING"
     FINISHED = "FINISHED"
     FAILED = "FAILED"
@@ -51,6 +53,10 @@ class RunState:
 
     def record_metrics(self, values: dict[str, float]) -> None:
         self.latest_metrics.update(values)
+        self.touch()
+
+    def pause(self, message: str) -> None:
+        self.status, self.message = RunStatus.PAUSED, message
         self.touch()
 
     def end(self, status: RunStatus, message: str) -> None:

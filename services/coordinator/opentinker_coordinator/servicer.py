@@ -31,6 +31,7 @@ SERVICE_FULL_NAME = pb.DESCRIPTOR.services_by_name["CoordinatorService"].full_na
 RUN_STATES = {
     RunStatus.STARTING: pb.Run.STATE_STARTING,
     RunStatus.RUNNING: pb.Run.STATE_RUNNING,
+    RunStatus.PAUSED: pb.Run.STATE_PAUSED,
     RunStatus.STOPPING: pb.Run.STATE_STOPPING,
     RunStatus.FINISHED: pb.Run.STATE_FINISHED,
     RunStatus.FAILED: pb.Run.STATE_FAILED,

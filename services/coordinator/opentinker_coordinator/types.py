@@ -41,6 +41,11 @@ class Trajectory:
     """[{"action": ..., "observation": ..., "reward": ...}] per turn, for inference output."""
     token_rewards: list[float] = field(default_factory=list)
     """Each turn's reward on its last sampled token, 0 elsewhere (empty: not reported)."""
+    agent_id: str = ""
+    match_id: str = ""
+    """Multi-agent: the match this trajectory played, its seat there and the seat's result."""
+    seat: str = ""
+    outcome: str = ""
 
     @property
     def failed(self) -> bool:
@@ -70,6 +75,16 @@ class EpisodeRequest:
     group_id: str
     reset_kwargs: dict
     seed: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class SeatRequest:
+    """One seat of a match for an agent to play (multi-agent rollouts)."""
+
+    match_id: str
+    seat: str
+    group_id: str
+    seed: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -106,7 +106,8 @@ def _resume_from(raw: RawHash) -> CheckpointRef | None:
     if not checkpoint_id:
         return None
     agents = json.loads(text(raw, "resume_agent_checkpoints", "{}"))
-    return CheckpointRef(checkpoint_id=checkpoint_id, step=number(raw, "resume_step"), agent_checkpoint_ids=agents)
+    return CheckpointRef(checkpoint_id=checkpoint_id, step=number(raw, "resume_step"), agent_checkpoint_ids=agents,
+                         driver_state=json.loads(text(raw, "resume_driver_state", "{}")))
 
 
 def encode_devices(devices: tuple[Device, ...]) -> str:

@@ -136,7 +136,8 @@ def _checkpoint_to_proto(checkpoint: CheckpointRef | None) -> job_pb2.Checkpoint
     if checkpoint is None:
         return None
     return job_pb2.CheckpointSaved(checkpoint_id=checkpoint.checkpoint_id, step=checkpoint.step,
-                                   agent_checkpoint_ids=checkpoint.agent_checkpoint_ids)
+                                   agent_checkpoint_ids=checkpoint.agent_checkpoint_ids,
+                                   driver_state=checkpoint.driver_state)
 
 
 def progress_to_proto(progress: Progress) -> progress_pb2.JobProgress:
@@ -187,6 +188,7 @@ def _set_payload(message: job_pb2.JobEvent, payload: Payload) -> None:
         message.progress.CopyFrom(job_pb2.ProgressUpdated(progress=progress_to_proto(payload.progress)))
     elif isinstance(payload, CheckpointSaved):
         message.checkpoint.CopyFrom(job_pb2.CheckpointSaved(agent_checkpoint_ids=payload.agent_checkpoint_ids,
+                                                            driver_state=payload.driver_state,
                                                             checkpoint_id=payload.checkpoint_id,
                                                             step=payload.step))
     else:
@@ -208,7 +210,8 @@ def payload_from_proto(event: job_pb2.JobEvent, *, field: str) -> Payload | None
         return ProgressUpdated(progress=progress_from_proto(event.progress.progress))
     if kind == "checkpoint":
         return CheckpointSaved(checkpoint_id=event.checkpoint.checkpoint_id, step=event.checkpoint.step,
-                               agent_checkpoint_ids=dict(event.checkpoint.agent_checkpoint_ids))
+                               agent_checkpoint_ids=dict(event.checkpoint.agent_checkpoint_ids),
+                               driver_state=dict(event.checkpoint.driver_state))
     if kind == "worker_lost":
         return WorkerLost(worker_id=event.worker_lost.worker_id, reason=event.worker_lost.reason,
                           role=role_from_proto(event.worker_lost.role, field=f"{field}.worker_lost.role"))

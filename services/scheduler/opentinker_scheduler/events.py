@@ -46,6 +46,8 @@ class CheckpointSaved:
     step: int = 0
     agent_checkpoint_ids: dict[str, str] = field(default_factory=dict)
     """Multi-agent jobs: each learning agent's checkpoint of this step."""
+    driver_state: dict[str, float] = field(default_factory=dict)
+    """Numbers the driver resumes with (e.g. Elo ratings)."""
 
 
 @dataclass(frozen=True, kw_only=True)

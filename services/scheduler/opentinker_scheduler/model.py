@@ -157,6 +157,7 @@ class CheckpointRef:
     step: int = 0
     agent_checkpoint_ids: dict[str, str] = field(default_factory=dict)
     """Multi-agent jobs: each learning agent's checkpoint (the job's common checkpoint)."""
+    driver_state: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)

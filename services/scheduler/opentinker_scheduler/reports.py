@@ -34,7 +34,8 @@ def build_report(payloads: Sequence[Payload | None], *, lease: LeaseContext, req
     if checkpoints:
         last = checkpoints[-1]
         fields |= {"resume_checkpoint_id": last.checkpoint_id, "resume_step": last.step,
-                   "resume_agent_checkpoints": json.dumps(last.agent_checkpoint_ids, sort_keys=True)}
+                   "resume_agent_checkpoints": json.dumps(last.agent_checkpoint_ids, sort_keys=True),
+                   "resume_driver_state": json.dumps(last.driver_state, sort_keys=True)}
     return Report(payloads=checked, lease=lease, request_id=request_id, job_fields=fields, metrics=metrics)
 
 

@@ -292,7 +292,7 @@ class ProgressUpdated(_message.Message):
     def __init__(self, progress: _Optional[_Union[_progress_pb2.JobProgress, _Mapping]] = ...) -> None: ...
 
 class CheckpointSaved(_message.Message):
-    __slots__ = ("checkpoint_id", "step", "agent_checkpoint_ids")
+    __slots__ = ("checkpoint_id", "step", "agent_checkpoint_ids", "driver_state")
     class AgentCheckpointIdsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -300,13 +300,22 @@ class CheckpointSaved(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class DriverStateEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     AGENT_CHECKPOINT_IDS_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_STATE_FIELD_NUMBER: _ClassVar[int]
     checkpoint_id: str
     step: int
     agent_checkpoint_ids: _containers.ScalarMap[str, str]
-    def __init__(self, checkpoint_id: _Optional[str] = ..., step: _Optional[int] = ..., agent_checkpoint_ids: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    driver_state: _containers.ScalarMap[str, float]
+    def __init__(self, checkpoint_id: _Optional[str] = ..., step: _Optional[int] = ..., agent_checkpoint_ids: _Optional[_Mapping[str, str]] = ..., driver_state: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class WorkerLost(_message.Message):
     __slots__ = ("worker_id", "role", "reason")
