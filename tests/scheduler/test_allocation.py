@@ -228,6 +228,31 @@ async def lose_trainer(h, clock) -> None:  # noqa: ANN001
         await h.scheduler.allocator.tick()
 
 
+def test_a_requeued_multi_agent_job_resumes_every_agent_from_the_common_checkpoint(redis_url: str) -> None:
+    async def scenario() -> None:
+        clock = ManualClock()
+        async with scheduler_server(redis_url, clock=clock) as h:
+            await register_pool(h)
+            job = await running_job(h, spec=rl_spec())
+            common = job_pb2.CheckpointSaved(checkpoint_id="ck-a-2", step=2,
+                                             agent_checkpoint_ids={"a": "ck-a-2", "b": "ck-b-2"},
+                                             driver_state={"elo/a": 1012.5, "elo/b": 987.5})
+            later = job_pb2.CheckpointSaved(checkpoint_id="ck-a-4", step=4,
+                                            agent_checkpoint_ids={"a": "ck-a-4", "b": "ck-b-4"},
+                                            driver_state={"elo/a": 1020.0, "elo/b": 980.0})
+            for checkpoint in (common, later):
+                await h.stub.ReportJobEvents(pb.ReportJobEventsRequest(
+                    lease=lease_of(job), events=[job_pb2.JobEvent(checkpoint=checkpoint)]))
+            await lose_trainer(h, clock)
+            requeued = await get(h, job.job_id)
+            assert requeued.resume_from == later
+            events = await h.scheduler.jobs.events.after(job.job_id, 0)
+            saved = [e.payload for e in events if type(e.payload).__name__ == "CheckpointSaved"]
+            assert saved[0].agent_checkpoint_ids == {"a": "ck-a-2", "b": "ck-b-2"}
+
+    asyncio.run(scenario())
+
+
 def test_worker_death_requeues_the_job_from_its_last_checkpoint_until_retries_run_out(redis_url: str) -> None:
     async def scenario() -> None:
         clock = ManualClock()

@@ -32,6 +32,20 @@ def test_submit_stores_a_queued_job_with_a_state_changed_event(redis_url: str) -
     asyncio.run(scenario())
 
 
+def test_a_multi_agent_spec_is_accepted_with_a_frozen_agent(redis_url: str) -> None:
+    async def scenario() -> None:
+        async with scheduler_server(redis_url) as h:
+            spec = _two_agents(rl_spec())
+            spec.agents[1].frozen = True
+            spec.agents[1].ClearField("adaptation")
+            spec.multi_agent.pairing = job_pb2.MultiAgentConfig.PAIRING_ROUND_ROBIN
+            job = (await h.stub.SubmitJob(pb.SubmitJobRequest(request_id="ma", spec=spec))).job
+            assert [a.agent_id for a in job.spec.agents] == ["black", "white"]
+            assert job.spec.multi_agent.pairing == job_pb2.MultiAgentConfig.PAIRING_ROUND_ROBIN
+
+    asyncio.run(scenario())
+
+
 def test_submit_is_idempotent_on_request_id(redis_url: str) -> None:
     async def scenario() -> None:
         async with scheduler_server(redis_url) as h:
@@ -67,7 +81,33 @@ def _bad(mutate) -> job_pb2.JobSpec:  # noqa: ANN001 - a function editing a spec
     return spec
 
 
+def _two_agents(spec: job_pb2.JobSpec) -> job_pb2.JobSpec:
+    """The rl_spec's policy as two agents of a multi-agent job."""
+    policy = job_pb2.AgentSpec()
+    policy.CopyFrom(spec.policy)
+    spec.ClearField("policy")
+    for name in ("black", "white"):
+        agent = spec.agents.add()
+        agent.CopyFrom(policy)
+        agent.agent_id = name
+    return spec
+
+
+def _bad_multi(mutate) -> job_pb2.JobSpec:  # noqa: ANN001 - a function editing a spec in place
+    spec = _two_agents(rl_spec())
+    mutate(spec)
+    return spec
+
+
 BAD_SPECS = [
+    (_bad_multi(lambda s: s.agents.pop()), "spec.agents"),
+    (_bad_multi(lambda s: setattr(s.agents[1], "agent_id", "black")), "spec.agents[1].agent_id"),
+    (_bad_multi(lambda s: setattr(s.agents[1], "agent_id", "white agent")), "spec.agents[1].agent_id"),
+    (_bad_multi(lambda s: [setattr(a, "frozen", True) for a in s.agents]), "spec.agents"),
+    (_bad_multi(lambda s: setattr(s, "type", job_pb2.JOB_TYPE_INFERENCE)), "spec.agents"),
+    (_bad_multi(lambda s: s.policy.CopyFrom(s.agents[0])), "spec.agents"),
+    (_bad_multi(lambda s: setattr(s.multi_agent, "elo_k", -1)), "spec.multi_agent.elo_k"),
+    (_bad(lambda s: setattr(s.multi_agent, "elo_k", 8)), "spec.multi_agent"),
     (_bad(lambda s: setattr(s, "type", job_pb2.JOB_TYPE_UNSPECIFIED)), "spec.type"),
     (_bad(lambda s: s.ClearField("policy")), "spec.policy.model"),
     (_bad(lambda s: s.policy.ClearField("adaptation")), "spec.policy.adaptation"),

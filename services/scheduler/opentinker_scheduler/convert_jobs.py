@@ -62,7 +62,8 @@ def facts_from_spec(spec: job_pb2.JobSpec) -> JobSpecFacts:
         resources=tuple(resource_from_proto(r, f"spec.resources[{i}]") for i, r in enumerate(spec.resources)),
         numbers=tuple(numeric_fields(spec, "spec")), label_count=len(spec.labels),
         labels=tuple(spec.labels.items()), display_name=spec.display_name,
-        unknown_enums=tuple(unknown_enum_values(spec, "spec")), output_path=spec.inference.output_path)
+        unknown_enums=tuple(unknown_enum_values(spec, "spec")), output_path=spec.inference.output_path,
+        multi_agent_set=spec.HasField("multi_agent"))
 
 
 def agent_facts(agent: job_pb2.AgentSpec, path: str) -> AgentFacts:

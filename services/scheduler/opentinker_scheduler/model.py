@@ -117,6 +117,8 @@ class JobSpecFacts:
     unknown_enums: tuple[str, ...] = ()
     """'<path>: <n> is not a known <Enum> value' for each enum number our protos do not define."""
     output_path: str = ""
+    multi_agent_set: bool = False
+    """spec.multi_agent is set."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,6 +17,7 @@ MAX_LABELS = 32
 MAX_LABEL_VALUE = 256
 MAX_DISPLAY_NAME = 200
 LABEL_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
+AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 MAX_RETRIES = 100
 DEFAULT_MAX_RETRIES = 2
 MODEL_JOB_TYPES = (JobType.RL, JobType.SFT, JobType.INFERENCE)
@@ -38,6 +39,8 @@ def validate_spec(facts: JobSpecFacts) -> None:
     _check_range("spec.priority", facts.priority, 0, MAX_PRIORITY)
     if facts.type in MODEL_JOB_TYPES:
         _check_agents(facts)
+    if facts.multi_agent_set and not facts.agents:
+        raise InvalidArgument("spec.multi_agent", "only multi-agent jobs (spec.agents) use it")
     if facts.type in TRAINING_JOB_TYPES:
         _check_learners(facts)
     if facts.type in (JobType.RL, JobType.INFERENCE) and not facts.env_name:
@@ -68,12 +71,22 @@ def _check_agents(facts: JobSpecFacts) -> None:
     if not facts.agents:
         _check_agent(facts.policy or AgentFacts(path="spec.policy"))
         return
+    if facts.type is not JobType.RL:
+        raise InvalidArgument("spec.agents", f"multi-agent jobs are RL jobs; an {facts.type} job uses spec.policy")
+    if len(facts.agents) < 2:
+        raise InvalidArgument("spec.agents", "a multi-agent job needs at least 2 agents (one policy: use spec.policy)")
     seen: set[str] = set()
     for agent in facts.agents:
         _check_agent(agent)
         if not agent.agent_id or agent.agent_id in seen:
             raise InvalidArgument(f"{agent.path}.agent_id", "must be set and unique among spec.agents")
+        if not AGENT_ID.match(agent.agent_id):
+            raise InvalidArgument(f"{agent.path}.agent_id", "must be 1-63 characters: letters, digits, '.', '_' "
+                                  "or '-', starting with a letter or digit")
         seen.add(agent.agent_id)
+    if all(agent.frozen for agent in facts.agents):
+        raise InvalidArgument("spec.agents", "every agent is frozen, so nothing would train; "
+                              "leave at least one agent unfrozen")
 
 
 def _check_agent(agent: AgentFacts) -> None:
