@@ -154,7 +154,7 @@ def test_episodes_waiting_on_their_environment_let_others_generate_in_batches():
     generations, and the whole run takes about 3 environment delays, not 48."""
     engine = CountingEngine(delay_s=0.01)
 
-    def environment() -> ScriptedEnvironment:
+    def environment(episode) -> ScriptedEnvironment:
         return ScriptedEnvironment(step_delay_s=0.1, outcomes=[
             StepOutcome(observation="a"), StepOutcome(observation="b"), StepOutcome(done=True)])
 

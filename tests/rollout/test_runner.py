@@ -76,7 +76,7 @@ def play(batch: EpisodeBatch, **environment_kwargs) -> tuple[list, EchoGenerator
     CountingEnvironment.resets = []
     generator = EchoGenerator()
     services = EpisodeServices(generator=generator, renderer=ScriptedRenderer([1], [2]),
-                               environments=lambda: CountingEnvironment(**environment_kwargs),
+                               environments=lambda episode: CountingEnvironment(**environment_kwargs),
                                max_context_length=64)
 
     async def scenario():
@@ -136,7 +136,7 @@ def test_results_stream_in_completion_order():
             return StepOutcome(reward=self.value, done=True)
 
     services = EpisodeServices(generator=EchoGenerator(), renderer=ScriptedRenderer([1], [2]),
-                               environments=Timed, max_context_length=64)
+                               environments=lambda episode: Timed(), max_context_length=64)
 
     async def scenario():
         return [r.group_id async for r in run_episodes(batch_of(specs, group_size=1), services)]

@@ -4,6 +4,11 @@ Request messages become validated domain objects (InvalidArgument names the fiel
 results become response messages. Zero values follow the protos: sampling.n 0 = 1,
 sampling.max_new_tokens 0 = DEFAULT_MAX_NEW_TOKENS, temperature 0 = greedy, group_size 0 = 1,
 a zero limit = no limit of that kind.
+
+Match episodes (EpisodeSpec.match_id): a call plays matches or single-agent episodes, never
+both; every match spec names its seat, the call names `coordinator_address` and `agent_id`,
+group_size is 0 or 1 (a match is played once per seat) and a match appears once (an agent
+takes one seat of a match).
 """
 
 from __future__ import annotations
@@ -110,8 +115,45 @@ def episode_specs(request: rollout_pb2.RunEpisodesRequest) -> tuple[EpisodeSpec,
         raise InvalidArgument("episodes", "at least one EpisodeSpec is required")
     if request.group_size < 0:
         raise InvalidArgument("group_size", "must be >= 0 (0 = 1)")
+    if plays_matches(request):
+        _check_match_request(request)
     return tuple(EpisodeSpec(group_id=spec.group_id, reset_kwargs=from_struct(spec.reset_kwargs),
-                             seed=spec.seed) for spec in request.episodes)
+                             seed=spec.seed, match_id=spec.match_id, seat=spec.seat)
+                 for spec in request.episodes)
+
+
+def plays_matches(request: rollout_pb2.RunEpisodesRequest) -> bool:
+    """True when the call's episodes are seats of Coordinator matches."""
+    return any(spec.match_id or spec.seat for spec in request.episodes)
+
+
+def _check_match_request(request: rollout_pb2.RunEpisodesRequest) -> None:
+    for i, spec in enumerate(request.episodes):
+        if spec.seat and not spec.match_id:
+            raise InvalidArgument(f"episodes[{i}].match_id", "is required when seat is set (the match "
+                                  "whose seat this episode plays)")
+    first = next(i for i, spec in enumerate(request.episodes) if spec.match_id)
+    seen: dict[str, int] = {}
+    for i, spec in enumerate(request.episodes):
+        if not spec.match_id:
+            raise InvalidArgument(f"episodes[{i}].match_id", f"is required: episodes[{first}] plays a "
+                                  "match, and a call plays matches or single-agent episodes, not both")
+        if not spec.seat:
+            raise InvalidArgument(f"episodes[{i}].seat", "is required for a match episode (the seat "
+                                  "this agent takes in the match)")
+        if spec.match_id in seen:
+            raise InvalidArgument(f"episodes[{i}].match_id", f"match {spec.match_id!r} is already "
+                                  f"played by episodes[{seen[spec.match_id]}]; an agent takes one seat "
+                                  "of a match")
+        seen[spec.match_id] = i
+    if not request.coordinator_address:
+        raise InvalidArgument("coordinator_address", "is required for match episodes (the Coordinator "
+                              "hosting EpisodeSpec.match_id)")
+    if not request.agent_id:
+        raise InvalidArgument("agent_id", "is required for match episodes (the agent that takes the seats)")
+    if request.group_size > 1:
+        raise InvalidArgument("group_size", "must be 0 or 1 for match episodes (each match is played "
+                              "once per seat)")
 
 
 def prompts(request: rollout_pb2.SampleRequest) -> list[Prompt]:
@@ -173,7 +215,8 @@ def trajectory(result: Trajectory) -> trajectory_pb2.Trajectory:
         total_reward=result.total_reward, stop_reason=stop_reason(result.stop_reason),
         policy_version=result.policy_version, env_error=result.env_error,
         metrics=dict(result.metrics), prompt_text=result.prompt_text,
-        token_rewards=list(result.token_rewards))
+        token_rewards=list(result.token_rewards), agent_id=result.agent_id,
+        match_id=result.match_id, seat=result.seat, outcome=result.outcome)
 
 
 def turn(value: Turn) -> trajectory_pb2.Turn:

@@ -17,14 +17,15 @@ from google.protobuf import json_format, struct_pb2
 
 from opentinker.api.envhost.v1 import envhost_service_pb2 as envhost_pb2
 from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
-from opentinker.core.auth_interceptor import authenticated_channel
 from opentinker.core.errors import TRACEBACK_METADATA_KEY
+from opentinker_rollout.channel_pool import ChannelPool
 from opentinker_rollout.environment import (
     EnvironmentFactory,
     EnvironmentFailure,
     ResetResult,
     StepOutcome,
 )
+from opentinker_rollout.episode import Episode
 
 DEFAULT_CALL_TIMEOUT_S = 120.0
 
@@ -39,28 +40,18 @@ class EnvironmentTarget:
     job_id: str = ""
 
 
-class EnvHostChannels:
+class EnvHostChannels(ChannelPool):
     """One aio channel per EnvHost address (sending `api_key` on every call), closed together."""
 
-    def __init__(self, api_key: str = "") -> None:
-        self._channels: dict[str, grpc.aio.Channel] = {}
-        self._api_key = api_key
-
     def stub(self, address: str) -> envhost_grpc.EnvHostServiceStub:
-        if address not in self._channels:
-            self._channels[address] = authenticated_channel(address, self._api_key)
-        return envhost_grpc.EnvHostServiceStub(self._channels[address])
-
-    async def close(self) -> None:
-        for channel in self._channels.values():
-            await channel.close()
-        self._channels.clear()
+        return envhost_grpc.EnvHostServiceStub(self.channel(address))
 
 
 def envhost_environments(channels: EnvHostChannels, target: EnvironmentTarget, *,
                          call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> EnvironmentFactory:
-    """A factory of fresh sessions on `target`, for the episode runner."""
-    def make() -> EnvHostSession:
+    """A factory of fresh sessions on `target`, for the episode runner (every episode plays
+    the same game; the episode only picks its reset kwargs and seed, at reset)."""
+    def make(episode: Episode) -> EnvHostSession:
         return EnvHostSession(channels.stub(target.address), target, call_timeout_s=call_timeout_s)
     return make
 

@@ -1,6 +1,9 @@
 """The environment as the agent loop sees it: one session per episode (domain Protocol).
 
-`envhost_client.EnvHostSession` implements it over gRPC; tests implement it in-process.
+`envhost_client.EnvHostSession` implements it over the EnvHost (a single-agent game) and
+`match_client.MatchSession` over a Coordinator match (one seat of a multi-agent game); tests
+implement it in-process. A session may set `accepts_truncated_actions = True` to be stepped
+with actions cut off by the per-turn token budget (see fsm.py).
 Any failure of the environment (it raised, its host is unreachable, it answered garbage) is
 raised as `EnvironmentFailure`, which ends the episode with STOP_REASON_ENV_ERROR.
 """
@@ -10,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from opentinker_rollout.episode import Episode
 
 
 class EnvironmentFailure(Exception):
@@ -22,12 +27,19 @@ class EnvironmentFailure(Exception):
 
 @dataclass(frozen=True, kw_only=True)
 class ResetResult:
-    """What a reset returned: the texts of the opening messages."""
+    """What a reset returned: the texts of the opening messages.
+
+    `done` is set when the episode is over before its first action (a match that finished
+    before this seat's first turn, e.g. the opponent left); `reward` is what the episode got
+    before acting (counted in the trajectory's total reward).
+    """
 
     system_prompt: str = ""
     initial_user_message: str = ""
     observation: str = ""
     info: Mapping[str, Any] = field(default_factory=dict)
+    done: bool = False
+    reward: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,5 +68,6 @@ class EnvironmentSession(Protocol):
         """Release the session; never raises."""
 
 
-EnvironmentFactory = Callable[[], EnvironmentSession]
-"""Makes a fresh, unopened session for one episode."""
+EnvironmentFactory = Callable[[Episode], EnvironmentSession]
+"""Makes a fresh, unopened session for one episode (which game or match it plays may depend
+on the episode: a match episode names its match and seat)."""

@@ -4,6 +4,11 @@ Per-token lists of an `Episode` always have the length of `token_ids`; index t d
 token t: `loss_mask[t]` is 1 where the policy sampled the token (0 on prompt and observation
 tokens) and `sampling_logprobs[t]` is its logprob under the sampling distribution (0 where
 the mask is 0).
+
+A match episode (multi-agent) plays one seat of a Coordinator match as one agent: its
+trajectory names the match, the seat, the agent and the seat's outcome ("win", "loss", ...),
+and only this agent's own actions are sampled tokens; the other seats' moves arrive in its
+observations.
 """
 
 from __future__ import annotations
@@ -82,6 +87,16 @@ class Episode:
     env_traceback: str = ""
     policy_version_now: int = 0
     """Policy version of the most recent generation (used when no turn finished)."""
+    match_id: str = ""
+    """Set for a match episode: the Coordinator match it plays (one seat of it)."""
+    seat: str = ""
+    agent_id: str = ""
+    """The agent this episode plays as (the seat's occupant in a match)."""
+    reset_reward: float = 0.0
+    """Reward received before the first action (e.g. a match that ended before this seat's
+    first turn); part of the total reward, on no token."""
+    reset_info: Mapping[str, Any] = field(default_factory=dict)
+    """The reset's info (a match that ended before this seat's first turn has its "outcome")."""
 
     @property
     def trajectory_id(self) -> str:
@@ -127,6 +142,11 @@ class Trajectory:
     metrics: Mapping[str, float] = field(default_factory=dict)
     token_rewards: tuple[float, ...] = ()
     """Each turn's reward on the last token sampled in that turn; 0 elsewhere."""
+    agent_id: str = ""
+    match_id: str = ""
+    seat: str = ""
+    outcome: str = ""
+    """A match episode's result for its seat ("win", "loss", "draw", "forfeit"), once known."""
 
 
 def token_rewards(turns: Sequence[Turn], loss_mask: Sequence[int]) -> tuple[float, ...]:
@@ -151,8 +171,19 @@ def to_trajectory(episode: Episode, metrics: Mapping[str, float] | None = None) 
         episode_index=episode.episode_index, token_ids=tuple(episode.token_ids),
         loss_mask=tuple(episode.loss_mask), sampling_logprobs=tuple(episode.sampling_logprobs),
         prompt_length=episode.prompt_length, prompt_text=episode.prompt_text, turns=tuple(episode.turns),
-        total_reward=sum(turn.reward for turn in episode.turns),
+        total_reward=episode.reset_reward + sum(turn.reward for turn in episode.turns),
         stop_reason=episode.stop_reason or StopReason.DONE,
         policy_version=min(versions, default=episode.policy_version_now),
         env_error=episode.env_error, metrics=dict(metrics or {}),
-        token_rewards=token_rewards(episode.turns, episode.loss_mask))
+        token_rewards=token_rewards(episode.turns, episode.loss_mask),
+        agent_id=episode.agent_id, match_id=episode.match_id, seat=episode.seat,
+        outcome=outcome(episode))
+
+
+def outcome(episode: Episode) -> str:
+    """The "outcome" of the last turn's info, else of the reset's ("" when neither has one)."""
+    for info in (episode.turns[-1].info if episode.turns else {}, episode.reset_info):
+        value = info.get("outcome")
+        if isinstance(value, str) and value:
+            return value
+    return ""

@@ -7,15 +7,24 @@ and returns the next state, and all per-episode data lives in the `Episode`:
 
 - PENDING opens the environment session, resets it and renders the opening messages
   ([system, user] per the prompt rule) with the chat template and generation prompt; mask 0.
+  A reset that says done (a match that finished before this seat's first turn) terminates
+  the episode at once with DONE: no action is sampled, the reset's reward is its total.
 - GENERATING samples one action through the batcher and appends its tokens exactly as
   sampled (mask 1, sampling logprobs kept; never re-tokenized). An action cut off by a limit
   ends the episode without an environment step (MAX_TURN_TOKENS, MAX_TOTAL_TOKENS or
-  CONTEXT_LENGTH).
+  CONTEXT_LENGTH), except that an action cut by the per-turn budget alone still goes to
+  INTERACTING when the session `accepts_truncated_actions` (a match: the game judges the cut
+  reply, since leaving would forfeit the match and waste the other seats' episodes).
 - INTERACTING sends the decoded action to the environment and records the reward. If the
   episode goes on, the observation turn's tokens are appended (mask 0, logprob 0); a final
   observation (done, or the turn limit reached) is kept as text only.
 
+Match episodes (multi-agent) run the same machine over a `match_client.MatchSession`: reset
+joins the seat and waits for its first turn, each step submits the action and waits for the
+seat's next turn, so the other seats' moves arrive as (mask 0) observations while they think.
+
 Environment failures end the episode with ENV_ERROR, the wall-clock limit with TIMEOUT.
+The session is closed whatever happened (a match session left unfinished forfeits its seat).
 """
 
 from __future__ import annotations
@@ -107,12 +116,16 @@ class AgentLoop:
     async def pending(self, episode: Episode) -> AgentState:
         await self.environment.open()
         reset = await self.environment.reset(episode.reset_kwargs, episode.env_seed)
+        episode.reset_reward, episode.reset_info = reset.reward, reset.info
         messages = opening_messages(reset.system_prompt, reset.initial_user_message,
                                     reset.observation)
         prompt_ids = self.renderer.prompt(messages)
         episode.append_context(prompt_ids)
         episode.prompt_length = len(prompt_ids)
         episode.prompt_text = self.renderer.decode(prompt_ids)
+        if reset.done:
+            episode.finish(StopReason.DONE)
+            return AgentState.TERMINATED
         return self._room_or_stop(episode)
 
     async def generating(self, episode: Episode) -> AgentState:
@@ -130,10 +143,10 @@ class AgentLoop:
             action_text=self.renderer.action_text(generation.token_ids),
             policy_version=answer.policy_version,
             observation_start=len(episode.token_ids), observation_end=len(episode.token_ids)))
-        if generation.finish_reason is FinishReason.STOP:
+        finish = generation.finish_reason
+        if finish is FinishReason.STOP or self._judged_when_cut(finish, budget_reason):
             return AgentState.INTERACTING
-        context_full = generation.finish_reason is FinishReason.CONTEXT
-        episode.finish(StopReason.CONTEXT_LENGTH if context_full else budget_reason)
+        episode.finish(StopReason.CONTEXT_LENGTH if finish is FinishReason.CONTEXT else budget_reason)
         return AgentState.TERMINATED
 
     async def interacting(self, episode: Episode) -> AgentState:
@@ -155,6 +168,12 @@ class AgentLoop:
         episode.append_context(observation_ids)
         turn.observation_end = len(episode.token_ids)
         return AgentState.GENERATING
+
+    def _judged_when_cut(self, finish: FinishReason, budget_reason: StopReason) -> bool:
+        """An action cut by the per-turn budget (not the context or total limit) still goes to
+        an environment that accepts truncated actions."""
+        return (finish is FinishReason.LENGTH and budget_reason is StopReason.MAX_TURN_TOKENS
+                and bool(getattr(self.environment, "accepts_truncated_actions", False)))
 
     def _room_or_stop(self, episode: Episode) -> AgentState:
         budget, reason = self._budget(episode)

@@ -6,6 +6,7 @@ from opentinker.core.memory import keep_freed_memory
 from opentinker.core.server import ServerPlan
 from opentinker.core.worker_registration import WorkerRegistration
 from opentinker_rollout.envhost_client import EnvHostChannels
+from opentinker_rollout.match_client import CoordinatorChannels
 from opentinker_rollout.policies import PolicyRegistry
 from opentinker_rollout.servicer import RolloutServicer, rollout_service_binding
 from opentinker_rollout.settings import RolloutSettings
@@ -14,18 +15,21 @@ SERVICE_NAME = "rollout"
 
 
 async def build_plan(settings: RolloutSettings) -> ServerPlan:
-    """The RolloutService over a policy registry; EnvHost channels are dialled on first use."""
+    """The RolloutService over a policy registry; EnvHost and Coordinator channels are dialled
+    on first use."""
     keep_freed_memory()  # weight updates allocate and free a model's worth of buffers each time
     registry = PolicyRegistry(checkpoint_root=settings.checkpoint_dir,
                               default_max_batch_size=settings.max_batch_size,
                               continuous_batching=settings.batching == "continuous")
     channels = EnvHostChannels(settings.api_key)
+    coordinators = CoordinatorChannels(settings.api_key)
     servicer = RolloutServicer(registry, channels, default_envhost_address=settings.envhost_address,
-                               max_concurrent_episodes=settings.max_concurrent_episodes)
+                               max_concurrent_episodes=settings.max_concurrent_episodes,
+                               coordinator_channels=coordinators)
     registration = WorkerRegistration.for_settings(
         settings, role="rollout", devices=discover_devices(settings.cpu_slots))
     return ServerPlan(services=[rollout_service_binding(servicer)], start_hooks=[registration.start],
-                      close_hooks=[registration.stop, registry.close, channels.close])
+                      close_hooks=[registration.stop, registry.close, channels.close, coordinators.close])
 
 
 def main() -> int:

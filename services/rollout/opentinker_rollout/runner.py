@@ -9,6 +9,11 @@ episode that crashed for another reason; either way the others go on.
 Seeds: every episode of a group resets its environment with the spec's seed (the same
 problem for the whole group); episode i samples with derive_seed(spec.seed, sampling.seed, i),
 or unseeded when both seeds are 0. A spec without a group id gets a fresh unique one.
+
+Match episodes: a spec with a `match_id` plays its `seat` of that Coordinator match as the
+batch's `agent_id` (the match knows its game; reset kwargs and seed are the match's business,
+the spec's seed still seeds sampling). The environment factory gets each episode, so it can
+give a match episode a match session and any other an EnvHost session.
 """
 
 from __future__ import annotations
@@ -33,11 +38,14 @@ log = structlog.get_logger(__name__)
 
 @dataclass(frozen=True, kw_only=True)
 class EpisodeSpec:
-    """One problem: passed to the environment's reset(**reset_kwargs) with `seed`."""
+    """One problem: passed to the environment's reset(**reset_kwargs) with `seed`; or, with
+    `match_id`, one seat of a Coordinator match."""
 
     group_id: str = ""
     reset_kwargs: Mapping[str, Any] = field(default_factory=dict)
     seed: int = 0
+    match_id: str = ""
+    seat: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +57,8 @@ class EpisodeBatch:
     sampling: SamplingConfig
     limits: EpisodeLimits
     max_concurrency: int = 64
+    agent_id: str = ""
+    """The agent these episodes play as (names the seat's occupant in a match; on every trajectory)."""
 
     def __post_init__(self) -> None:
         if self.group_size < 1:
@@ -88,7 +98,8 @@ def plan_episodes(batch: EpisodeBatch) -> list[Episode]:
         seeded = bool(spec.seed or batch.sampling.seed)
         episodes.extend(Episode(group_id=group_id, episode_index=i, reset_kwargs=spec.reset_kwargs,
                                 env_seed=spec.seed,
-                                sampling_seed=derive_seed(spec.seed, batch.sampling.seed, i) if seeded else 0)
+                                sampling_seed=derive_seed(spec.seed, batch.sampling.seed, i) if seeded else 0,
+                                match_id=spec.match_id, seat=spec.seat, agent_id=batch.agent_id)
                         for i in range(batch.group_size))
     return episodes
 
@@ -115,7 +126,7 @@ async def _play(episode: Episode, config: AgentLoopConfig, services: EpisodeServ
         started = time.monotonic()
         try:
             loop = AgentLoop(generator=services.generator, renderer=services.renderer,
-                             environment=services.environments(), config=config)
+                             environment=services.environments(episode), config=config)
             await loop.run(episode)
         except Exception as error:  # noqa: BLE001 - one crashed episode must not end the stream
             log.exception("episode_crashed", trajectory_id=episode.trajectory_id)

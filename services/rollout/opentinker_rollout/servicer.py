@@ -5,6 +5,11 @@ FAILED_PRECONDITION) with a message naming the field and the ErrorReason name in
 metadata `opentinker-reason` (as the EnvHost does). RunEpisodes reports a crashed episode as
 an `error` item and keeps streaming; environment failures arrive as trajectories with
 STOP_REASON_ENV_ERROR.
+
+RunEpisodes plays single-agent episodes on an EnvHost (`environment` names the game), or, when
+its EpisodeSpecs name matches, seats of matches on the Coordinator at `coordinator_address`
+as `agent_id` (the match knows its game, so `environment` is not needed then; every match
+episode of the call runs at once, whatever `max_concurrent_episodes` says).
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as pb_grpc
 from opentinker.core.server import ServiceBinding
 from opentinker_rollout import convert
 from opentinker_rollout.envhost_client import EnvHostChannels, EnvironmentTarget, envhost_environments
+from opentinker_rollout.environment import EnvironmentFactory
 from opentinker_rollout.errors import InvalidArgument, NotFound, RolloutError
+from opentinker_rollout.match_client import CoordinatorChannels, match_environments
 from opentinker_rollout.policies import LoadedPolicy, PolicyRegistry, WeightsChunk
 from opentinker_rollout.runner import EpisodeBatch, EpisodeServices, run_episodes
 from opentinker_rollout.sampler import sample
@@ -55,9 +62,11 @@ def answers_domain_errors(rpc: Callable[..., Any]) -> Callable[..., Any]:
 
 class RolloutServicer(pb_grpc.RolloutServiceServicer):
     def __init__(self, registry: PolicyRegistry, channels: EnvHostChannels, *,
-                 default_envhost_address: str, max_concurrent_episodes: int = 64) -> None:
+                 default_envhost_address: str, max_concurrent_episodes: int = 64,
+                 coordinator_channels: CoordinatorChannels | None = None) -> None:
         self.registry = registry
         self.channels = channels
+        self.coordinator_channels = coordinator_channels or CoordinatorChannels()
         self.default_envhost_address = default_envhost_address
         self.max_concurrent_episodes = max_concurrent_episodes
 
@@ -105,23 +114,39 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         policy = self.registry.get(request.policy_id)
         lease = convert.lease(request.lease)
         self.registry.check_lease(policy, lease)
-        batch = EpisodeBatch(specs=convert.episode_specs(request), group_size=request.group_size or 1,
+        specs = convert.episode_specs(request)
+        batch = EpisodeBatch(specs=specs, group_size=request.group_size or 1,
                              sampling=convert.sampling_config(request.sampling),
                              limits=convert.episode_limits(request.limits),
-                             max_concurrency=self.max_concurrent_episodes)
+                             max_concurrency=self._concurrency(request, len(specs)),
+                             agent_id=request.agent_id)
         return batch, self._episode_services(policy, request, lease.job_id)
+
+    def _concurrency(self, request: pb.RunEpisodesRequest, episodes: int) -> int:
+        """Match episodes all run at once: a seat waiting for its turn holds its slot, so a bound
+        could leave every slot waiting on matches whose other seats wait for this call's queued
+        ones (agents calling with their matches in different orders). Waiting costs no compute:
+        generation is bounded by the batcher."""
+        return max(episodes, 1) if convert.plays_matches(request) else self.max_concurrent_episodes
 
     def _episode_services(self, policy: LoadedPolicy, request: pb.RunEpisodesRequest,
                           job_id: str) -> EpisodeServices:
+        return EpisodeServices(generator=policy.generator, renderer=policy.renderer,
+                               environments=self._environments(request, job_id),
+                               max_context_length=policy.engine.max_context_length)
+
+    def _environments(self, request: pb.RunEpisodesRequest, job_id: str) -> EnvironmentFactory:
+        """Seats of Coordinator matches, or sessions of the EnvHost game `environment` names."""
+        if convert.plays_matches(request):
+            return match_environments(self.coordinator_channels, request.coordinator_address)
         environment = request.environment
         if not environment.env_name:
-            raise InvalidArgument("environment.env_name", "is required")
+            raise InvalidArgument("environment.env_name", "is required (unless the episodes play "
+                                  "Coordinator matches: EpisodeSpec.match_id)")
         target = EnvironmentTarget(address=environment.envhost_address or self.default_envhost_address,
                                    env_name=environment.env_name,
                                    config=convert.from_struct(environment.config), job_id=job_id)
-        return EpisodeServices(generator=policy.generator, renderer=policy.renderer,
-                               environments=envhost_environments(self.channels, target),
-                               max_context_length=policy.engine.max_context_length)
+        return envhost_environments(self.channels, target)
 
 
 async def _expect(stream: AsyncIterator[pb.UpdateWeightsRequest], kind: str, problem: str) -> Any:

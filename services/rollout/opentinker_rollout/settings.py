@@ -33,4 +33,5 @@ class RolloutSettings(ServiceSettings):
         "to its longest row before the next starts; kept for comparison).",
         choices=("continuous", "static"))
     max_concurrent_episodes: int = setting(
-        256, "Most episodes of one RunEpisodes call that run at the same time.", min=1)
+        256, "Most episodes of one RunEpisodes call that run at the same time (match episodes all run at "
+        "once: a bounded agent could wait on a seat the other agent has not reached).", min=1)
