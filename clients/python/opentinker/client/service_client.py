@@ -25,8 +25,12 @@ EventCallback = Callable[[job_pb2.JobEvent], None]
 class FitResult:
     job: job_pb2.Job
     history: list[tuple[int, dict[str, float]]] = field(default_factory=list)
-    """(step, metrics) in the order they were reported."""
+    """(step, metrics) in the order they were reported (a multi-agent job's: see agent_history)."""
     checkpoint_ids: list[str] = field(default_factory=list)
+    agent_history: dict[str, list[tuple[int, dict[str, float]]]] = field(default_factory=dict)
+    """Multi-agent jobs: each agent's (step, metrics), in order."""
+    agent_checkpoint_ids: list[dict[str, str]] = field(default_factory=list)
+    """Multi-agent jobs: each common checkpoint, agent -> checkpoint id."""
 
     @property
     def succeeded(self) -> bool:
@@ -39,6 +43,10 @@ class FitResult:
     def series(self, name: str) -> list[tuple[int, float]]:
         """(step, value) of one metric, e.g. series("eval/accuracy")."""
         return [(step, values[name]) for step, values in self.history if name in values]
+
+    def agent_series(self, agent_id: str, name: str) -> list[tuple[int, float]]:
+        """(step, value) of one agent's metric, e.g. agent_series("alpha", "match/win_rate")."""
+        return [(step, values[name]) for step, values in self.agent_history.get(agent_id, []) if name in values]
 
 
 def rl_spec(*, env: str | dict, model: dict, num_steps: int, batch_size: int, group_size: int,
@@ -70,23 +78,27 @@ class ServiceClient:
     def follow(self, job_id: str, *, on_metrics: MetricsCallback | None = None,
                on_event: EventCallback | None = None) -> FitResult:
         """Watch an existing job to its end, collecting metrics and checkpoints."""
-        history: list[tuple[int, dict[str, float]]] = []
-        checkpoints: list[str] = []
+        result = FitResult(job=job_pb2.Job(job_id=job_id))
 
         def handle(event: job_pb2.JobEvent) -> None:
             kind = event.WhichOneof("payload")
             if kind == "metrics":
                 values = dict(event.metrics.values)
-                history.append((event.metrics.step, values))
+                if event.metrics.agent_id:
+                    result.agent_history.setdefault(event.metrics.agent_id, []).append((event.metrics.step, values))
+                else:
+                    result.history.append((event.metrics.step, values))
                 if on_metrics:
                     on_metrics(event.metrics.step, values)
             elif kind == "checkpoint":
-                checkpoints.append(event.checkpoint.checkpoint_id)
+                result.checkpoint_ids.append(event.checkpoint.checkpoint_id)
+                if event.checkpoint.agent_checkpoint_ids:
+                    result.agent_checkpoint_ids.append(dict(event.checkpoint.agent_checkpoint_ids))
             if on_event:
                 on_event(event)
 
-        job = self.scheduler.wait(job_id, on_event=handle)
-        return FitResult(job=job, history=history, checkpoint_ids=checkpoints)
+        result.job = self.scheduler.wait(job_id, on_event=handle)
+        return result
 
     def close(self) -> None:
         self.scheduler.close()

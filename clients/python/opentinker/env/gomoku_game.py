@@ -218,7 +218,7 @@ class GomokuGame(AbstractGame):
         seat = STONE_SEATS[stone]
         self.invalid_moves[seat] += 1
         if self.invalid_moves[seat] > self.max_invalid_moves:
-            return self._finish(stone, winner=other(stone), forfeit=True)
+            return self._finish(stone, winner=other(stone), forfeit=True, error=problem)
         if move is None:
             why = f"no move found; reply like {move_name(Move(self.size // 2, self.size // 2))}"
         else:
@@ -228,7 +228,7 @@ class GomokuGame(AbstractGame):
                           info={"error": problem, "seat": seat, "to_move": seat,
                                 "invalid_moves": self.invalid_moves[seat]})
 
-    def _finish(self, stone: int, *, winner: int | None, forfeit: bool = False) -> StepResult:
+    def _finish(self, stone: int, *, winner: int | None, forfeit: bool = False, error: str = "") -> StepResult:
         """End the episode; the step's reward and `result` are those of `stone`'s seat."""
         self.playing = False
         if winner is None:
@@ -247,5 +247,7 @@ class GomokuGame(AbstractGame):
                 "rewards": {s: rewards[s] for s in self.seats},
                 "moves": self.board.stones, "invalid_moves": dict(self.invalid_moves),
                 "split": self.split, "index": self.index}
+        if error:
+            info["error"] = error  # the forfeiting move was illegal too
         return StepResult(observation=f"{self.board.render()}\n{summary}", reward=rewards[seat],
                           done=True, info=info)
