@@ -180,3 +180,26 @@ def test_a_submission_wakes_the_allocator_long_before_its_interval(redis_url: st
             assert await eventually(lambda: _is(h, job_id, S.STATE_RUNNING), timeout=3.0)
 
     asyncio.run(scenario())
+
+
+def test_a_newer_lease_of_the_same_job_replaces_the_old_one_without_a_stop() -> None:
+    """A re-queued job that lands on the same worker again: the new attempt starts and is not
+    stopped because the old attempt's lease disappeared in the same heartbeat."""
+    async def scenario() -> None:
+        recorder = Recorder()
+        agent = agent_for("127.0.0.1:1", "coordinator", recorder, [])
+
+        def lease(lease_id: str, token: int) -> job_pb2.Assignment:
+            return job_pb2.Assignment(lease=resources_pb2.LeaseContext(job_id="job-x", lease_id=lease_id,
+                                                                       fencing_token=token))
+
+        agent._apply([lease("old", 1)], [])
+        agent._apply([lease("new", 2)], [])
+        await asyncio.sleep(0.05)
+        assert [a.lease.fencing_token for a in recorder.assigned] == [1, 2]
+        assert recorder.stopped == []
+        agent._apply([], [])
+        await asyncio.sleep(0.05)
+        assert recorder.stopped == ["job-x"]
+
+    asyncio.run(scenario())

@@ -179,8 +179,11 @@ class WorkerAgent:
                 self._assignments[lease_id] = assignment
                 self._stopped_jobs.discard(assignment.lease.job_id)
                 self._spawn(assignment.lease.job_id, partial(self.on_assignment, assignment))
+        still_assigned = {a.lease.job_id for a in current.values()}
         for lease_id in [lid for lid in self._assignments if lid not in current]:
-            stop.add(self._assignments.pop(lease_id).lease.job_id)
+            job_id = self._assignments.pop(lease_id).lease.job_id
+            if job_id not in still_assigned:  # a newer lease of the same job (a re-queued attempt) goes on
+                stop.add(job_id)
         for job_id in sorted(stop - self._stopped_jobs):
             self._stopped_jobs.add(job_id)
             self._spawn(job_id, partial(self.on_stop, job_id))
