@@ -164,8 +164,9 @@ async def _pause_until_requeued(run: RunState, reporter: SchedulerReporter, fail
     """Every agent stopped at its barrier; wait for the Scheduler to notice the lost worker and
     re-queue the job (the new attempt resumes from the common checkpoint and supersedes this
     run), or fail after `timeout_s`."""
-    message = (f"paused: {failed}; every agent stopped at its barrier, waiting up to {timeout_s:g} s for the "
-               "Scheduler to re-queue the job from its last common checkpoint")
+    message = (f"paused: agent {failed.agent_id!r} lost its worker ({_failure_message(failed.cause)}); every "
+               f"agent stopped at its barrier, waiting up to {timeout_s:g} s for the Scheduler to re-queue the job "
+               "from its last common checkpoint")
     run.pause(message)
     log.warning("run_paused", job_id=run.job_id, agent_id=failed.agent_id, error=str(failed.cause))
     with contextlib.suppress(grpc.RpcError):
@@ -183,7 +184,9 @@ async def _close_quietly(*ports) -> None:
             await port.close()
 
 
-def _failure_message(error: Exception) -> str:
+def _failure_message(error: BaseException) -> str:
+    if isinstance(error, AgentFailed):
+        return f"agent {error.agent_id!r} failed: {_failure_message(error.cause)}"
     if isinstance(error, grpc.aio.AioRpcError):
         return f"{error.code().name}: {error.details()}"
     return f"{type(error).__name__}: {error}"
