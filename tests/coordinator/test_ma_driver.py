@@ -226,6 +226,12 @@ async def test_three_agents_round_robin_every_ordered_pair_plays_each_step():
         assert per_agent[(1, agent)]["match/games"] == 4
         assert {"match/win_rate/black", "match/win_rate/white"} <= set(per_agent[(1, agent)])
     assert sum(per_agent[(2, a)]["elo"] for a in ids) == pytest.approx(3000.0)
+    for agent, opponent in (("a", "b"), ("a", "c"), ("b", "c")):
+        mine, theirs = per_agent[(1, agent)], per_agent[(1, opponent)]
+        assert mine[f"match/vs/{opponent}/games"] == theirs[f"match/vs/{agent}/games"] == 2
+        # zero-sum: a's wins against b are b's losses against a
+        assert (mine[f"match/vs/{opponent}/win_rate"] + theirs[f"match/vs/{agent}/win_rate"]
+                + mine[f"match/vs/{opponent}/draw_rate"]) == pytest.approx(1.0)
     assert "loss" not in per_agent[(1, "c")]  # frozen: never updated
     assert set(ports.reporter.checkpoints[0][1]) == {"a", "b"}
     assert_barriers_held(log, ids, 2)

@@ -35,6 +35,7 @@ class AgentProtocol:
         self.environments = environments
         self.matches: OrderedDict[str, Match] = OrderedDict()
         self.by_request: dict[tuple[str, str], asyncio.Future[Match]] = {}
+        """Opens by (job_id, request_id), while they run and once they succeeded."""
         self.jobs: dict[str, JobBarriers] = {}
 
     # -- jobs and barriers ----------------------------------------------------------------------
@@ -79,20 +80,24 @@ class AgentProtocol:
             raise InvalidProtocolRequest("job_id: is required")
         if not environment.env_name:
             raise InvalidProtocolRequest("environment.env_name: is required")
-        key = (job_id, request_id or uuid.uuid4().hex)
-        if key in self.by_request:
+        key = (job_id, request_id)
+        if request_id and key in self.by_request:
             return await asyncio.shield(self.by_request[key])
-        future: asyncio.Future[Match] = asyncio.get_running_loop().create_future()
-        self.by_request[key] = future
-        try:
-            match = await self._start(job_id, environment, seats, reset_kwargs or {}, seed, agents_by_seat)
-        except BaseException as error:
-            self.by_request.pop(key, None)
-            future.set_exception(error)
-            future.exception()  # retrieved: a failed open with no concurrent waiter is not an error
-            raise
-        future.set_result(match)
-        return match
+        # The start runs to its end even if this caller gives up: concurrent opens with the same
+        # request_id wait for it, and a retry gets the match instead of a leaked session.
+        opening = asyncio.ensure_future(
+            self._start(job_id, environment, seats, reset_kwargs or {}, seed, agents_by_seat))
+        if request_id:
+            self.by_request[key] = opening
+            opening.add_done_callback(lambda done: self._opened(key, done))
+        else:
+            opening.add_done_callback(_retrieve)
+        return await asyncio.shield(opening)
+
+    def _opened(self, key: tuple[str, str], opening: asyncio.Future[Match]) -> None:
+        """A failed open is forgotten (a retry starts afresh); its error counts as retrieved."""
+        if (opening.cancelled() or opening.exception() is not None) and self.by_request.get(key) is opening:
+            del self.by_request[key]
 
     async def _start(self, job_id: str, environment: MatchEnvironmentRef, seats: Sequence[str],
                      reset_kwargs: Mapping[str, Any], seed: int,
@@ -161,15 +166,32 @@ class AgentProtocol:
     def forget(self, match_ids: Sequence[str]) -> None:
         for match_id in match_ids:
             self.matches.pop(match_id, None)
+        self._forget_requests(set(match_ids))
 
     def _evict_ended(self) -> None:
         ended = [m.match_id for m in self.matches.values() if m.ended]
-        for match_id in ended[:max(0, len(ended) - MAX_ENDED_MATCHES)]:
+        evicted = ended[:max(0, len(ended) - MAX_ENDED_MATCHES)]
+        for match_id in evicted:
             self.matches.pop(match_id, None)
+        self._forget_requests(set(evicted))
+
+    def _forget_requests(self, match_ids: set[str]) -> None:
+        """Request ids of forgotten matches: a retried open must not hand out a match that
+        GetMatch/JoinMatch no longer know (nor keep it alive)."""
+        if match_ids:
+            self.by_request = {key: opening for key, opening in self.by_request.items()
+                               if not (opening.done() and not opening.cancelled() and opening.exception() is None
+                                       and opening.result().match_id in match_ids)}
 
     async def close(self) -> None:
         for match in list(self.matches.values()):
             await match.abort("the Coordinator is shutting down")
+
+
+def _retrieve(opening: asyncio.Future) -> None:
+    """Marks a failed open's error as seen (its caller may have given up on it)."""
+    if not opening.cancelled():
+        opening.exception()
 
 
 def _seat_problem(env_name: str, game_seats: Sequence[str], asked: Sequence[str],

@@ -2,9 +2,11 @@
 
 Barriers are ordered by (step, phase) with phases ROLLOUT < UPDATE < WEIGHT_SYNC, and each
 agent passes them in that order: arriving again at the barrier it last arrived at is a retry
-(answered as before); arriving at an earlier one is `BarrierOutOfOrder`. So "no agent starts
-update k before every agent finished rollout k" and "no agent starts rollout k+1 before every
-agent finished update k and its weight sync" hold for any agent that arrives after each phase.
+(answered as before); arriving at an earlier one is `BarrierOutOfOrder`; arriving at a later one
+directly (skipping a phase it has nothing to do in) counts as arriving at those it skipped. So
+"no agent starts update k before every agent finished rollout k" and "no agent starts rollout
+k+1 before every agent finished update k and its weight sync" hold for any agent that arrives
+after each phase it runs.
 
 The job's agents are fixed when a driver registers the job; for a job only seen through
 matches (agents run by outside clients), they are the agents that joined its matches or
@@ -74,7 +76,7 @@ class JobBarriers:
             async with asyncio.timeout(timeout_s):
                 return await self._wait_open(key)
         except TimeoutError:
-            missing = sorted(self.members - self.arrivals.get(key, set()))
+            missing = sorted(self.members - self._arrived(key))
             raise BarrierTimeout(f"barrier {key} of job {self.job_id}: still waiting for "
                                  f"{', '.join(missing)} after {timeout_s:g} s") from None
 
@@ -100,7 +102,7 @@ class JobBarriers:
     async def _wait_open(self, key: BarrierKey) -> Arrival:
         while True:
             changed = self._changed
-            arrived = self.arrivals.get(key, set())
+            arrived = self._arrived(key)
             if key in self.opened or self.members <= arrived:
                 self.opened.add(key)
                 return Arrival(arrived=len(arrived), expected=len(self.members))
@@ -108,6 +110,11 @@ class JobBarriers:
                 who = ", ".join(f"{agent} ({why})" for agent, why in sorted(self.lost.items()))
                 raise AgentLost(f"barrier {key} of job {self.job_id} cannot open: lost {who}")
             await changed.wait()
+
+    def _arrived(self, key: BarrierKey) -> set[str]:
+        """Agents at `key` or past it: one that arrived at a later barrier (skipping a phase it had
+        nothing to do in) finished this phase too, so the others must not wait for it here."""
+        return self.arrivals.get(key, set()) | {agent for agent, last in self.last.items() if last > key}
 
     def _touch(self) -> None:
         self._changed.set()

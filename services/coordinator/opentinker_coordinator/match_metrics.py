@@ -45,7 +45,7 @@ def _rate(count: int, total: int) -> float:
 
 def agent_match_metrics(agent_id: str, records: Sequence[MatchRecord]) -> dict[str, float]:
     """match/{games, win_rate, draw_rate, loss_rate, win_rate/<seat>, invalid_move_rate,
-    game_length, aborted} of one agent over the matches it sat in."""
+    game_length, aborted} and head-to-head results of one agent over the matches it sat in."""
     mine = [(r, r.seat_of(agent_id)) for r in records if r.seat_of(agent_id) is not None]
     finished = [(r, seat) for r, seat in mine if r.finished]
     outcomes = [r.outcomes_by_seat.get(seat, "") for r, seat in finished]
@@ -62,4 +62,17 @@ def agent_match_metrics(agent_id: str, records: Sequence[MatchRecord]) -> dict[s
     for seat in dict.fromkeys(seat for _, seat in finished):
         in_seat = [r.outcomes_by_seat.get(s, "") for r, s in finished if s == seat]
         values[f"match/win_rate/{seat}"] = _rate(in_seat.count(WIN), len(in_seat))
+    return values | head_to_head(agent_id, finished)
+
+
+def head_to_head(agent_id: str, finished: Sequence[tuple[MatchRecord, str]]) -> dict[str, float]:
+    """match/vs/<opponent>/{games, win_rate, draw_rate}: results against each other agent it met."""
+    values: dict[str, float] = {}
+    opponents = dict.fromkeys(agent for record, _ in finished for _, agent in record.lineup if agent != agent_id)
+    for opponent in opponents:
+        met = [record.outcomes_by_seat.get(seat, "") for record, seat in finished
+               if any(agent == opponent for _, agent in record.lineup)]
+        values[f"match/vs/{opponent}/games"] = float(len(met))
+        values[f"match/vs/{opponent}/win_rate"] = _rate(met.count(WIN), len(met))
+        values[f"match/vs/{opponent}/draw_rate"] = _rate(met.count(DRAW), len(met))
     return values

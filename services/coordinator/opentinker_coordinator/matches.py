@@ -8,7 +8,8 @@ one at a time under the match's lock.
 Observations are delivered through per-seat inboxes: a step's observation (or, when the game
 gives them, each seat's private view in `info["observations"]`) goes to every other seat's
 inbox, and to the actor's own only when the actor moves again; a rejected action (the step's
-info has "error") is news to the actor alone. The reset's observation goes to every seat. `await_turn` hands a seat everything in its inbox, joined by a
+info has "error") is news to the actor alone, unless it ended the match. The reset's
+observation goes to every seat. `await_turn` hands a seat everything in its inbox, joined by a
 blank line, once it is that seat's turn or the match has ended.
 
 Rewards are delivered exactly once: the actor's share of a step in `submit`'s answer, other
@@ -32,6 +33,7 @@ from opentinker_coordinator.protocol_errors import (
     MatchEnvironmentFailed,
     MatchOver,
     NotYourTurn,
+    ProtocolError,
     SeatTaken,
 )
 from opentinker_coordinator.seated_environment import (
@@ -175,11 +177,12 @@ class Match:
         """Apply the action of the seat to move for the turn it was granted."""
         seat = self.seat_of(agent_id)
         await self._lock.acquire()
+        if request_id and request_id in self._answers:
+            self._lock.release()
+            return self._answers[request_id]
         try:
-            if request_id and request_id in self._answers:
-                return self._answers[request_id]
             self._check_turn(seat, turn_index)
-        except BaseException:
+        except ProtocolError:
             self._lock.release()
             raise
         # The step runs to its end (and releases the lock) even if this caller gives up, e.g. a
@@ -234,7 +237,7 @@ class Match:
         self.turn_index += 1
         views = _views(info, step.observation, self.seats)
         next_seat = "" if step.done else self._next_seat(seat, accepted, info)
-        for other in self._audience(seat, accepted, next_seat):
+        for other in self._audience(seat, accepted or step.done, next_seat):
             if views.get(other):
                 self._inbox[other].append(views[other])
         if step.done:
@@ -246,7 +249,8 @@ class Match:
 
     def _audience(self, seat: str, accepted: bool, next_seat: str) -> list[str]:
         """Whose inbox a step's views go to: a rejected action changed nothing the others can
-        see, so only the actor hears of it; the actor's own view only when it moves again."""
+        see, so only the actor hears of it (unless it ended the match, e.g. a forfeiting illegal
+        move: `accepted` is then True here); the actor's own view only when it moves again."""
         if not accepted:
             return [seat] if next_seat == seat else []
         return [other for other in self.seats if other != seat or next_seat == seat]
