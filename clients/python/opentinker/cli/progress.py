@@ -10,6 +10,7 @@ from opentinker.api.scheduler.v1 import job_pb2
 
 SPARKS = "▁▂▃▄▅▆▇█"
 HEADLINE = (("reward/mean", "reward"), ("accuracy", "acc"), ("eval/accuracy", "eval_acc"), ("loss", "loss"))
+AGENT_HEADLINE = (("elo", "elo", ".0f"), ("match/win_rate", "win", ".2f"), ("match/invalid_move_rate", "invalid", ".2f"))
 
 
 def sparkline(values: list[float], width: int = 24) -> str:
@@ -34,6 +35,8 @@ class JobProgressView:
         self.phase, self.step, self.total = "QUEUED", 0, 0
         self.latest: dict[str, float] = {}
         self.rewards: list[float] = []
+        self.agents: dict[str, dict[str, float]] = {}
+        """Multi-agent jobs: each agent's latest metrics."""
 
     def on_event(self, event: job_pb2.JobEvent) -> None:
         kind = event.WhichOneof("payload")
@@ -41,6 +44,8 @@ class JobProgressView:
             progress = event.progress.progress
             self.phase = progress_pb2.Phase.Name(progress.phase).removeprefix("PHASE_")
             self.step, self.total = progress.step, progress.total_steps
+        elif kind == "metrics" and event.metrics.agent_id:
+            self.agents.setdefault(event.metrics.agent_id, {}).update(event.metrics.values)
         elif kind == "metrics":
             self.latest.update(event.metrics.values)
             if "reward/mean" in event.metrics.values:
@@ -53,6 +58,9 @@ class JobProgressView:
 
     def _line(self) -> str:
         metrics = " ".join(f"{short}={self.latest[name]:.3f}" for name, short in HEADLINE if name in self.latest)
+        for agent, values in self.agents.items():
+            shown = " ".join(f"{short}={values[name]:{spec}}" for name, short, spec in AGENT_HEADLINE if name in values)
+            metrics += f" | {agent} {shown}"
         return f"{bar(self.step, self.total)} step {self.step}/{self.total} {self.phase:<11} {metrics} {sparkline(self.rewards)}"
 
     def _draw(self) -> None:
