@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 CLI = [sys.executable, "-m", "opentinker.cli.main"]
@@ -64,3 +67,29 @@ class LocalStack:
 
     def down(self) -> None:
         run_cli("down", "--state-dir", str(self.state_dir), timeout=60)
+
+
+@contextlib.contextmanager
+def second_service(local: LocalStack, name: str) -> Iterator[tuple[str, dict[str, int]]]:
+    """Start one more `name` process on the stack (its own port and log, same Redis, Scheduler
+    and checkpoints); yields (its address, {address: pid} of the stack's and this one's)."""
+    from opentinker.cli.topology import SERVICES as DEFS
+    from opentinker.cli.topology import service_env
+
+    port = free_ports(1)[0]
+    service = next(s for s in DEFS if s.name == name)
+    env = service_env(service, host="127.0.0.1", ports={**local.ports, name: port},
+                      redis_url=f"redis://127.0.0.1:{local.redis_port}/0",
+                      checkpoint_dir=str(local.state_dir / "checkpoints"), api_key=local.api_key)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OPENTINKER_")}
+    address = f"127.0.0.1:{port}"
+    with (local.state_dir / "logs" / f"{name}-2.log").open("wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", service.module], env={**clean, **env},
+                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        stacked = next(p["pid"] for p in local.status["processes"] if p["name"] == name)
+        try:
+            yield address, {local.address(name): stacked, address: process.pid}
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()

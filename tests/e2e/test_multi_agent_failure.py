@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
@@ -20,9 +18,8 @@ import pytest
 from opentinker.api.common.v1 import resources_pb2
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.cli.topology import SERVICES, service_env
 from opentinker.client import SchedulerClient
-from tests._stack import LocalStack, free_ports
+from tests._stack import LocalStack, second_service
 from tests.e2e.test_rl_job import states_of
 
 pytestmark = pytest.mark.timeout(300)
@@ -47,24 +44,10 @@ def two_agent_spec() -> dict:
 def stack_with_two_trainers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack, dict]]:
     local = LocalStack(tmp_path_factory.mktemp("ma-failure-stack"))
     local.up()
-    port = free_ports(1)[0]
-    trainer = next(s for s in SERVICES if s.name == "trainer")
-    env = service_env(trainer, host="127.0.0.1", ports={**local.ports, "trainer": port},
-                      redis_url=f"redis://127.0.0.1:{local.redis_port}/0",
-                      checkpoint_dir=str(local.state_dir / "checkpoints"), api_key=local.api_key)
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("OPENTINKER_")}
-    log = (local.state_dir / "logs" / "trainer-2.log").open("wb")
-    second = subprocess.Popen([sys.executable, "-m", "opentinker_trainer"], env={**clean, **env},
-                              stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    stacked = next(p["pid"] for p in local.status["processes"] if p["name"] == "trainer")
-    pids = {local.address("trainer"): stacked, f"127.0.0.1:{port}": second.pid}
     try:
-        yield local, pids
+        with second_service(local, "trainer") as (_, pids):
+            yield local, pids
     finally:
-        if second.poll() is None:
-            second.kill()
-            second.wait()
-        log.close()
         local.down()
 
 

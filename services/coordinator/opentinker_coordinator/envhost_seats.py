@@ -16,7 +16,7 @@ from google.protobuf import json_format, struct_pb2
 from opentinker.api.envhost.v1 import envhost_service_pb2 as envhost_pb
 from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
 from opentinker.core.auth_interceptor import authenticated_channel
-from opentinker.core.errors import TRACEBACK_METADATA_KEY
+from opentinker.core.errors import traceback_from_metadata
 from opentinker_coordinator.seated_environment import (
     EnvironmentBroke,
     MatchEnvironmentRef,
@@ -84,7 +84,7 @@ class EnvHostSeatedEnvironment:
             return await getattr(self.stub, method)(request, timeout=CALL_TIMEOUT_S)
         except grpc.aio.AioRpcError as error:
             raise EnvironmentBroke(f"EnvHost {method} failed: {error.code().name}: {error.details()}",
-                                   traceback=_traceback(error)) from error
+                                   traceback=traceback_from_metadata(error.trailing_metadata())) from error
 
 
 def _struct(values: Mapping[str, Any]) -> struct_pb2.Struct:
@@ -92,9 +92,3 @@ def _struct(values: Mapping[str, Any]) -> struct_pb2.Struct:
     struct.update(dict(values))
     return struct
 
-
-def _traceback(error: grpc.aio.AioRpcError) -> str:
-    for key, value in error.trailing_metadata() or ():
-        if key == TRACEBACK_METADATA_KEY:
-            return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-    return ""

@@ -17,7 +17,7 @@ from google.protobuf import json_format, struct_pb2
 
 from opentinker.api.envhost.v1 import envhost_service_pb2 as envhost_pb2
 from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
-from opentinker.core.errors import TRACEBACK_METADATA_KEY
+from opentinker.core.errors import traceback_from_metadata
 from opentinker_rollout.channel_pool import ChannelPool
 from opentinker_rollout.environment import (
     EnvironmentFactory,
@@ -98,14 +98,8 @@ class EnvHostSession:
         except grpc.aio.AioRpcError as error:
             raise EnvironmentFailure(
                 f"EnvHost {self.target.address} {method} failed: {error.code().name}: "
-                f"{error.details()}", traceback=_game_traceback(error)) from error
+                f"{error.details()}", traceback=traceback_from_metadata(error.trailing_metadata())) from error
 
-
-def _game_traceback(error: grpc.aio.AioRpcError) -> str:
-    for key, value in error.trailing_metadata() or ():
-        if key == TRACEBACK_METADATA_KEY:
-            return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-    return ""
 
 
 def to_struct(values: Mapping[str, Any]) -> struct_pb2.Struct:

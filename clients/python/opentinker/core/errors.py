@@ -34,3 +34,11 @@ class EmbeddedRedisError(OpenTinkerCoreError, RuntimeError):
 # read them): the common.v1.ErrorReason value name, and a user game's traceback (UTF-8 bytes).
 REASON_METADATA_KEY = "opentinker-reason"
 TRACEBACK_METADATA_KEY = "opentinker-traceback-bin"
+
+
+def traceback_from_metadata(metadata) -> str:  # noqa: ANN001 - grpc trailing metadata (pairs); no grpc import
+    """A user game's traceback from an error's trailing metadata ("" if it carries none)."""
+    for key, value in metadata or ():
+        if key == TRACEBACK_METADATA_KEY:
+            return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    return ""
