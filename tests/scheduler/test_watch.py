@@ -58,6 +58,20 @@ def test_watch_replays_then_follows_live_and_closes_after_the_terminal_event(red
     asyncio.run(scenario())
 
 
+def test_each_agents_latest_metrics_are_kept_apart(redis_url: str) -> None:
+    async def scenario() -> None:
+        async with scheduler_server(redis_url) as h:
+            await register_pool(h)
+            job = await running_job(h)
+            events = [job_pb2.JobEvent(metrics=job_pb2.MetricsReported(step=1, agent_id=agent, values={"elo": elo}))
+                      for agent, elo in (("alpha", 1008.0), ("beta", 992.0))]
+            await h.stub.ReportJobEvents(pb.ReportJobEventsRequest(lease=lease_of(job), events=events))
+            latest = (await h.stub.GetJob(pb.GetJobRequest(job_id=job.job_id))).job.progress.latest_metrics
+            assert (latest["alpha/elo"], latest["beta/elo"]) == (1008.0, 992.0) and "elo" not in latest
+
+    asyncio.run(scenario())
+
+
 def test_follow_after_end_keeps_the_stream_open(redis_url: str) -> None:
     async def scenario() -> None:
         async with scheduler_server(redis_url) as h:

@@ -17,14 +17,14 @@ MAX_EVENTS_PER_REPORT = 1000
 def build_report(payloads: Sequence[Payload | None], *, lease: LeaseContext, request_id: str,
                  now_ms: int) -> Report:
     """Validate the payloads; the job's progress becomes the last ProgressUpdated, every
-    MetricsReported value the metric's latest value, and the last CheckpointSaved the
+    MetricsReported value the metric's latest value (a multi-agent job's as "<agent>/<name>"), and the last CheckpointSaved the
     checkpoint a re-queued attempt resumes from."""
     if len(payloads) > MAX_EVENTS_PER_REPORT:
         raise InvalidArgument("events", f"at most {MAX_EVENTS_PER_REPORT} events per call")
     checked = [_checked(index, payload) for index, payload in enumerate(payloads)]
     progress = [p.progress for p in checked if isinstance(p, ProgressUpdated)]
-    metrics = {name: value for p in checked if isinstance(p, MetricsReported)
-               for name, value in p.values.items()}
+    metrics = {f"{p.agent_id}/{name}" if p.agent_id else name: value for p in checked
+               if isinstance(p, MetricsReported) for name, value in p.values.items()}
     fields: dict[str, str | int] = {}
     if progress:
         latest = progress[-1]
