@@ -1,4 +1,4 @@
-"""Two-agent Gomoku self-play through the five services: invalid moves fall, the lead changes hands.
+"""Two-agent Gomoku self-play through the five services: both agents' invalid moves fall.
 
     .venv/bin/python bench/gomoku_selfplay.py                 # own stack, seeds 1-3
     .venv/bin/python bench/gomoku_selfplay.py --seeds 4 5 --rl-steps 80 --scheduler 127.0.0.1:50051
@@ -8,17 +8,19 @@ who plays BOTH colours of real two-seat matches, hosted in this process by the C
 Agent Protocol (`AgentProtocol` over `local_environments`), so every chat is exactly what the
 Rollout shows that seat: the game's system prompt, the opening observation, then one user
 turn per awaited observation (the opponent's move and the board, or "Illegal: ..." after a
-rejected move). The scripted player makes a legal move with probability `--legal` (a random
-empty cell, taking an immediate win half the time) and otherwise an illegal one (a taken
-cell; the first move of a game is always legal), so the warm-up policy starts with a clearly
-non-zero invalid-move rate.
+rejected move). The scripted player makes a legal move with probability `--legal` (0.4: a
+random empty cell, taking an immediate win half the time) and otherwise an illegal one, by
+default off the board (`--illegal`; "taken" and "repeat" put it on a taken cell, which the
+tiny model cannot learn to avoid: it never reads the board, see docs/decisions.md), so the
+warm-up policy starts with a clearly non-zero invalid-move rate.
 
 Then one multi-agent RL job: agents "alpha" and "beta" both start from the warm-up checkpoint
 (full weights, KL to it in the loss), ROUND_ROBIN pairing (each agent plays both colours
 every step, so the first player's advantage cancels and alpha's score against beta starts
-near 50%), zero-sum gomoku on a small board where an illegal move costs a penalty and a
-second one forfeits, per-turn advantages (DISCOUNTED_RETURN), and every agent is also
-evaluated alone against the game's scripted opponent.
+near 50%), zero-sum gomoku 4x4 with three in a row where an illegal move forfeits
+(`--max-invalid-moves 0`; more would make earlier ones cost `--invalid-move-penalty` and a
+retry), per-turn advantages (DISCOUNTED_RETURN, gamma 0.1), and every agent is also evaluated
+alone (greedy) against the game's scripted opponent.
 
 Recorded per step and agent: invalid-move rate, win/draw rate, game length, Elo, and the
 eval results. `score` is alpha's win rate against beta with draws counted as half a win
@@ -29,7 +31,9 @@ curve (moving average over `--smooth` steps) is reported as its largest deviatio
 and the deviation at the end: a lead that appears and later shrinks is the self-play
 dynamic, but it is stochastic, so it is measured and printed, not required.
 
-Writes results.json and plot.svg (hand-written SVG) under --out.
+With a private stack the warm-up and final policies are also probed (`move_probe`): where
+their next move's probability mass goes (off the board, taken cells, empty cells) on
+held-out positions. Writes results.json and plot.svg (hand-written SVG) under --out.
 tests/e2e/test_gomoku_selfplay.py runs a short version of this recipe in CI.
 
 Measured (2026-11-22, 2-core CPU): see docs/decisions.md ("Two-agent Gomoku self-play that learns").
