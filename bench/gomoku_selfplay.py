@@ -44,16 +44,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from _private_stack import bench_stack
+
 ROOT = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-m", "opentinker.cli.main"]
 AGENTS = ("alpha", "beta")
 SEATS = ("black", "white")
 
@@ -527,21 +526,10 @@ def recipe_from(args: argparse.Namespace) -> Recipe:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     recipe = recipe_from(args)
-    state_dir = args.out / "stack"
-    api_key = None
-    if not args.scheduler:
-        subprocess.run([*CLI, "up", "--state-dir", str(state_dir), "--base-port", str(args.base_port),
-                        "--redis-port", str(args.base_port + 10)], check=True, stdout=subprocess.DEVNULL,
-                       env={k: v for k, v in os.environ.items() if k != "OPENTINKER_API_KEY"})
-        api_key = (state_dir / "admin.key").read_text().strip()
-    scheduler = args.scheduler or f"127.0.0.1:{args.base_port}"
-    try:
-        root = None if args.scheduler else state_dir / "checkpoints"
-        results = [run_seed(scheduler, seed, args.out, recipe, window=args.window, smooth=args.smooth,
-                            api_key=api_key, checkpoint_root=root) for seed in args.seeds]
-    finally:
-        if not args.scheduler:
-            subprocess.run([*CLI, "down", "--state-dir", str(state_dir)], check=False, stdout=subprocess.DEVNULL)
+    with bench_stack(args.scheduler, args.base_port, args.out / "stack") as stack:
+        root = stack.state_dir / "checkpoints" if stack.state_dir else None
+        results = [run_seed(stack.scheduler, seed, args.out, recipe, window=args.window, smooth=args.smooth,
+                            api_key=stack.api_key, checkpoint_root=root) for seed in args.seeds]
     print()
     print_table(results, args)
     passing = [r for r in results if all(r.invalid_fell(a, args.max_ratio, args.min_drop) for a in AGENTS)]

@@ -28,16 +28,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from _private_stack import bench_stack
+
 ROOT = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-m", "opentinker.cli.main"]
 SYSTEM = "Guess the number. Reply with a number only."
 
 
@@ -204,20 +203,9 @@ def print_table(results: list[RunResult]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     recipe = recipe_from(args)
-    state_dir = args.out / "stack"
-    api_key = None
-    if not args.scheduler:
-        subprocess.run([*CLI, "up", "--state-dir", str(state_dir), "--base-port", str(args.base_port),
-                        "--redis-port", str(args.base_port + 10)], check=True, stdout=subprocess.DEVNULL,
-                       env={k: v for k, v in os.environ.items() if k != "OPENTINKER_API_KEY"})
-        api_key = (state_dir / "admin.key").read_text().strip()
-    scheduler = args.scheduler or f"127.0.0.1:{args.base_port}"
-    try:
-        results = [run_seed(scheduler, seed, args.out, recipe, window=args.window, api_key=api_key)
+    with bench_stack(args.scheduler, args.base_port, args.out / "stack") as stack:
+        results = [run_seed(stack.scheduler, seed, args.out, recipe, window=args.window, api_key=stack.api_key)
                    for seed in args.seeds]
-    finally:
-        if not args.scheduler:
-            subprocess.run([*CLI, "down", "--state-dir", str(state_dir)], check=False, stdout=subprocess.DEVNULL)
     print_table(results)
     passing = sum(r.gain >= args.min_gain for r in results)
     verdict = "PASS" if passing >= args.need else "MISS"

@@ -15,7 +15,7 @@ from google.protobuf import json_format, struct_pb2
 
 from opentinker.api.envhost.v1 import envhost_service_pb2 as envhost_pb
 from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
-from opentinker.core.auth_interceptor import authenticated_channel
+from opentinker.core.channel_pool import ChannelPool
 from opentinker.core.errors import traceback_from_metadata
 from opentinker_coordinator.seated_environment import (
     EnvironmentBroke,
@@ -28,28 +28,20 @@ from opentinker_coordinator.seated_environment import (
 CALL_TIMEOUT_S = 120.0
 
 
-class EnvHostChannels:
-    """One channel per EnvHost address, closed together."""
+class EnvHostChannels(ChannelPool):
+    """One channel per EnvHost address (a match's environment may name its own), closed together."""
 
     def __init__(self, default_address: str, api_key: str = "") -> None:
-        self.default_address, self.api_key = default_address, api_key
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        super().__init__(api_key)
+        self.default_address = default_address
 
     def stub(self, address: str) -> envhost_grpc.EnvHostServiceStub:
-        address = address or self.default_address
-        if address not in self._channels:
-            self._channels[address] = authenticated_channel(address, self.api_key)
-        return envhost_grpc.EnvHostServiceStub(self._channels[address])
+        return envhost_grpc.EnvHostServiceStub(self.channel(address or self.default_address))
 
     def factory(self) -> SeatedEnvironmentFactory:
         def make(environment: MatchEnvironmentRef, job_id: str) -> EnvHostSeatedEnvironment:
             return EnvHostSeatedEnvironment(self.stub(environment.envhost_address), environment, job_id)
         return make
-
-    async def close(self) -> None:
-        for channel in self._channels.values():
-            await channel.close()
-        self._channels.clear()
 
 
 class EnvHostSeatedEnvironment:

@@ -18,7 +18,7 @@ from google.protobuf import json_format, struct_pb2
 from opentinker.api.envhost.v1 import envhost_service_pb2 as envhost_pb2
 from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
 from opentinker.core.errors import traceback_from_metadata
-from opentinker_rollout.channel_pool import ChannelPool
+from opentinker.core.channel_pool import ChannelPool
 from opentinker_rollout.environment import (
     EnvironmentFactory,
     EnvironmentFailure,

@@ -27,8 +27,8 @@ import grpc
 
 from opentinker.api.coordinator.v1 import coordinator_service_pb2 as coordinator_pb2
 from opentinker.api.coordinator.v1 import coordinator_service_pb2_grpc as coordinator_grpc
-from opentinker.core.errors import REASON_METADATA_KEY, TRACEBACK_METADATA_KEY
-from opentinker_rollout.channel_pool import ChannelPool
+from opentinker.core.errors import reason_from_metadata, traceback_from_metadata
+from opentinker.core.channel_pool import ChannelPool
 from opentinker_rollout.environment import (
     EnvironmentFactory,
     EnvironmentFailure,
@@ -141,13 +141,9 @@ class MatchSession:
         try:
             return await getattr(self.stub, method)(request, timeout=timeout_s)
         except grpc.aio.AioRpcError as error:
-            metadata = dict(error.trailing_metadata() or ())
-            reason = _text(metadata.get(REASON_METADATA_KEY, "")).removeprefix("ERROR_REASON_")
+            metadata = error.trailing_metadata()
+            reason = reason_from_metadata(metadata).removeprefix("ERROR_REASON_")
             raise EnvironmentFailure(
                 f"Coordinator {self.address} {method} (match {self.match_id}, seat {self.seat}) failed: "
                 f"{error.code().name}{f' ({reason})' if reason else ''}: {error.details()}",
-                traceback=_text(metadata.get(TRACEBACK_METADATA_KEY, ""))) from error
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+                traceback=traceback_from_metadata(metadata)) from error

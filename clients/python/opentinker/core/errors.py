@@ -36,9 +36,18 @@ REASON_METADATA_KEY = "opentinker-reason"
 TRACEBACK_METADATA_KEY = "opentinker-traceback-bin"
 
 
-def traceback_from_metadata(metadata) -> str:  # noqa: ANN001 - grpc trailing metadata (pairs); no grpc import
-    """A user game's traceback from an error's trailing metadata ("" if it carries none)."""
-    for key, value in metadata or ():
-        if key == TRACEBACK_METADATA_KEY:
+def _metadata_text(metadata, key: str) -> str:  # noqa: ANN001 - grpc trailing metadata (pairs)
+    for name, value in metadata or ():
+        if name == key:
             return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
     return ""
+
+
+def traceback_from_metadata(metadata) -> str:  # noqa: ANN001 - grpc trailing metadata (pairs); no grpc import
+    """A user game's traceback from an error's trailing metadata ("" if it carries none)."""
+    return _metadata_text(metadata, TRACEBACK_METADATA_KEY)
+
+
+def reason_from_metadata(metadata) -> str:  # noqa: ANN001 - grpc trailing metadata (pairs); no grpc import
+    """The ErrorReason name an error carries ("" if none), e.g. "ERROR_REASON_AGENT_LOST"."""
+    return _metadata_text(metadata, REASON_METADATA_KEY)

@@ -1,7 +1,7 @@
 """One shared gRPC channel per remote address, dialled on first use and closed together.
 
-The Rollout's episodes call out to EnvHosts (`envhost_client`) and Coordinators
-(`match_client`); every episode that talks to the same address shares one channel.
+The Rollout's episodes call EnvHosts and Coordinators, the Coordinator's matches call
+EnvHosts; every caller that talks to the same address shares one channel.
 """
 
 from __future__ import annotations
