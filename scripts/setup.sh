@@ -15,4 +15,9 @@ echo "==> installing opentinker and the services (editable)"
 .venv/bin/python -m pip install -q --no-deps -e clients/python \
   -e services/scheduler -e services/trainer -e services/rollout \
   -e services/envhost -e services/coordinator
+if command -v node >/dev/null 2>&1; then
+  bash scripts/setup_node.sh   # the Node.js client (clients/node) and its test
+else
+  echo "==> no Node.js here: skipping clients/node (its test will fail; install Node.js >= 20)"
+fi
 echo "==> ready: $(.venv/bin/python -c 'import opentinker, torch; print("opentinker", opentinker.__version__, "torch", torch.__version__)')"

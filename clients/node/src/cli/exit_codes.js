@@ -1,0 +1,22 @@
+'use strict';
+// The CLI's exit codes: the same table as the Python CLI (clients/python/opentinker/cli/exit_codes.py).
+//   0 ok · 1 job failed/cancelled or a server failure · 2 bad input (usage, spec, INVALID_ARGUMENT)
+//   3 unreachable (UNAVAILABLE, DEADLINE_EXCEEDED) · 4 refused (UNAUTHENTICATED, PERMISSION_DENIED,
+//   RESOURCE_EXHAUSTED) · 5 NOT_FOUND · 6 conflict (FAILED_PRECONDITION, ALREADY_EXISTS, ABORTED)
+
+const EXIT = Object.freeze({
+  OK: 0, JOB_FAILED: 1, BAD_INPUT: 2, UNREACHABLE: 3, REFUSED: 4, NOT_FOUND: 5, CONFLICT: 6,
+});
+const BY_STATUS = Object.freeze({
+  INVALID_ARGUMENT: EXIT.BAD_INPUT, OUT_OF_RANGE: EXIT.BAD_INPUT,
+  UNAVAILABLE: EXIT.UNREACHABLE, DEADLINE_EXCEEDED: EXIT.UNREACHABLE,
+  UNAUTHENTICATED: EXIT.REFUSED, PERMISSION_DENIED: EXIT.REFUSED, RESOURCE_EXHAUSTED: EXIT.REFUSED,
+  NOT_FOUND: EXIT.NOT_FOUND,
+  FAILED_PRECONDITION: EXIT.CONFLICT, ALREADY_EXISTS: EXIT.CONFLICT, ABORTED: EXIT.CONFLICT,
+});
+
+function exitCodeForError(code) {
+  return BY_STATUS[code] ?? EXIT.JOB_FAILED;
+}
+
+module.exports = { EXIT, exitCodeForError };
