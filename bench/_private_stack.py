@@ -28,7 +28,7 @@ def bench_stack(scheduler: str | None, base_port: int, state_dir: Path) -> Itera
     if scheduler:
         yield Stack(scheduler=scheduler, api_key=None, state_dir=None)
         return
-    subprocess.run([*CLI, "up", "--state-dir", str(state_dir), "--base-port", str(base_port),
+    subprocess.run([*CLI, "up", "--state-dir", str(state_dir), "--base-port", str(base_port), "--no-dashboard",
                     "--redis-port", str(base_port + 10)], check=True, stdout=subprocess.DEVNULL,
                    env={k: v for k, v in os.environ.items() if k != "OPENTINKER_API_KEY"})
     try:

@@ -83,7 +83,7 @@ class Stack:
         self.base_port, self.state_dir = base_port, state_dir
 
     def up(self) -> str:
-        subprocess.run([*CLI, "up", "--state-dir", str(self.state_dir), "--base-port", str(self.base_port),
+        subprocess.run([*CLI, "up", "--state-dir", str(self.state_dir), "--base-port", str(self.base_port), "--no-dashboard",
                         "--redis-port", str(self.base_port + 10)], check=True)
         return f"127.0.0.1:{self.base_port}"
 

@@ -158,7 +158,7 @@ def private_stack(config: BenchConfig) -> Iterator[Stack]:
     if config.rollout_max_batch_size:
         env["OPENTINKER_ROLLOUT_MAX_BATCH_SIZE"] = str(config.rollout_max_batch_size)
     state = ["--state-dir", str(config.state_dir)]
-    up = [*opentinker_cli(), "up", *state, "--base-port", str(config.base_port),
+    up = [*opentinker_cli(), "up", *state, "--base-port", str(config.base_port), "--no-dashboard",
           "--redis-port", str(config.redis_port), "--timeout", "120"]
     print(f"$ {' '.join(up)}", file=sys.stderr)
     try:

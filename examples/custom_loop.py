@@ -1,4 +1,5 @@
-"""A GRPO loop written by hand over the Trainer and Rollout primitives, as with Tinker.
+"""A GRPO loop written by hand over the Trainer and Rollout primitives, as with Tinker
+(the SDK's TrainingClient and SamplingClient, opentinker.client.primitives).
 
     python examples/custom_loop.py --local       # starts its own Trainer and Rollout
     python examples/custom_loop.py --trainer 127.0.0.1:50052 --rollout 127.0.0.1:50053
@@ -38,16 +39,13 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
-
-from opentinker.api.common.v1 import algorithm_pb2, datum_pb2, model_pb2, sampling_pb2, weights_pb2
+from opentinker.api.common.v1 import algorithm_pb2, model_pb2
 from opentinker.api.rollout.v1 import rollout_service_pb2 as rollout_pb
-from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as rollout_grpc
 from opentinker.api.trainer.v1 import trainer_service_pb2 as trainer_pb
-from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
 from opentinker.cli.health_probe import SERVING, check_health
-from opentinker.client.channels import keyed_channel
 from opentinker.client.credentials import resolve_api_key
+from opentinker.client.errors import OpenTinkerError
+from opentinker.client.primitives import SamplingClient, TrainingClient, datum
 from opentinker.ml.chat import render_prompt
 from opentinker.ml.tokenizer import build_byte_tokenizer
 
@@ -163,77 +161,37 @@ def grpo_advantages(rewards_G: Sequence[float]) -> list[float]:
     return [r - baseline for r in rewards_G]
 
 
-def make_datum(prompt: Sequence[int], completion: rollout_pb.Completion, advantage: float) -> datum_pb2.Datum:
-    """Prompt + completion as one training sequence. Per-token arrays follow the Datum
-    convention, index t = predicting tokens[t]: completion token i sits at index
-    len(prompt) + i with its sampling logprob; the prompt's indexes (0 among them) have mask 0."""
-    sampled, padding = list(completion.tokens), [0.0] * len(prompt)
-    return datum_pb2.Datum(
-        tokens=[*prompt, *sampled],
-        loss_mask=padding + [1.0] * len(sampled),
-        advantages=padding + [advantage] * len(sampled),
-        sampling_logprobs=padding + list(completion.logprobs))
-
-
 # ---- the loop ----------------------------------------------------------------------------------
 
 class Loop:
-    """One Trainer session and one Rollout policy of the same base model, kept in step."""
+    """One Trainer session and one Rollout policy of the same base model, kept in step
+    (the SDK's Tinker-style primitives: TrainingClient and SamplingClient)."""
 
-    def __init__(self, config: LoopConfig, trainer: trainer_grpc.TrainerServiceStub,
-                 rollout: rollout_grpc.RolloutServiceStub) -> None:
-        self.config, self.trainer, self.rollout = config, trainer, rollout
+    def __init__(self, config: LoopConfig, trainer_address: str, rollout_address: str, api_key: str) -> None:
+        self.config = config
+        self.addresses, self.api_key = (trainer_address, rollout_address), api_key
         self.tokenizer = build_byte_tokenizer()  # the builtin models' tokenizer (ChatML template)
-        self.session_id = self.policy_id = ""
+        self.trainer: TrainingClient | None = None
+        self.sampler: SamplingClient | None = None
 
     def open(self) -> None:
         c = self.config
-        self.session_id = self.trainer.CreateSession(trainer_pb.CreateSessionRequest(
-            base_model=c.base_model, adaptation=c.adaptation, seed=c.seed,
-            optimizer=algorithm_pb2.OptimizerConfig(learning_rate=c.learning_rate, max_grad_norm=1.0),
-        )).session.session_id
-        # same base; with LoRA, a fresh adapter (a no-op until UpdateWeights fills it)
-        self.policy_id = self.rollout.LoadModel(rollout_pb.LoadModelRequest(
-            model=c.base_model, adaptation=c.adaptation)).policy.policy_id
+        self.trainer = TrainingClient(self.addresses[0], base_model=c.base_model, adaptation=c.adaptation,
+                                      optimizer={"learning_rate": c.learning_rate, "max_grad_norm": 1.0},
+                                      seed=c.seed, api_key=self.api_key)
+        # same base; with LoRA, a fresh adapter (a no-op until the first weight sync fills it)
+        self.sampler = SamplingClient(self.addresses[1], model=c.base_model, adaptation=c.adaptation,
+                                      api_key=self.api_key)
 
     def close(self) -> None:
-        if self.policy_id:
-            self.rollout.UnloadModel(rollout_pb.UnloadModelRequest(policy_id=self.policy_id))
-        if self.session_id:
-            self.trainer.CloseSession(trainer_pb.CloseSessionRequest(session_id=self.session_id))
+        for client in (self.sampler, self.trainer):
+            if client is not None:
+                client.close()
 
     def sample(self, prompts_B: Sequence[Sequence[int]], step: int) -> list[rollout_pb.PromptCompletions]:
         c = self.config
-        sampling = sampling_pb2.SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature,
-                                               n=c.group_size, seed=c.seed * 100_003 + step)
-        prompts = [rollout_pb.Prompt(tokens=datum_pb2.TokenSequence(tokens=p)) for p in prompts_B]
-        return list(self.rollout.Sample(rollout_pb.SampleRequest(
-            policy_id=self.policy_id, prompts=prompts, sampling=sampling)).results)
-
-    def train(self, datums: Sequence[datum_pb2.Datum]) -> tuple[trainer_pb.ForwardBackwardResponse, int]:
-        """One ForwardBackward over the whole batch and one OptimStep; the new policy version.
-        (On-policy the ratio is 1, so the loss is -mean(A) ~ 0; its gradient is not.)"""
-        backward = self.trainer.ForwardBackward(trainer_pb.ForwardBackwardRequest(
-            session_id=self.session_id, datums=datums, loss=self.config.loss))
-        optim = self.trainer.OptimStep(trainer_pb.OptimStepRequest(session_id=self.session_id))
-        return backward, optim.policy_version
-
-    def sync_weights(self) -> int:
-        """ExportWeights (a header, then chunks) piped into UpdateWeights after a target; the
-        Rollout applies them atomically once all have arrived and verified. Its new version."""
-        fmt = weights_pb2.WEIGHTS_FORMAT_FULL if self.config.full else weights_pb2.WEIGHTS_FORMAT_LORA_ADAPTER
-
-        def requests() -> Iterator[rollout_pb.UpdateWeightsRequest]:
-            target = rollout_pb.UpdateWeightsTarget(policy_id=self.policy_id)
-            yield rollout_pb.UpdateWeightsRequest(target=target)
-            export = trainer_pb.ExportWeightsRequest(session_id=self.session_id, format=fmt)
-            for item in self.trainer.ExportWeights(export):
-                if item.HasField("header"):
-                    yield rollout_pb.UpdateWeightsRequest(header=item.header)
-                else:
-                    yield rollout_pb.UpdateWeightsRequest(chunk=item.chunk)
-
-        return self.rollout.UpdateWeights(requests()).policy.policy_version
+        return self.sampler.sample(prompts_B, max_new_tokens=c.max_new_tokens, temperature=c.temperature,
+                                   n=c.group_size, seed=c.seed * 100_003 + step)
 
     def step(self, step: int, rng: random.Random) -> StepLog:
         started = time.perf_counter()
@@ -243,10 +201,17 @@ class Loop:
         for prompt, result in zip(prompts_B, results_B, strict=True):
             rewards_G = [reward(c.tokens, self.config.max_new_tokens) for c in result.completions]
             for completion, advantage in zip(result.completions, grpo_advantages(rewards_G), strict=True):
-                datums.append(make_datum(prompt, completion, advantage))
+                # index t predicts tokens[t]: the completion's tokens carry the advantage and
+                # their sampling logprobs; the prompt's are masked out
+                datums.append(datum(prompt, completion.tokens, advantage=advantage,
+                                    sampling_logprobs=completion.logprobs))
             rewards += rewards_G
-        backward, trained_version = self.train(datums)
-        policy_version = self.sync_weights()
+        # one ForwardBackward over the whole batch and one OptimStep (on-policy the ratio is 1,
+        # so the loss is -mean(A) ~ 0; its gradient is not)
+        backward = self.trainer.forward_backward(datums, self.config.loss)
+        trained_version = self.trainer.optim_step().policy_version
+        # ExportWeights piped into UpdateWeights; the Rollout applies them once all arrived
+        policy_version = self.sampler.load_weights_from(self.trainer)
         if policy_version != trained_version:
             raise RuntimeError(f"Rollout is at policy version {policy_version}, "
                                f"the Trainer at {trained_version}")
@@ -256,15 +221,11 @@ class Loop:
                        policy_version=policy_version, seconds=time.perf_counter() - started)
 
     def save(self) -> trainer_pb.Checkpoint:
-        fmt = (trainer_pb.CHECKPOINT_FORMAT_HF_MODEL if self.config.full
-               else trainer_pb.CHECKPOINT_FORMAT_PEFT_ADAPTER)
-        return self.trainer.SaveCheckpoint(trainer_pb.SaveCheckpointRequest(
-            session_id=self.session_id, format=fmt, name="final")).checkpoint
+        return self.trainer.save_state("final")
 
 
-def train_loop(config: LoopConfig, trainer: trainer_grpc.TrainerServiceStub,
-               rollout: rollout_grpc.RolloutServiceStub) -> LoopResult:
-    loop, rng = Loop(config, trainer, rollout), random.Random(config.seed)
+def train_loop(config: LoopConfig, trainer_address: str, rollout_address: str, api_key: str) -> LoopResult:
+    loop, rng = Loop(config, trainer_address, rollout_address, api_key), random.Random(config.seed)
     try:
         loop.open()
         logs = []
@@ -282,17 +243,6 @@ def train_loop(config: LoopConfig, trainer: trainer_grpc.TrainerServiceStub,
 
 
 # ---- where the services are --------------------------------------------------------------------
-
-@contextmanager
-def channel(address: str, api_key: str) -> Iterator[grpc.Channel]:
-    """A channel that sends `api_key` with every call (a plain one when there is no key)."""
-    if not api_key:
-        with grpc.insecure_channel(address) as plain:
-            yield plain
-    else:
-        with keyed_channel(address, api_key) as keyed:
-            yield keyed
-
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -361,16 +311,14 @@ def run(config: LoopConfig) -> LoopResult:
         else:
             trainer_address, rollout_address, api_key = config.trainer, config.rollout, resolve_api_key()
         print(f"trainer {trainer_address}  rollout {rollout_address}", flush=True)
-        trainer = trainer_grpc.TrainerServiceStub(stack.enter_context(channel(trainer_address, api_key)))
-        rollout = rollout_grpc.RolloutServiceStub(stack.enter_context(channel(rollout_address, api_key)))
-        return train_loop(config, trainer, rollout)
+        return train_loop(config, trainer_address, rollout_address, api_key)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = run(parse_args(argv))
-    except grpc.RpcError as error:  # e.g. UNAUTHENTICATED: no API key found for the stack
-        print(f"{error.code().name}: {error.details()}", file=sys.stderr)
+    except OpenTinkerError as error:  # e.g. UNAUTHENTICATED: no API key found for the stack
+        print(error, file=sys.stderr)
         return 1
     rewards = [log.reward_mean for log in result.steps]
     print(f"mean reward {rewards[0]:.3f} at step 1, {rewards[-1]:.3f} at step {len(rewards)}")

@@ -78,7 +78,7 @@ def free_port_block(count: int) -> int:
 
 def start_stack(state_dir: Path) -> dict:
     base = free_port_block(6)
-    result = subprocess.run([*CLI, "up", "--state-dir", str(state_dir), "--base-port", str(base),
+    result = subprocess.run([*CLI, "up", "--state-dir", str(state_dir), "--base-port", str(base), "--no-dashboard",
                              "--redis-port", str(base + 5), "--timeout", "120", "--json"],
                             capture_output=True, text=True, timeout=180)
     if result.returncode != 0:

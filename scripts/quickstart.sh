@@ -15,6 +15,7 @@ OT=.venv/bin/opentinker
 $OT up
 trap '[ $keep = 1 ] || $OT down' EXIT
 .venv/bin/python scripts/smoke_stack.py
+echo "dashboard: http://127.0.0.1:8080 (jobs, live reward curves, workers)"
 .venv/bin/python examples/math_rl.py --out runs/quickstart "${args[@]}"
 echo "learning curve: runs/quickstart/learning_curve.png (CSV beside it), summary: runs/quickstart/summary.json"
 [ $keep = 1 ] && echo "stack left running; stop it with: $OT down"

@@ -4,4 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/setup_browser.sh   # chromium + chromedriver for the dashboard's browser test
 exec .venv/bin/python -m pytest "$@"

@@ -42,13 +42,14 @@ class LocalStack:
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
-        ports = free_ports(len(SERVICES) + 1)
+        ports = free_ports(len(SERVICES) + 2)
         self.ports = dict(zip(SERVICES, ports, strict=False))
-        self.redis_port = ports[-1]
+        self.redis_port, self.dashboard_port = ports[-2:]
 
     def up(self, timeout: float = 120) -> None:
         result = run_cli("up", "--state-dir", str(self.state_dir), "--redis-port", str(self.redis_port),
-                         *port_args(self.ports), "--json", timeout=timeout)
+                         "--dashboard-port", str(self.dashboard_port), *port_args(self.ports), "--json",
+                         timeout=timeout)
         if result.returncode != 0:
             raise RuntimeError(f"opentinker up failed ({result.returncode}):\n{result.stderr}\n{self.logs()}")
         self.status = json.loads(result.stdout)
@@ -60,6 +61,11 @@ class LocalStack:
 
     def address(self, name: str) -> str:
         return f"127.0.0.1:{self.ports[name]}"
+
+    @property
+    def dashboard_url(self) -> str:
+        """The web dashboard `opentinker up` started (it acts with the stack's admin key)."""
+        return f"http://127.0.0.1:{self.dashboard_port}"
 
     def logs(self) -> str:
         logs = sorted((self.state_dir / "logs").glob("*.log")) if (self.state_dir / "logs").is_dir() else []

@@ -84,7 +84,23 @@ def test_redis_service_keeps_an_append_only_file(compose):
     assert "--appendonly" in redis["command"]
     assert redis["command"][redis["command"].index("--appendonly") + 1] == "yes"
     assert healthcheck_of(redis) == ["redis-cli", "ping"]
-    assert set(compose["services"]) == {"redis", *NAMES}
+    assert set(compose["services"]) == {"redis", *NAMES, "dashboard"}
+
+
+def test_the_dashboard_reads_the_schedulers_api_and_is_published_on_loopback_only(compose):
+    dashboard = compose["services"]["dashboard"]
+    command = command_of(dashboard)
+    assert command[:3] == ["python", "-m", "opentinker.dashboard"]
+    assert command[command.index("--scheduler") + 1] == f"scheduler:{compose_port('scheduler')}"
+    port = command[command.index("--port") + 1]
+    assert dashboard["ports"] == [f"127.0.0.1:{port}:{port}"]
+    assert dashboard["depends_on"]["scheduler"]["condition"] == "service_healthy"
+    assert f"http://127.0.0.1:{port}/healthz" in " ".join(healthcheck_of(dashboard))
+    assert env_of(dashboard)["OPENTINKER_API_KEY"] == KEY_FROM_DOT_ENV
+
+
+def compose_port(name: str) -> int:
+    return next(s.default_port for s in SERVICES if s.name == name)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -101,9 +117,10 @@ def test_service_wiring_matches_the_launcher(compose, name):
     assert env["OPENTINKER_REDIS_URL"] == f"redis://redis:{REDIS_CONTAINER_PORT}/0"
     # the same variables `opentinker up` sets, peers reached by compose service name
     default_ports = {s.name: s.default_port for s in SERVICES}
+    metrics_ports = {s.name: s.compose_metrics_port for s in SERVICES}
     launcher_env = service_env(spec, host="0.0.0.0", ports=default_ports,
                                redis_url="redis://redis:6379/0", checkpoint_dir="/data/checkpoints",
-                               api_key=KEY_FROM_DOT_ENV, advertise_host=name)
+                               api_key=KEY_FROM_DOT_ENV, advertise_host=name, metrics_ports=metrics_ports)
     assert set(env) == set(launcher_env)
     advertise = f"OPENTINKER_{name.upper()}_ADVERTISE_ADDRESS"
     assert env.get(advertise) == launcher_env.get(advertise)  # workers advertise their compose hostname
@@ -115,6 +132,9 @@ def test_service_wiring_matches_the_launcher(compose, name):
         assert service["depends_on"][peer] == {"condition": "service_healthy"}
     assert service["depends_on"]["redis"] == {"condition": "service_healthy"}
     assert f"{port}:{port}" in [str(p) for p in service["ports"]]
+    metrics_port = spec.compose_metrics_port  # each service its own, published as is
+    assert env[f"OPENTINKER_{name.upper()}_METRICS_PORT"] == str(metrics_port)
+    assert f"{metrics_port}:{metrics_port}" in [str(p) for p in service["ports"]]
     probe = ["python", "-m", "opentinker.cli.health_probe", f"127.0.0.1:{port}"]
     assert healthcheck_of(service) == probe
 
@@ -155,6 +175,8 @@ class Localizer:
 
     def __init__(self, compose: dict, redis_port: int):
         ports = [container_port(compose["services"][name], name) for name in NAMES]
+        ports += [int(env_of(compose["services"][name])[f"OPENTINKER_{name.upper()}_METRICS_PORT"])
+                  for name in NAMES]
         local_ports = free_ports(len(ports))
         self.port_map = {REDIS_CONTAINER_PORT: redis_port, **dict(zip(ports, local_ports))}
         hosts = "|".join(re.escape(h) for h in compose["services"])

@@ -47,7 +47,8 @@ def test_every_field_of_the_job_spec_has_a_row() -> None:
 
 def test_rows_carry_the_proto_comments_and_types() -> None:
     text = gen_job_spec_docs.DOC_PATH.read_text()
-    assert "| `training.group_size` | int32 | Episodes per problem (G in GRPO). |" in text
+    assert ("| `training.group_size` | int32 | Episodes per problem (G in GRPO). Required for RL jobs: "
+            "1..1024 (the Scheduler refuses 0); SFT jobs ignore it. |") in text
     assert "| `type` | enum `JobType`: `RL`, `SFT`, `INFERENCE` |" in text
     # a trailing comment (enum values) and a nested enum
     assert "| `RL` | `JOB_TYPE_RL` | rollouts in an environment + policy-gradient updates |" in text

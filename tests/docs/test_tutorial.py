@@ -29,8 +29,8 @@ from tests.test_stack import pid_running, stack_pids
 pytestmark = pytest.mark.timeout(300)
 
 TUTORIAL = REPO_ROOT / "docs" / "tutorial.md"
-PORTS_USED = 7
-"""OT_BASE_PORT .. OT_BASE_PORT + 6: five services, the game's EnvHost, Redis."""
+PORTS_USED = 8
+"""OT_BASE_PORT .. OT_BASE_PORT + 7: five services, the game's EnvHost, Redis, the dashboard."""
 BLOCK_TIMEOUT_S = 180
 TRAINING_STEPS = 15
 
@@ -140,7 +140,7 @@ def test_the_reward_rose_the_way_the_tutorial_reads_it(tutorial: Transcript) -> 
 def test_stopping_leaves_no_process_running(tutorial: Transcript) -> None:
     down = tutorial.result_of("opentinker down")
     pids = [int(pid) for pid in re.findall(r"\(pid (\d+)\)", down.stdout)]
-    assert down.stdout.startswith("stopped 6 processes") and len(pids) == 6, down.stdout
+    assert down.stdout.startswith("stopped 7 processes") and len(pids) == 7, down.stdout
     envhost = int((tutorial.workdir / "envhost.pid").read_text())
     deadline = time.monotonic() + 15  # the EnvHost got SIGTERM and finishes its graceful stop
     while pid_running(envhost) and time.monotonic() < deadline:

@@ -33,6 +33,7 @@ from opentinker_coordinator.agent_protocol import AgentProtocol
 from opentinker_coordinator.datums import rl_datums
 from opentinker_coordinator.episode_metrics import episode_metrics
 from opentinker_coordinator.match_metrics import MatchRecord, agent_match_metrics
+from opentinker_coordinator.metrics import count_step, observe_phase
 from opentinker_coordinator.pairings import PlannedMatch, lineups, step_matches
 from opentinker_coordinator.plans import AgentPlan, MultiAgentPlan
 from opentinker_coordinator.ports import TrainerPort, WeightSyncPort
@@ -173,7 +174,10 @@ class AgentPipeline:
     async def run(self, start: int) -> None:
         for step in range(start, self.plan.total_steps):
             check_stop(self.ports)
+            started = time.perf_counter()
             await self.step(step)
+            if self.own.trainer is not None:
+                count_step("multi_agent", time.perf_counter() - started)
 
     async def step(self, step: int) -> None:
         metrics, trajectories = await self._rollout(step)
@@ -204,6 +208,7 @@ class AgentPipeline:
                  if (seat := planned.seat_of(self.agent.agent_id)) is not None]
         trajectories = await _collect(self.own.rollout.play_seats(seats, evaluation=False))
         seconds = time.perf_counter() - started
+        observe_phase("rollout", seconds)
         sampled = sum(t.sampled_tokens for t in trajectories)
         return episode_metrics(trajectories) | {
             "time/rollout_s": seconds, "tokens_per_second": sampled / seconds if seconds > 0 else 0.0}, trajectories
@@ -220,6 +225,7 @@ class AgentPipeline:
             metrics |= await self.own.trainer.forward_backward(datums)
         metrics |= await self.own.trainer.optim_step(step + 1)
         metrics["time/update_s"] = time.perf_counter() - started
+        observe_phase("update", metrics["time/update_s"])
         return metrics
 
     async def _weight_sync(self, step: int) -> dict[str, float]:
@@ -228,7 +234,9 @@ class AgentPipeline:
         await self._progress("WEIGHT_SYNC", step + 1)
         started = time.perf_counter()
         version = await self.own.weights.sync()
-        return {"policy_version": float(version), "time/weight_sync_s": time.perf_counter() - started}
+        seconds = time.perf_counter() - started
+        observe_phase("weight_sync", seconds)
+        return {"policy_version": float(version), "time/weight_sync_s": seconds}
 
     async def _barrier(self, phase: str, step: int) -> None:
         await self.ports.host.arrive(self.plan.scope, self.agent.agent_id, phase, step,
@@ -249,7 +257,9 @@ async def evaluate_alone(plan: MultiAgentPlan, own: AgentPorts, step: int) -> di
         return {}
     started = time.perf_counter()
     trajectories = await _collect(own.rollout.evaluate_alone(episodes.eval_requests(plan.eval_episodes, plan.seed)))
-    return episode_metrics(trajectories, prefix="eval/") | {"time/eval_s": time.perf_counter() - started}
+    seconds = time.perf_counter() - started
+    observe_phase("eval", seconds)
+    return episode_metrics(trajectories, prefix="eval/") | {"time/eval_s": seconds}
 
 
 async def _guarded(pipeline: AgentPipeline, start: int) -> None:

@@ -16,6 +16,7 @@ import structlog
 from opentinker_coordinator import episodes
 from opentinker_coordinator.datums import rl_datums
 from opentinker_coordinator.episode_metrics import episode_metrics
+from opentinker_coordinator.metrics import count_step, observe_phase
 from opentinker_coordinator.plans import RlPlan
 from opentinker_coordinator.ports import ReporterPort, RolloutPort, TrainerPort, WeightSyncPort
 from opentinker_coordinator.resume import resume_step
@@ -55,6 +56,7 @@ async def rollout_phase(plan: RlPlan, ports: RlPorts, step: int) -> tuple[list[T
     requests = episodes.train_requests(step, plan.batch_size, plan.seed)
     trajectories = await collect(ports, requests, plan.group_size, evaluation=False)
     seconds = time.perf_counter() - started
+    observe_phase("rollout", seconds)
     sampled = sum(t.sampled_tokens for t in trajectories)
     metrics = episode_metrics(trajectories) | {
         "time/rollout_s": seconds, "tokens_per_second": sampled / seconds if seconds > 0 else 0.0}
@@ -71,6 +73,7 @@ async def update_phase(plan: RlPlan, ports: RlPorts, step: int, trajectories: Se
         metrics |= await ports.trainer.forward_backward(datums)
     metrics |= await ports.trainer.optim_step(step + 1)
     metrics["time/update_s"] = time.perf_counter() - started
+    observe_phase("update", metrics["time/update_s"])
     return metrics
 
 
@@ -78,7 +81,9 @@ async def weight_sync_phase(plan: RlPlan, ports: RlPorts, step: int) -> dict:
     await ports.reporter.progress(phase="WEIGHT_SYNC", step=step + 1, total_steps=plan.total_steps)
     started = time.perf_counter()
     version = await ports.weights.sync()
-    return {"policy_version": float(version), "time/weight_sync_s": time.perf_counter() - started}
+    seconds = time.perf_counter() - started
+    observe_phase("weight_sync", seconds)
+    return {"policy_version": float(version), "time/weight_sync_s": seconds}
 
 
 async def evaluate(plan: RlPlan, ports: RlPorts, step: int) -> dict:
@@ -86,7 +91,9 @@ async def evaluate(plan: RlPlan, ports: RlPorts, step: int) -> dict:
     started = time.perf_counter()
     requests = episodes.eval_requests(plan.eval_episodes, plan.seed)
     trajectories = await collect(ports, requests, 1, evaluation=True)
-    return episode_metrics(trajectories, prefix="eval/") | {"time/eval_s": time.perf_counter() - started}
+    seconds = time.perf_counter() - started
+    observe_phase("eval", seconds)
+    return episode_metrics(trajectories, prefix="eval/") | {"time/eval_s": seconds}
 
 
 def due(every: int, step: int) -> bool:
@@ -118,7 +125,9 @@ async def run_rl(plan: RlPlan, ports: RlPorts) -> None:
         await ports.reporter.metrics(0, await evaluate(plan, ports, 0))
     for step in range(start, plan.total_steps):
         check_stop(ports)
+        started = time.perf_counter()
         metrics = await rl_step(plan, ports, step)
+        count_step("rl", time.perf_counter() - started)
         await ports.reporter.metrics(step + 1, metrics)
         log.info("rl_step", job_id=plan.job_id, step=step + 1, **_headline(metrics))
     final = await evaluate(plan, ports, plan.total_steps)

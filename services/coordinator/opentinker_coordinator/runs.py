@@ -10,6 +10,8 @@ from enum import StrEnum
 
 import structlog
 
+from opentinker_coordinator.metrics import ACTIVE_RUNS, RUNS_ENDED
+
 log = structlog.get_logger(__name__)
 
 
@@ -91,11 +93,15 @@ class RunRegistry:
         return run
 
     async def _drive(self, run: RunState) -> None:
+        ACTIVE_RUNS.inc()
         try:
             await self.launcher(run)
         except Exception as error:  # noqa: BLE001 - the run's edge: record and log, never crash the service
             log.exception("run_crashed", job_id=run.job_id)
             run.end(RunStatus.FAILED, f"{type(error).__name__}: {error}")
+        finally:
+            ACTIVE_RUNS.dec()
+            RUNS_ENDED.labels(status=run.status.value).inc()
 
     def stop(self, job_id: str) -> RunState | None:
         run = self.runs.get(job_id)

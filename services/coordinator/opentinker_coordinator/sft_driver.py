@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from opentinker_coordinator.metrics import count_step, observe_phase
 from opentinker_coordinator.plans import SftPlan
 from opentinker_coordinator.ports import ReporterPort, TrainerPort
 from opentinker_coordinator.resume import resume_step
@@ -48,6 +49,7 @@ async def sft_step(plan: SftPlan, ports: SftPorts, step: int, batch: list[Datum]
     metrics = await ports.trainer.forward_backward(batch)
     metrics |= await ports.trainer.optim_step(step + 1)
     seconds = time.perf_counter() - started
+    observe_phase("update", seconds)
     tokens = sum(sum(d.loss_mask) for d in batch)
     return metrics | {"time/update_s": seconds, "trained_tokens_per_second": tokens / seconds if seconds else 0.0}
 
@@ -75,9 +77,11 @@ async def run_sft(plan: SftPlan, ports: SftPorts, examples: Sequence[Datum]) -> 
         if ports.stop.is_set():
             raise StopRequested()
         await ports.reporter.progress(phase="UPDATE", step=step, total_steps=plan.total_steps)
+        started = time.perf_counter()
         metrics = await sft_step(plan, ports, step, next(stream))
         losses.append(metrics.get("loss", 0.0))
         step += 1
+        count_step("sft", time.perf_counter() - started)
         await ports.reporter.metrics(step, metrics)
         log.info("sft_step", job_id=plan.job_id, step=step, loss=round(losses[-1], 4))
         if due(plan.checkpoint_every_steps, step) and step < plan.total_steps:

@@ -6,7 +6,8 @@ sync game runs in its own thread so a blocking game never stalls the event loop.
 raises fails that call only (EnvironmentFailure with its traceback; the session then needs a
 reset); a call that times out or is cancelled breaks the session (the game may still be
 running, so only CloseSession is accepted). Sessions idle for longer than the TTL are closed
-by `reap_idle`.
+by `reap_idle`. Open sessions, steps, step time and game failures are counted
+(`opentinker_envhost.metrics`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from opentinker.env import (
     check_observation,
     check_step_result,
 )
+from opentinker_envhost.metrics import OPEN_SESSIONS, STEP_SECONDS, STEPS, count_env_error
 from opentinker_envhost.catalog import GameCatalog, GameSpec
 from opentinker_envhost.errors import (
     EnvHostError,
@@ -123,6 +125,9 @@ class SessionManager:
         self._reserve_slot()
         try:
             game = await self._construct(spec, dict(config))
+        except (EnvironmentFailure, EnvironmentTimeout, InvalidArgument) as error:
+            count_env_error(spec.name, "construct", _error_kind(error))
+            raise
         finally:
             self.opening -= 1
         return await self._register(spec, game, job_id=job_id, request_id=request_id, key=key)
@@ -133,6 +138,7 @@ class SessionManager:
         if session is None:
             raise SessionNotFound(f"session_id: no open session {session_id!r}")
         self.by_request_id.pop(session.request_id, None)
+        OPEN_SESSIONS.labels(env=session.spec.name).dec()
         async with session.lock:
             if session.state is not SessionState.BROKEN:  # a broken game may still be running
                 await self._close_game(session)
@@ -177,7 +183,9 @@ class SessionManager:
             self._require_playing(session)
             call = _step_call(session.game, action, _seat_kwargs(session.spec, seat),
                               is_async=session.spec.is_async, max_chars=self.limits.max_observation_chars)
-            result = await self._game_call(session, "step()", call)
+            with STEP_SECONDS.labels(env=session.spec.name).time():
+                result = await self._game_call(session, "step()", call)
+            STEPS.labels(env=session.spec.name).inc()
             session.steps += 1
             session.state = SessionState.DONE if result.done else SessionState.PLAYING
             return result
@@ -222,6 +230,7 @@ class SessionManager:
         session = Session(session_id=uuid.uuid4().hex, spec=spec, game=game, job_id=job_id,
                           request_id=request_id, request_key=key, last_used=self.clock())
         self.sessions[session.session_id] = session
+        OPEN_SESSIONS.labels(env=spec.name).inc()
         if request_id:
             self.by_request_id[request_id] = session.session_id
         log.info("session_opened", session_id=session.session_id, env_name=spec.name, job_id=job_id)
@@ -235,19 +244,23 @@ class SessionManager:
                                    timeout=self.limits.call_timeout_s, what=what, invalid=invalid)
         except NotYourTurnError:
             raise  # the caller's turn order, not the game, was wrong: the episode goes on
-        except InvalidArgument:
+        except InvalidArgument as error:
             _await_reset(session, "the last reset was rejected")
+            _count_error(session, method, error)
             raise
-        except EnvironmentTimeout:
+        except EnvironmentTimeout as error:
             _break(session, f"{what} timed out; the game may still be running")
+            _count_error(session, method, error)
             raise
         except EnvironmentFailure as error:
             _await_reset(session, f"the episode failed: {error.message}")
             log.warning("environment_failed", session_id=session.session_id, error=error.message,
                         traceback=error.traceback)
+            _count_error(session, method, error)
             raise
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as error:
             _break(session, f"{what} was cancelled while the game ran")
+            _count_error(session, method, error)
             raise
 
     async def _close_game(self, session: Session) -> None:
@@ -337,6 +350,22 @@ def _required(field_name: str, value: str) -> str:
 
 def _request_key(env_name: str, config: Mapping[str, Any], job_id: str) -> str:
     return json.dumps([env_name, config, job_id], sort_keys=True, default=str)
+
+
+def _error_kind(error: BaseException) -> str:
+    """The `kind` label of opentinker_envhost_env_errors_total for a failed game call."""
+    if isinstance(error, EnvironmentTimeout):
+        return "timeout"
+    if isinstance(error, InvalidArgument):
+        return "invalid_argument"
+    if isinstance(error, asyncio.CancelledError):
+        return "cancelled"
+    return "failed"
+
+
+def _count_error(session: Session, method: str, error: BaseException) -> None:
+    """Count a failed reset()/step() of `session`'s game."""
+    count_env_error(session.spec.name, method.removesuffix("()"), _error_kind(error))
 
 
 def _break(session: Session, note: str) -> None:

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import AsyncIterator, Hashable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import structlog
 
+from opentinker_rollout.metrics import GENERATED_TOKENS, GENERATION_SECONDS
 from opentinker_rollout.engine import Engine, Generation, GenerationRequest
 from opentinker_rollout.engine_thread import run_in_engine_thread
 
@@ -127,7 +129,10 @@ class GenerationBatcher:
         self._pending.append(_Pending(request=request, future=future))
         self._wakeup.set()
         self._ensure_worker()
-        return await future
+        started = time.perf_counter()
+        answer = await future
+        GENERATION_SECONDS.observe(time.perf_counter() - started)
+        return answer
 
     @asynccontextmanager
     async def exclusive(self) -> AsyncIterator[None]:
@@ -238,8 +243,10 @@ class GenerationBatcher:
         return [item for item in batch if item.request.adapter not in self._closed_adapters]
 
     def _answer(self, admitted: _Admitted, generations: list[Generation]) -> None:
+        tokens = sum(len(g.token_ids) for g in generations)
         self.stats.requests += 1
-        self.stats.generated_tokens += sum(len(g.token_ids) for g in generations)
+        self.stats.generated_tokens += tokens
+        GENERATED_TOKENS.inc(tokens)
         if not admitted.item.future.done():
             admitted.item.future.set_result(BatchedGeneration(generations=generations,
                                                               policy_version=admitted.version))

@@ -30,6 +30,7 @@ from opentinker.ml.errors import MLError, WeightsError
 from opentinker.ml.models import add_lora_adapter, apply_lora, load_model
 from opentinker.ml.sources import LoraSpec, ModelInfo, ModelSource
 from opentinker.ml.weights import TensorSpec, WeightsAssembler, load_lora_state_dict, lora_state_dict
+from opentinker_rollout.metrics import count_weight_update
 from opentinker_rollout.batcher import BatchedGeneration, GenerationBatcher, WholeBatchEngine
 from opentinker_rollout.engine import GenerationRequest
 from opentinker_rollout.engine_thread import run_in_engine_thread
@@ -244,6 +245,7 @@ class PolicyRegistry:
             _check_version(policy, header.policy_version)
             await run_in_engine_thread(_apply, policy, header.format, state_dict)
             policy.batcher.versions[policy.adapter] = header.policy_version
+        count_weight_update(header.format.value, received)
         log.info("weights_updated", policy_id=policy_id, version=policy.version, bytes=received)
         return policy.info(), received
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import structlog
 
+from opentinker_rollout.metrics import count_episode
 from opentinker_rollout.engine import SamplingConfig, derive_seed
 from opentinker_rollout.environment import EnvironmentFactory
 from opentinker_rollout.episode import Episode, EpisodeLimits, Trajectory, to_trajectory
@@ -130,10 +131,13 @@ async def _play(episode: Episode, config: AgentLoopConfig, services: EpisodeServ
             await loop.run(episode)
         except Exception as error:  # noqa: BLE001 - one crashed episode must not end the stream
             log.exception("episode_crashed", trajectory_id=episode.trajectory_id)
+            count_episode("crashed")
             return EpisodeError(group_id=episode.group_id, episode_index=episode.episode_index,
                                 message=f"{type(error).__name__}: {error}",
                                 traceback=traceback.format_exc())
-        return to_trajectory(episode, _metrics(episode, time.monotonic() - started))
+        trajectory = to_trajectory(episode, _metrics(episode, time.monotonic() - started))
+        count_episode(trajectory.stop_reason.value)
+        return trajectory
 
 
 def _metrics(episode: Episode, seconds: float) -> dict[str, float]:

@@ -2,6 +2,7 @@
 
 Every state change goes through `transition` (compare-and-set on the state plus the StateChanged
 event, one Lua script), so two writers (the allocator, CancelJob, FinishJob) can never both win.
+Each change that happened, and each event appended, is counted (`opentinker_scheduler.metrics`).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import redis.asyncio
 
 from opentinker.core.redis_store import Keys
 from opentinker_scheduler.clock import Clock
+from opentinker_scheduler.metrics import count_events, count_state_change
 from opentinker_scheduler.codec import assignment_prefix, decode_job, job_fields
-from opentinker_scheduler.events import Payload, StateChanged, encode_payload
+from opentinker_scheduler.events import KIND_OF, Payload, StateChanged, encode_payload
 from opentinker_scheduler.leases import LeaseDraft, draft_keys, drafts_json
 from opentinker_scheduler.lua import Scripts
 from opentinker_scheduler.model import Assignment, Job, JobState, LeaseContext
@@ -100,7 +102,10 @@ class JobStore:
         status, detail = await self.scripts.submit(keys=keys, args=args)
         if status in (b"quota", b"too_big"):
             raise SubmitRefused("max_queued_jobs" if status == b"quota" else "max_devices", int(detail))
-        return Created(status.decode()), detail.decode()
+        created = Created(status.decode())
+        if created is Created.CREATED:
+            _count_state_changes(JobState.QUEUED)
+        return created, detail.decode()
 
     async def get_many(self, job_ids: Sequence[str]) -> dict[str, Job]:
         """The jobs that exist among `job_ids`, in one round trip."""
@@ -134,6 +139,7 @@ class JobStore:
                 self.aging_ms, self.keys.allocator_wake(), json.dumps(self.keys.lease_key_prefixes()), *pairs]
         ok, current = await self.scripts.transition(keys=keys, args=args)
         if ok:
+            _count_state_changes(to)
             return Transition(ok=True, current=str(to), sequence=int(current))
         return Transition(ok=False, current=current.decode() if current else "")
 
@@ -152,7 +158,10 @@ class JobStore:
         prefixes = [assignment_prefix(d, address) for d, address in zip(drafts, addresses, strict=True)]
         args = [self.clock.now_ms(), ttl_ms, drafts_json(drafts), *events, job.tenant_id, *prefixes]
         status, detail = await self.scripts.start(keys=keys, args=args)
-        return StartResult(status=status.decode(), detail=detail.decode())
+        result = StartResult(status=status.decode(), detail=detail.decode())
+        if result.ok:
+            _count_state_changes(JobState.ALLOCATING, JobState.RUNNING)
+        return result
 
     async def assignments_without_lease(self) -> list[tuple[str, Assignment]]:
         """(job id, assignment) of RUNNING jobs whose lease record is gone (one consistent read):
@@ -179,6 +188,8 @@ class JobStore:
         keys = [self.keys.job(job_id), self.keys.job_events(job_id), self.keys.job_stopping(job_id)]
         args = [self.clock.now_ms(), expected, encode_payload(event), *workers]
         code, current = await self.scripts.request_cancel(keys=keys, args=args)
+        if int(code) == 1:
+            count_events(KIND_OF[type(event)])
         return int(code), current.decode()
 
     async def append(self, job_id: str, report: Report) -> tuple[AppendStatus, int]:
@@ -193,7 +204,11 @@ class JobStore:
                 lease.fencing_token if lease else 0, int(lease is not None), len(field_pairs) // 2,
                 len(metric_pairs) // 2, *field_pairs, *metric_pairs, *map(encode_payload, report.payloads)]
         status, sequence = await self.scripts.append_events(keys=keys, args=args)
-        return AppendStatus(status.decode()), int(sequence or 0)
+        appended = AppendStatus(status.decode())
+        if appended is AppendStatus.OK:
+            for payload in report.payloads:
+                count_events(KIND_OF[type(payload)])
+        return appended, int(sequence or 0)
 
     async def set_status_messages(self, messages: Mapping[str, str]) -> None:
         """Why each queued job waits, in one round trip (only jobs still QUEUED are touched)."""
@@ -219,3 +234,10 @@ class JobStore:
             pipe.scard(self.keys.job_stopping(job_id))
             _, remaining = await pipe.execute()
         return int(remaining)
+
+
+def _count_state_changes(*states: JobState) -> None:
+    """Each state entered, and its StateChanged event."""
+    for state in states:
+        count_state_change(state.value)
+        count_events(KIND_OF[StateChanged])

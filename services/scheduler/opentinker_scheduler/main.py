@@ -16,6 +16,7 @@ from opentinker.core.redis_store import connect, ping_until_ready
 from opentinker.core.server import HealthReporter, ServerPlan
 from opentinker_scheduler.allocator import Allocator
 from opentinker_scheduler.app import build_scheduler
+from opentinker_scheduler.metrics import ClusterGauges
 from opentinker_scheduler.redis_health import track_redis_health
 from opentinker_scheduler.servicer import scheduler_service_binding
 from opentinker_scheduler.settings import SchedulerSettings
@@ -25,7 +26,8 @@ log = structlog.get_logger(__name__)
 
 
 async def build_plan(settings: SchedulerSettings) -> ServerPlan:
-    """Host the SchedulerService and its allocator; report SERVING only while Redis answers."""
+    """Host the SchedulerService and its allocator; report SERVING only while Redis answers.
+    /metrics reads the queue, leases and workers from Redis when scraped (ClusterGauges)."""
     client = connect(settings.redis_url)
     blocking_client = connect(settings.redis_url, socket_timeout=None)  # WatchJob's XREAD BLOCK
     scheduler = build_scheduler(client, blocking_client, config=settings.domain_config())
@@ -33,9 +35,10 @@ async def build_plan(settings: SchedulerSettings) -> ServerPlan:
     hooks = [watch_redis, partial(run_allocator, scheduler.allocator, blocking_client)]
     if settings.auth_enabled:
         hooks.append(partial(install_service_key, client, settings.api_key))
+    gauges = ClusterGauges(settings.redis_url)
     return ServerPlan(services=[scheduler_service_binding(scheduler)], serving_at_start=False,
-                      start_hooks=hooks, close_hooks=[client.aclose, blocking_client.aclose],
-                      admin_only=False)
+                      start_hooks=hooks, close_hooks=[client.aclose, blocking_client.aclose, gauges.aclose],
+                      admin_only=False, collectors=[gauges])
 
 
 async def install_service_key(client: redis.asyncio.Redis, api_key: str, health: HealthReporter) -> None:

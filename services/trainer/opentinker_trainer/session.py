@@ -23,6 +23,8 @@ from opentinker.ml.logprobs import token_logprobs
 from opentinker.ml.models import apply_lora, describe_model, load_model
 from opentinker.ml.sources import LoraSpec, ModelInfo
 from opentinker.ml.weights import tensor_bytes
+from opentinker_trainer.metrics import (FORWARD_BACKWARD_SECONDS, OPTIM_STEP_SECONDS, count_forward_backward,
+                                         count_optimizer_step)
 from opentinker_trainer.batching import (Datum, pad_batch, plan_micro_batches, validate_datums,
                                          validate_sequences)
 from opentinker_trainer.config import LossConfig, SessionSpec
@@ -107,6 +109,12 @@ class TrainingSession:
 
     def forward_backward(self, datums: Sequence[Datum], loss: LossConfig) -> ForwardBackwardResult:
         """Accumulate the gradients of `loss` over `datums` for the next optim_step."""
+        with FORWARD_BACKWARD_SECONDS.time():
+            result = self._forward_backward(datums, loss)
+        count_forward_backward(len(datums), result.num_tokens)
+        return result
+
+    def _forward_backward(self, datums: Sequence[Datum], loss: LossConfig) -> ForwardBackwardResult:
         validate_datums(datums, loss, vocab_size=self.info.vocab_size,
                         max_length=self.info.max_context_length)
         if loss.needs_reference and not all(d.reference_logprobs for d in datums):
@@ -147,7 +155,9 @@ class TrainingSession:
             raise NoGradientsError("no gradients accumulated since the last OptimStep; call "
                                    "ForwardBackward first")
         rate = learning_rate if learning_rate > 0 else learning_rate_at(self.spec.optimizer, self.step)
-        grad_norm, applied = self._clip_and_apply(rate)
+        with OPTIM_STEP_SECONDS.time():
+            grad_norm, applied = self._clip_and_apply(rate)
+        count_optimizer_step(applied)
         metrics = {"grad_norm": grad_norm, "learning_rate": rate,
                    "datums": float(self.pending_datums), "skipped_nonfinite": float(not applied)}
         self.pending_datums = 0

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from opentinker_trainer.metrics import ACTIVE_SESSIONS
 from opentinker_trainer.config import Lease, SessionSpec
 from opentinker_trainer.errors import (RequestIdReusedError, SessionNotFoundError,
                                        StaleFencingError, ValidationError)
@@ -99,6 +100,7 @@ class SessionRegistry:
                 f"sess-{uuid.uuid4().hex[:12]}", spec, checkpoint_root=self.checkpoint_root,
                 device=self.device, device_ids=devices))
             self._entries[session.session_id] = _Entry(session)
+            ACTIVE_SESSIONS.inc()
             self._created.remember(request, session.session_id)
             return session.view()
 
@@ -131,7 +133,8 @@ class SessionRegistry:
         entry = self._entry(session_id)
         async with entry.lock:
             self.check_lease(entry.session, lease)
-            self._entries.pop(session_id, None)
+            if self._entries.pop(session_id, None) is not None:
+                ACTIVE_SESSIONS.dec()
             await _in_thread(entry.session.close)
             return entry.session.view()
 
@@ -139,6 +142,7 @@ class SessionRegistry:
         """Stop every session's replica processes (server shutdown)."""
         for session_id in list(self._entries):
             entry = self._entries.pop(session_id)
+            ACTIVE_SESSIONS.dec()
             async with entry.lock:
                 await _in_thread(entry.session.close)
 

@@ -2,7 +2,8 @@
 
     opentinker admin new-key                       # a fresh key (offline), e.g. for OPENTINKER_API_KEY
     opentinker admin tenants create acme --max-devices 4 --max-concurrent-jobs 2
-    opentinker admin tenants list
+    opentinker admin tenants list [--json]
+    opentinker admin tenants get acme
     opentinker admin quota acme --max-queued-jobs 100
     opentinker admin keys create acme [--admin] [--description ci]
     opentinker admin keys list acme
@@ -15,20 +16,13 @@ Calls carry the caller's key (OPENTINKER_API_KEY, OPENTINKER_API_KEY_FILE, or th
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-import grpc
-from google.protobuf import json_format
-
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from opentinker.api.scheduler.v1 import tenant_pb2
-from opentinker.client.channels import keyed_channel
-from opentinker.client.credentials import resolve_api_key
+from opentinker.cli import exit_codes
+from opentinker.cli.api import add_api_flags, message_json, print_json, scheduler_client
+from opentinker.cli.table import format_table
 from opentinker.core.auth import new_api_key
-
-EXIT_REFUSED = 4
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -36,7 +30,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     actions = admin.add_subparsers(dest="admin_action", required=True, metavar="ACTION")
     actions.add_parser("new-key", help="print a fresh API key (offline)").set_defaults(handler=cmd_new_key)
 
-    tenants = actions.add_parser("tenants", help="create or list tenants").add_subparsers(
+    tenants = actions.add_parser("tenants", help="create, list or show tenants").add_subparsers(
         dest="tenants_action", required=True, metavar="ACTION")
     create = tenants.add_parser("create", help="create a tenant and print its first key")
     create.add_argument("tenant_id")
@@ -44,6 +38,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     _add_quota_flags(create)
     create.set_defaults(handler=cmd_tenant_create)
     tenants.add_parser("list", help="every tenant with its quota and usage").set_defaults(handler=cmd_tenant_list)
+    get = tenants.add_parser("get", help="one tenant with its quota and usage")
+    get.add_argument("tenant_id")
+    get.set_defaults(handler=cmd_tenant_get)
 
     quota = actions.add_parser("quota", help="set a tenant's quota (0 = unlimited)")
     quota.add_argument("tenant_id")
@@ -63,8 +60,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     revoke = keys.add_parser("revoke", help="revoke a key by its id")
     revoke.add_argument("key_id")
     revoke.set_defaults(handler=cmd_key_revoke)
-    for parser in (create, tenants.choices["list"], quota, key_create, key_list, revoke):
-        parser.add_argument("--scheduler", default="127.0.0.1:50051", help="scheduler address (default %(default)s)")
+    for parser in (create, key_create):
+        add_api_flags(parser, json_output=False)
+    for parser in (tenants.choices["list"], get, quota, key_list, revoke):
+        add_api_flags(parser)
 
 
 def _add_quota_flags(parser: argparse.ArgumentParser) -> None:
@@ -72,65 +71,80 @@ def _add_quota_flags(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{name}", type=int, default=0, metavar="N", help="0 = unlimited (default)")
 
 
-def _quota(args: argparse.Namespace) -> tenant_pb2.Quota:
-    return tenant_pb2.Quota(max_devices=args.max_devices, max_concurrent_jobs=args.max_concurrent_jobs,
-                            max_queued_jobs=args.max_queued_jobs)
+def _quota(args: argparse.Namespace) -> dict[str, int]:
+    return {"max_devices": args.max_devices, "max_concurrent_jobs": args.max_concurrent_jobs,
+            "max_queued_jobs": args.max_queued_jobs}
 
 
-def _call(args: argparse.Namespace, method: str, request):  # noqa: ANN001, ANN202
-    with keyed_channel(args.scheduler, resolve_api_key()) as channel:
-        return getattr(pb_grpc.SchedulerServiceStub(channel), method)(request, timeout=30)
+def _limit(value: int) -> str:
+    return str(value) if value else "-"
 
 
-def _print(message) -> None:  # noqa: ANN001
-    print(json.dumps(json_format.MessageToDict(message, preserving_proto_field_name=True), indent=2))
+def _print_tenants(tenants: list[tenant_pb2.Tenant], as_json: bool) -> None:
+    if as_json:
+        print_json([message_json(tenant) for tenant in tenants])
+        return
+    rows = [(t.tenant_id, t.display_name, f"{t.usage.devices}/{_limit(t.quota.max_devices)}",
+             f"{t.usage.running_jobs}/{_limit(t.quota.max_concurrent_jobs)}",
+             f"{t.usage.queued_jobs}/{_limit(t.quota.max_queued_jobs)}") for t in tenants]
+    print(format_table(("TENANT", "NAME", "DEVICES", "RUNNING JOBS", "QUEUED JOBS"), rows))
 
 
-def handle(args: argparse.Namespace) -> int:
-    try:
-        return args.handler(args)
-    except grpc.RpcError as error:
-        print(f"error: {error.code().name}: {error.details()}", file=sys.stderr)
-        return EXIT_REFUSED
+def _print_keys(keys: list[tenant_pb2.ApiKey], as_json: bool) -> None:
+    if as_json:
+        print_json([message_json(key) for key in keys])
+        return
+    rows = [(k.key_id, k.tenant_id, "yes" if k.admin else "no", "revoked" if k.HasField("revoke_time") else "active",
+             k.description) for k in keys]
+    print(format_table(("KEY", "TENANT", "ADMIN", "STATE", "DESCRIPTION"), rows))
 
 
 def cmd_new_key(args: argparse.Namespace) -> int:
     print(new_api_key())
-    return 0
+    return exit_codes.OK
 
 
 def cmd_tenant_create(args: argparse.Namespace) -> int:
-    response = _call(args, "CreateTenant", pb.CreateTenantRequest(
-        tenant_id=args.tenant_id, display_name=args.display_name, quota=_quota(args)))
+    with scheduler_client(args) as client:
+        response = client.create_tenant(args.tenant_id, display_name=args.display_name, **_quota(args))
     print(f"tenant {response.tenant.tenant_id} created; its API key (shown only now):", file=sys.stderr)
     print(response.api_key_secret)
-    return 0
+    return exit_codes.OK
 
 
 def cmd_tenant_list(args: argparse.Namespace) -> int:
-    _print(_call(args, "ListTenants", pb.ListTenantsRequest(page_size=1000)))
-    return 0
+    with scheduler_client(args) as client:
+        _print_tenants(list(client.list_tenants()), args.json)
+    return exit_codes.OK
+
+
+def cmd_tenant_get(args: argparse.Namespace) -> int:
+    with scheduler_client(args) as client:
+        _print_tenants([client.get_tenant(args.tenant_id)], args.json)
+    return exit_codes.OK
 
 
 def cmd_quota(args: argparse.Namespace) -> int:
-    _print(_call(args, "UpdateTenantQuota", pb.UpdateTenantQuotaRequest(tenant_id=args.tenant_id,
-                                                                         quota=_quota(args))).tenant)
-    return 0
+    with scheduler_client(args) as client:
+        _print_tenants([client.update_quota(args.tenant_id, **_quota(args))], args.json)
+    return exit_codes.OK
 
 
 def cmd_key_create(args: argparse.Namespace) -> int:
-    response = _call(args, "CreateApiKey", pb.CreateApiKeyRequest(
-        tenant_id=args.tenant_id, admin=args.admin, description=args.description))
+    with scheduler_client(args) as client:
+        response = client.create_api_key(args.tenant_id, admin=args.admin, description=args.description)
     print(f"key {response.api_key.key_id} for tenant {args.tenant_id} (shown only now):", file=sys.stderr)
     print(response.secret)
-    return 0
+    return exit_codes.OK
 
 
 def cmd_key_list(args: argparse.Namespace) -> int:
-    _print(_call(args, "ListApiKeys", pb.ListApiKeysRequest(tenant_id=args.tenant_id, page_size=1000)))
-    return 0
+    with scheduler_client(args) as client:
+        _print_keys(list(client.list_api_keys(args.tenant_id)), args.json)
+    return exit_codes.OK
 
 
 def cmd_key_revoke(args: argparse.Namespace) -> int:
-    _print(_call(args, "RevokeApiKey", pb.RevokeApiKeyRequest(key_id=args.key_id)).api_key)
-    return 0
+    with scheduler_client(args) as client:
+        _print_keys([client.revoke_api_key(args.key_id)], args.json)
+    return exit_codes.OK

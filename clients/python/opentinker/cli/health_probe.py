@@ -38,6 +38,18 @@ def check_health(address: str, service: str = "", timeout: float = 2.0) -> str:
     return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
 
 
+def check_http_health(address: str, timeout: float = 2.0) -> str:
+    """SERVING when GET http://address/healthz answers 200 (the dashboard), else UNREACHABLE."""
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
+    try:
+        with opener.open(f"http://{address}/healthz", timeout=timeout) as response:
+            return SERVING if response.status == 200 else f"HTTP_{response.status}"
+    except OSError:
+        return UNREACHABLE
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m opentinker.cli.health_probe",

@@ -1,22 +1,26 @@
 """One `opentinker up`: start redis-server and the services detached, record each in
-stack.json as soon as it exists, and wait until everything is SERVING."""
+stack.json as soon as it exists, and wait until everything is SERVING. Every service also serves
+Prometheus /metrics on its metrics port (explicit, or picked free here: `assign_metrics_ports`)."""
 
 import os
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
 import structlog
 
 from opentinker.cli import procs, state
-from opentinker.cli.errors import StartFailed
-from opentinker.cli.health_probe import SERVING, check_health
+from opentinker.cli.errors import PortInUse, StartFailed
+from opentinker.cli.health_probe import SERVING, check_health, check_http_health
+from opentinker.cli.ports import port_is_free
 from opentinker.cli.state import ProcessRecord, StackRecord
-from opentinker.cli.topology import REDIS, SERVICES, connect_host, service_env
+from opentinker.cli.topology import AUTO_PORT, DASHBOARD, REDIS, SERVICES, connect_host, service_env
 from opentinker.client.credentials import ensure_admin_key
 
 log = structlog.get_logger("opentinker.cli")
@@ -43,6 +47,10 @@ class UpConfig:
     """An external redis to use instead of starting the embedded one."""
     timeout: float
     """Seconds from the first start until everything must be SERVING."""
+    metrics_ports: dict[str, int] = field(default_factory=dict)
+    """Prometheus /metrics port per service name; AUTO_PORT (or absent): picked free at start."""
+    dashboard_port: int | None = None
+    """The web dashboard's HTTP port (0: a free one); None: no dashboard."""
 
 
 class Launcher:
@@ -60,18 +68,23 @@ class Launcher:
         self.api_key = ensure_admin_key(config.state_dir)
 
     def launch_all(self, progress: Progress) -> None:
+        metrics_ports = assign_metrics_ports(self.config)
         if self.config.redis_url is None:
             self._start_redis()
             self._wait_redis(progress)
+        host = connect_host(self.config.host)
         for service in SERVICES:
             env = self._base_env() | service_env(service, host=self.config.host,
                                                  ports=self.config.ports,
                                                  redis_url=self.record.redis_url,
                                                  checkpoint_dir=str(self.config.state_dir / "checkpoints"),
-                                                 api_key=self.api_key)
-            address = f"{connect_host(self.config.host)}:{self.config.ports[service.name]}"
-            self._start(service.name, [sys.executable, "-m", service.module], env, address)
+                                                 api_key=self.api_key, metrics_ports=metrics_ports)
+            address = f"{host}:{self.config.ports[service.name]}"
+            self._start(service.name, [sys.executable, "-m", service.module], env, address,
+                        metrics_address=f"{host}:{metrics_ports[service.name]}")
         self._wait_services(progress)
+        if self.config.dashboard_port is not None:
+            self._start_dashboard(progress)
 
     def stop_all(self) -> None:
         """Stop services, then redis, and forget the stack."""
@@ -89,7 +102,8 @@ class Launcher:
         """Our environment, unbuffered, plus a marker naming the stack each process belongs to."""
         return {**os.environ, "PYTHONUNBUFFERED": "1", STACK_DIR_ENV: str(self.config.state_dir)}
 
-    def _start(self, name: str, command: list[str], env: dict[str, str], address: str) -> None:
+    def _start(self, name: str, command: list[str], env: dict[str, str], address: str, *,
+               metrics_address: str = "") -> None:
         log_path = self._log_path(name)
         self.log_offsets[name] = log_path.stat().st_size if log_path.exists() else 0
         popen = procs.start_detached(command, env=env, log_path=log_path)
@@ -97,9 +111,24 @@ class Launcher:
         self.record.processes.append(ProcessRecord(
             name=name, address=address, pid=popen.pid, start_ticks=procs.start_ticks(popen.pid),
             command=command, log=str(log_path.relative_to(self.config.state_dir)),
+            metrics_address=metrics_address,
         ))
         state.save(self.config.state_dir, self.record)
         log.debug("started", name=name, pid=popen.pid, command=command)
+
+    def _start_dashboard(self, progress: Progress) -> None:
+        """The dashboard, once the Scheduler serves; it acts with the stack's admin key for
+        requests that bring none (it binds the services' host: 127.0.0.1 unless told otherwise)."""
+        port = self.config.dashboard_port or _free_ports(self.config.host, 1, avoid=set())[0]
+        command = [sys.executable, "-m", "opentinker.dashboard", "--scheduler", self._address("scheduler"),
+                   "--host", self.config.host, "--port", str(port)]
+        env = self._base_env() | {"OPENTINKER_API_KEY": self.api_key}
+        self._start(DASHBOARD, command, env, f"{connect_host(self.config.host)}:{port}")
+        while check_http_health(self._address(DASHBOARD), timeout=0.5) != SERVING:
+            self._fail_if_exited(DASHBOARD)
+            self._fail_if_late([DASHBOARD])
+            time.sleep(0.1)
+        progress(DASHBOARD, f"http://{self._address(DASHBOARD)}", SERVING, time.monotonic() - self.started_at)
 
     def _start_redis(self) -> None:
         from opentinker.core.embedded_redis import redis_server_command
@@ -167,6 +196,44 @@ class Launcher:
         except FileNotFoundError:
             return ""
         return "\n".join(text.splitlines()[-LOG_TAIL_LINES:])
+
+
+def assign_metrics_ports(config: UpConfig) -> dict[str, int]:
+    """Every service's metrics port: the explicit ones checked (free on the host, not given twice,
+    not a gRPC or redis port), AUTO_PORT ones picked from ports the OS reports free now."""
+    wanted = {s.name: config.metrics_ports.get(s.name, AUTO_PORT) for s in SERVICES}
+    taken = {port: name for name, port in config.ports.items()}
+    if config.redis_url is None:
+        taken[config.redis_port] = REDIS
+    for name, port in wanted.items():
+        if port != AUTO_PORT:
+            _check_metrics_port(config.host, name, port, taken)
+            taken[port] = f"{name} metrics"
+    auto = [name for name, port in wanted.items() if port == AUTO_PORT]
+    return wanted | dict(zip(auto, _free_ports(config.host, len(auto), avoid=set(taken)), strict=True))
+
+
+def _check_metrics_port(host: str, name: str, port: int, taken: dict[int, str]) -> None:
+    flag = f"--{name}-metrics-port (or --metrics-base-port)"
+    if port in taken:
+        raise PortInUse(f"port {port} is given to both {taken[port]} and {name} metrics; change it with {flag}")
+    if not port_is_free(host, port):
+        raise PortInUse(f"port {port} ({name} metrics) is already in use on {host}; choose another "
+                        f"with {flag}, or stop what is listening there")
+
+
+def _free_ports(host: str, count: int, *, avoid: set[int]) -> list[int]:
+    """`count` distinct ports the OS reports free on `host` (all held open until chosen)."""
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    with ExitStack() as holding:
+        ports: list[int] = []
+        while len(ports) < count:
+            sock = holding.enter_context(socket.socket(family, socket.SOCK_STREAM))
+            sock.bind((host.strip("[]"), 0))
+            port = sock.getsockname()[1]
+            if port not in avoid:
+                ports.append(port)
+        return ports
 
 
 def _pings(client: redis.Redis) -> bool:

@@ -10,12 +10,14 @@ from pathlib import Path
 
 import structlog
 
-from opentinker.cli import admin, envhost, jobs, stack, state
+from opentinker.cli import admin, completion, dashboard, envhost, jobs, logs, stack, state, workers
+from opentinker.cli.api import run_api_command
 from opentinker.cli.errors import StackError, StartFailed
 from opentinker.cli.health_probe import SERVING
 from opentinker.cli.launcher import UpConfig
 from opentinker.cli.table import format_table
-from opentinker.cli.topology import DEFAULT_REDIS_PORT, REDIS, SERVICES, resolve_ports
+from opentinker.cli.topology import (DASHBOARD, DEFAULT_DASHBOARD_PORT, DEFAULT_REDIS_PORT, REDIS, SERVICES,
+                                     resolve_ports)
 
 EXIT_NO_STACK = 3
 
@@ -34,8 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
     down.add_argument("--timeout", type=float, default=10.0,
                       help="seconds to wait after SIGTERM before SIGKILL (default 10)")
     jobs.register(commands)
+    logs.register(commands)
+    workers.register(commands)
     admin.register(commands)
     envhost.register(commands)
+    dashboard.register(commands)
+    completion.register(commands)
     return parser
 
 
@@ -50,6 +56,15 @@ def _add_up(up: argparse.ArgumentParser) -> None:
     up.add_argument("--base-port", type=int, metavar="N",
                     help="give the services ports N..N+4, in the order "
                          + ", ".join(s.name for s in SERVICES))
+    for service in SERVICES:
+        up.add_argument(f"--{service.name}-metrics-port", type=int, metavar="N",
+                        help=f"port of the {service.name}'s Prometheus /metrics (default: a free port)")
+    up.add_argument("--metrics-base-port", type=int, metavar="N",
+                    help="give the services' /metrics ports N..N+4, in the order of --base-port "
+                         "(default: free ports picked at start; `opentinker status` shows them)")
+    up.add_argument("--dashboard-port", type=int, default=DEFAULT_DASHBOARD_PORT, metavar="N",
+                    help=f"HTTP port of the web dashboard (default {DEFAULT_DASHBOARD_PORT}; 0: a free port)")
+    up.add_argument("--no-dashboard", action="store_true", help="do not start the web dashboard")
     up.add_argument("--host", default="127.0.0.1",
                     help="address the services bind (default 127.0.0.1)")
     up.add_argument("--timeout", type=float, default=30.0,
@@ -66,13 +81,23 @@ def _add_state_dir(parser: argparse.ArgumentParser) -> None:
                         help="log details (pids, signals) to stderr")
 
 
+RUN_IN_FOREGROUND = ("envhost", "dashboard")
+"""Commands that serve until stopped; they report their own failures."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if hasattr(args, "handler"):
         _configure_logging(False)
-        if args.command == "envhost":
+        args.root_parser = parser
+        if args.command in RUN_IN_FOREGROUND:
             return args.handler(args)
-        return admin.handle(args) if args.command == "admin" else jobs.handle(args)
+        try:
+            return run_api_command(args.handler, args)
+        except BrokenPipeError:  # e.g. `opentinker jobs list | head -1`
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
     _configure_logging(args.verbose)
     args.state_dir = args.state_dir.resolve()
     handlers = {"up": cmd_up, "status": cmd_status, "down": cmd_down}
@@ -100,17 +125,27 @@ def _configure_logging(verbose: bool) -> None:
                     structlog.processors.TimeStamper(fmt="iso"),
                     structlog.dev.ConsoleRenderer(colors=False)],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=_stderr_logger,
     )
 
 
+def _stderr_logger(*_args: object) -> structlog.PrintLogger:
+    """A logger on whatever sys.stderr is when a line is logged (not when logging was set up)."""
+    return structlog.PrintLogger(sys.stderr)
+
+
 def cmd_up(args: argparse.Namespace) -> int:
+    from opentinker.cli.topology import resolve_metrics_ports
+
     overrides = {s.name: getattr(args, f"{s.name}_port") for s in SERVICES}
     flags = {s.name: f"--{s.name}-port (or --base-port)" for s in SERVICES}
+    metrics_overrides = {s.name: getattr(args, f"{s.name}_metrics_port") for s in SERVICES}
     config = UpConfig(
         state_dir=args.state_dir, host=args.host, ports=resolve_ports(overrides, args.base_port),
-        port_flags=flags | {REDIS: "--redis-port"}, redis_port=args.redis_port,
+        port_flags=flags | {REDIS: "--redis-port", DASHBOARD: "--dashboard-port (or --no-dashboard)"},
+        redis_port=args.redis_port, dashboard_port=None if args.no_dashboard else args.dashboard_port,
         redis_url=args.redis_url, timeout=args.timeout,
+        metrics_ports=resolve_metrics_ports(metrics_overrides, args.metrics_base_port),
     )
     out = sys.stderr if args.json else sys.stdout
 
@@ -145,16 +180,21 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def _print_statuses(args: argparse.Namespace, record: state.StackRecord,
                     statuses: list[stack.ProcessStatus]) -> int:
-    """Print the table (or JSON); 0 when everything is SERVING, else 1."""
+    """Print the table (or JSON); 0 when everything is SERVING, else 1. METRICS (`metrics_url`)
+    is each service's Prometheus URL; redis, and a stack started before services had one, has none."""
+    from opentinker.cli.topology import metrics_url
+
     healthy = all(s.health == SERVING for s in statuses)
+    metrics = {p.name: metrics_url(p.metrics_address) for p in record.processes if p.metrics_address}
     if args.json:
+        processes = [asdict(s) | ({"metrics_url": metrics[s.name]} if s.name in metrics else {})
+                     for s in statuses]
         print(json.dumps({"state_dir": str(args.state_dir), "running": True, "healthy": healthy,
-                          "redis_url": record.redis_url,
-                          "processes": [asdict(s) for s in statuses]}, indent=2))
+                          "redis_url": record.redis_url, "processes": processes}, indent=2))
     else:
-        rows = [(s.name, s.address, "-" if s.pid is None else s.pid, _alive_word(s.alive),
-                 s.health) for s in statuses]
-        print(format_table(("SERVICE", "ADDRESS", "PID", "ALIVE", "HEALTH"), rows))
+        rows = [(s.name, s.address, metrics.get(s.name, "-"), "-" if s.pid is None else s.pid,
+                 _alive_word(s.alive), s.health) for s in statuses]
+        print(format_table(("SERVICE", "ADDRESS", "METRICS", "PID", "ALIVE", "HEALTH"), rows))
     return 0 if healthy else 1
 
 

@@ -10,11 +10,11 @@ import structlog
 
 from opentinker.cli import procs, state
 from opentinker.cli.errors import AlreadyRunning, PortInUse
-from opentinker.cli.health_probe import SERVING, UNREACHABLE, check_health
+from opentinker.cli.health_probe import SERVING, UNREACHABLE, check_health, check_http_health
 from opentinker.cli.launcher import Launcher, Progress, UpConfig
 from opentinker.cli.ports import port_is_free
 from opentinker.cli.state import ProcessRecord, StackRecord
-from opentinker.cli.topology import REDIS
+from opentinker.cli.topology import DASHBOARD, REDIS
 
 log = structlog.get_logger("opentinker.cli")
 
@@ -53,6 +53,8 @@ def check_ports(config: UpConfig) -> None:
     wanted = dict(config.ports)
     if config.redis_url is None:
         wanted = {REDIS: config.redis_port, **wanted}
+    if config.dashboard_port:
+        wanted[DASHBOARD] = config.dashboard_port
     seen: dict[int, str] = {}
     for name, port in wanted.items():
         flag = config.port_flags[name]
@@ -92,6 +94,8 @@ def inspect(record: StackRecord, timeout: float = 1.0) -> list[ProcessStatus]:
             health = "DOWN"
         elif proc.name == REDIS:
             health = _redis_health(record.redis_url, timeout)
+        elif proc.name == DASHBOARD:
+            health = check_http_health(proc.address, timeout=timeout)
         else:
             health = check_health(proc.address, timeout=timeout)
         statuses.append(ProcessStatus(name=proc.name, address=proc.address, pid=proc.pid,

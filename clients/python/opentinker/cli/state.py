@@ -26,6 +26,9 @@ class ProcessRecord:
     command: list[str]
     log: str
     """Log file, relative to the state directory."""
+    metrics_address: str = ""
+    """host:port of the service's Prometheus /metrics ("" for redis, and in stack.json files
+    written before services had metrics)."""
 
     @property
     def ref(self) -> ProcessRef:

@@ -1,10 +1,21 @@
 """What the local stack is made of: the five services, their default ports, who calls whom,
-and the environment each process gets (the same variables docker-compose.yml sets)."""
+and the environment each process gets (the same variables docker-compose.yml sets).
 
+Metrics ports (Prometheus /metrics): an explicit --<name>-metrics-port wins, then
+--metrics-base-port + index; otherwise `AUTO_PORT`, and `opentinker up` gives the service a port
+the OS reports free at start (shown by `opentinker status`). So stacks on explicit or free gRPC
+ports (tests, several stacks on one machine) never fight over metrics ports; pass
+--metrics-base-port for ports that stay the same across restarts (a Prometheus scrape config).
+"""
+
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 REDIS = "redis"
 DEFAULT_REDIS_PORT = 6390
+DASHBOARD = "dashboard"
+DEFAULT_DASHBOARD_PORT = 8080
+"""The web dashboard `opentinker up` starts beside the services (a client of the Scheduler)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -13,6 +24,8 @@ class ServiceDef:
     """Service name; the process runs `python -m opentinker_<name>`."""
     default_port: int
     """gRPC port when neither --<name>-port nor --base-port is given."""
+    compose_metrics_port: int
+    """Port of /metrics in docker-compose.yml (each service its own, published as is)."""
     peers: tuple[str, ...] = ()
     """Services this one calls; each gets `OPENTINKER_<NAME>_<PEER>_ADDRESS`."""
 
@@ -26,14 +39,17 @@ class ServiceDef:
 
 
 SERVICES: tuple[ServiceDef, ...] = (
-    ServiceDef(name="scheduler", default_port=50051),
-    ServiceDef(name="trainer", default_port=50052, peers=("scheduler",)),
-    ServiceDef(name="rollout", default_port=50053, peers=("scheduler", "envhost")),
-    ServiceDef(name="envhost", default_port=50054, peers=("scheduler",)),
-    ServiceDef(name="coordinator", default_port=50055,
+    ServiceDef(name="scheduler", default_port=50051, compose_metrics_port=9151),
+    ServiceDef(name="trainer", default_port=50052, compose_metrics_port=9152, peers=("scheduler",)),
+    ServiceDef(name="rollout", default_port=50053, compose_metrics_port=9153,
+               peers=("scheduler", "envhost")),
+    ServiceDef(name="envhost", default_port=50054, compose_metrics_port=9154, peers=("scheduler",)),
+    ServiceDef(name="coordinator", default_port=50055, compose_metrics_port=9155,
                peers=("scheduler", "trainer", "rollout", "envhost")),
 )
 SERVICE_NAMES = tuple(s.name for s in SERVICES)
+AUTO_PORT = 0
+"""A metrics port `opentinker up` picks when it starts (one the OS reports free)."""
 
 
 def resolve_ports(
@@ -52,6 +68,23 @@ def resolve_ports(
     return ports
 
 
+def resolve_metrics_ports(overrides: Mapping[str, int | None], base_port: int | None) -> dict[str, int]:
+    """Metrics port per service: an explicit override wins, then base_port + index, else AUTO_PORT."""
+    ports = {}
+    for index, service in enumerate(SERVICES):
+        explicit = overrides.get(service.name)
+        if explicit is not None:
+            ports[service.name] = explicit
+        else:
+            ports[service.name] = base_port + index if base_port is not None else AUTO_PORT
+    return ports
+
+
+def metrics_url(address: str) -> str:
+    """The scrape URL of a /metrics endpoint at host:port."""
+    return f"http://{address}/metrics"
+
+
 def connect_host(bind_host: str) -> str:
     """The address peers use to reach a server bound to `bind_host`."""
     return "127.0.0.1" if bind_host in ("", "0.0.0.0", "::", "[::]") else bind_host
@@ -63,12 +96,13 @@ CHECKPOINT_USERS = ("trainer", "rollout", "coordinator")
 
 def service_env(
     service: ServiceDef, *, host: str, ports: dict[str, int], redis_url: str, checkpoint_dir: str,
-    api_key: str, advertise_host: str | None = None,
+    api_key: str, advertise_host: str | None = None, metrics_ports: Mapping[str, int] | None = None,
 ) -> dict[str, str]:
     """The OPENTINKER_* variables one service process needs.
 
     Workers (every service that talks to the scheduler) advertise `advertise_host:port`, the
-    address the coordinator dials for them; it defaults to the address peers use here.
+    address the coordinator dials for them; it defaults to the address peers use here. With
+    `metrics_ports` (resolved: no AUTO_PORT) the service serves /metrics on its port.
     """
     peer_host = connect_host(host)
     env = {
@@ -83,4 +117,6 @@ def service_env(
         env[f"{service.env_prefix}ADVERTISE_ADDRESS"] = f"{advertise_host or peer_host}:{ports[service.name]}"
     if service.name in CHECKPOINT_USERS:
         env["OPENTINKER_CHECKPOINT_DIR"] = checkpoint_dir
+    if metrics_ports is not None:
+        env[f"{service.env_prefix}METRICS_PORT"] = str(metrics_ports[service.name])
     return env

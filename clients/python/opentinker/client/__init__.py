@@ -1,14 +1,23 @@
-"""The Python SDK: submit, watch and cancel jobs; no torch needed."""
+"""The Python SDK: submit, watch and cancel jobs, write your own loops; no torch needed.
 
+    from opentinker.client import ServiceClient, SchedulerClient, TrainingClient, SamplingClient
+"""
+
+from opentinker.client.async_client import AsyncSchedulerClient, AsyncServiceClient
 from opentinker.client.errors import (
-    AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, OpenTinkerError, Unauthenticated, Unavailable,
+    Aborted, AlreadyExists, Cancelled, DeadlineExceeded, FailedPrecondition, Internal, InvalidArgument, NotFound,
+    OpenTinkerError, PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable, Unimplemented,
 )
+from opentinker.client.primitives import ForwardBackwardResult, OptimStepResult, SamplingClient, TrainingClient, datum
+from opentinker.client.retry import RetryPolicy
 from opentinker.client.scheduler_client import InferenceSchedulerClient, SchedulerClient
 from opentinker.client.service_client import FitResult, ServiceClient
-from opentinker.client.spec import job_spec_from_dict, load_job_spec
+from opentinker.client.spec import SpecError, job_spec_from_dict, load_job_spec
 
 __all__ = [
-    "AlreadyExists", "FailedPrecondition", "FitResult", "InferenceSchedulerClient", "InvalidArgument", "NotFound",
-    "OpenTinkerError", "SchedulerClient", "ServiceClient", "Unauthenticated", "Unavailable", "job_spec_from_dict",
-    "load_job_spec",
+    "Aborted", "AlreadyExists", "AsyncSchedulerClient", "AsyncServiceClient", "Cancelled", "DeadlineExceeded",
+    "FailedPrecondition", "FitResult", "ForwardBackwardResult", "InferenceSchedulerClient", "Internal",
+    "InvalidArgument", "NotFound", "OpenTinkerError", "OptimStepResult", "PermissionDenied", "ResourceExhausted",
+    "RetryPolicy", "SamplingClient", "SchedulerClient", "ServiceClient", "SpecError", "TrainingClient",
+    "Unauthenticated", "Unavailable", "Unimplemented", "datum", "job_spec_from_dict", "load_job_spec",
 ]

@@ -1,55 +1,49 @@
-"""SchedulerClient: submit, inspect, watch and cancel jobs over gRPC (blocking API).
+"""SchedulerClient: jobs, workers, tenants and keys over gRPC (blocking API; see AsyncSchedulerClient).
 
     with SchedulerClient("127.0.0.1:50051") as scheduler:
         job = scheduler.submit_job({"type": "RL", ...})
         for event in scheduler.watch_job(job.job_id):
             print(event)
 
-Mutating calls carry a request_id and are retried on UNAVAILABLE (the server makes the
-retry idempotent); reads retry too. WatchJob resumes after the last event it delivered.
+Idempotent calls are retried on UNAVAILABLE with backoff (client/retry.py): reads, SubmitJob
+(its request_id makes a retry return the same job), CancelJob, quota updates, key revocation.
+Creating a tenant or an API key is not retried. WatchJob resumes after the last event it
+delivered, so a dropped stream loses nothing and repeats nothing.
 """
 
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Iterator
 
 import grpc
 
 from opentinker.api.common.v1 import model_pb2
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker.api.scheduler.v1 import job_pb2, tenant_pb2, worker_pb2
 from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
-from opentinker.client.errors import OpenTinkerError, from_rpc_error
+from opentinker.client import scheduler_requests as requests
 from opentinker.client.credentials import resolve_api_key
-from opentinker.client.spec import job_spec_from_dict
+from opentinker.client.errors import OpenTinkerError, from_rpc_error
+from opentinker.client.retry import RetryPolicy, call_with_retry
+from opentinker.client.scheduler_requests import TERMINAL_STATES, normalize_address, state_name
 
-TERMINAL_STATES = (job_pb2.Job.STATE_SUCCEEDED, job_pb2.Job.STATE_FAILED, job_pb2.Job.STATE_CANCELLED)
-RETRY_CODES = (grpc.StatusCode.UNAVAILABLE,)
-RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 4.0)
+__all__ = ["InferenceSchedulerClient", "SchedulerClient", "TERMINAL_STATES", "normalize_address", "state_name"]
 
-
-def normalize_address(url: str) -> str:
-    for scheme in ("grpc://", "http://", "dns:///"):
-        url = url.removeprefix(scheme)
-    return url.rstrip("/")
-
-
-def state_name(state: int) -> str:
-    return job_pb2.Job.State.Name(state).removeprefix("STATE_")
+CHANNEL_OPTIONS = (("grpc.enable_http_proxy", 0),)
 
 
 class SchedulerClient:
-    def __init__(self, url: str = "127.0.0.1:50051", *, api_key: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(self, url: str = "127.0.0.1:50051", *, api_key: str | None = None, timeout: float = 30.0,
+                 retry: RetryPolicy | None = None) -> None:
         self.address = normalize_address(url)
-        self.channel = grpc.insecure_channel(self.address, options=[("grpc.enable_http_proxy", 0)])
+        self.channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
         self.stub = pb_grpc.SchedulerServiceStub(self.channel)
         self.timeout = timeout
-        api_key = resolve_api_key(api_key)
-        self.metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
+        self.retry = retry or RetryPolicy()
+        self.metadata = requests.bearer_metadata(resolve_api_key(api_key))
 
-    def __enter__(self) -> "SchedulerClient":
+    def __enter__(self) -> SchedulerClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -58,56 +52,70 @@ class SchedulerClient:
     def close(self) -> None:
         self.channel.close()
 
-    def _call(self, method: Callable, request, *, retry: bool = True):
-        delays = RETRY_DELAYS if retry else ()
-        for attempt in range(len(delays) + 1):
-            try:
-                return method(request, timeout=self.timeout, metadata=self.metadata)
-            except grpc.RpcError as error:
-                if error.code() not in RETRY_CODES or attempt == len(delays):
-                    raise from_rpc_error(error) from None
-                time.sleep(delays[attempt])
-        raise AssertionError("unreachable")
+    def _call(self, method: Callable, request, *, idempotent: bool = True):  # noqa: ANN001, ANN202
+        return call_with_retry(lambda: method(request, timeout=self.timeout, metadata=self.metadata),
+                               self.retry, idempotent=idempotent)
+
+    def _pages(self, method: Callable, make_request: Callable[[str], object], field: str) -> Iterator:
+        token = ""
+        while True:
+            response = self._call(method, make_request(token))
+            yield from getattr(response, field)
+            token = response.next_page_token
+            if not token:
+                return
+
+    # Jobs
 
     def submit_job(self, spec: job_pb2.JobSpec | dict, *, request_id: str | None = None) -> job_pb2.Job:
         """Queue a job; safe to retry with the same request_id (the same job comes back)."""
-        message = job_spec_from_dict(spec) if isinstance(spec, dict) else spec
-        request = pb.SubmitJobRequest(request_id=request_id or str(uuid.uuid4()), spec=message)
-        return self._call(self.stub.SubmitJob, request).job
+        return self._call(self.stub.SubmitJob, requests.submit_request(spec, request_id)).job
 
     def get_job(self, job_id: str) -> job_pb2.Job:
         return self._call(self.stub.GetJob, pb.GetJobRequest(job_id=job_id)).job
 
     def list_jobs(self, *, states: list[int] | None = None, page_size: int = 50) -> Iterator[job_pb2.Job]:
-        """Every job, newest first, across pages."""
-        token = ""
-        while True:
-            request = pb.ListJobsRequest(page_size=page_size, page_token=token, states=states or [])
-            response = self._call(self.stub.ListJobs, request)
-            yield from response.jobs
-            token = response.next_page_token
-            if not token:
-                return
+        """Every job the caller may see, newest first, across pages."""
+        return self._pages(self.stub.ListJobs, lambda token: pb.ListJobsRequest(
+            page_size=page_size, page_token=token, states=states or []), "jobs")
 
-    def cancel_job(self, job_id: str, *, reason: str = "") -> job_pb2.Job:
-        request = pb.CancelJobRequest(job_id=job_id, request_id=str(uuid.uuid4()), reason=reason)
-        return self._call(self.stub.CancelJob, request).job
+    def cancel_job(self, job_id: str, *, reason: str = "", request_id: str | None = None) -> job_pb2.Job:
+        return self._call(self.stub.CancelJob, requests.cancel_request(job_id, reason, request_id)).job
 
     def watch_job(self, job_id: str, *, after_sequence: int = 0) -> Iterator[job_pb2.JobEvent]:
         """Events in order until the job ends; reconnects after a dropped stream without gaps."""
-        last, failures = after_sequence, 0
+        last, retry = after_sequence, 0
         while True:
             try:
                 request = pb.WatchJobRequest(job_id=job_id, after_sequence=last)
                 for response in self.stub.WatchJob(request, metadata=self.metadata):
-                    last, failures = response.event.sequence, 0
+                    last, retry = response.event.sequence, 0
                     yield response.event
                 return
             except grpc.RpcError as error:
-                failures += 1
-                if error.code() not in RETRY_CODES or failures > len(RETRY_DELAYS):
+                if not self.retry.should_retry(error, retry):
                     raise from_rpc_error(error) from None
-                time.sleep(RETRY_DELAYS[failures - 1])
+                time.sleep(self.retry.delay(retry))
+                retry += 1
+
+    def read_events(self, job_id: str, *, after_sequence: int = 0) -> list[job_pb2.JobEvent]:
+        """The job's events so far (up to its last_event_sequence now), without waiting for more."""
+        last = self.get_job(job_id).last_event_sequence
+        if last <= after_sequence:
+            return []
+        events = []
+        call = self.stub.WatchJob(pb.WatchJobRequest(job_id=job_id, after_sequence=after_sequence),
+                                  metadata=self.metadata, timeout=self.timeout)
+        try:
+            for response in call:
+                events.append(response.event)
+                if response.event.sequence >= last:
+                    break
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        finally:
+            call.cancel()
+        return events
 
     def wait(self, job_id: str, on_event: Callable[[job_pb2.JobEvent], None] | None = None) -> job_pb2.Job:
         """Block until the job ends, calling on_event for each event; the final job."""
@@ -119,6 +127,44 @@ class SchedulerClient:
             raise OpenTinkerError(f"event stream of {job_id} ended while the job is {state_name(job.state)}")
         return job
 
+    # Workers
+
+    def list_workers(self, *, role: int = 0, page_size: int = 100) -> Iterator[worker_pb2.Worker]:
+        """Registered workers with their devices and leases."""
+        return self._pages(self.stub.ListWorkers, lambda token: pb.ListWorkersRequest(
+            page_size=page_size, page_token=token, role=role), "workers")
+
+    # Tenants and keys (admin keys, except listing one's own keys)
+
+    def create_tenant(self, tenant_id: str, *, display_name: str = "", **quota: int) -> pb.CreateTenantResponse:
+        """A tenant and its first key (the secret is in the response only). Not retried."""
+        request = pb.CreateTenantRequest(tenant_id=tenant_id, display_name=display_name,
+                                         quota=requests.quota(**quota))
+        return self._call(self.stub.CreateTenant, request, idempotent=False)
+
+    def get_tenant(self, tenant_id: str) -> tenant_pb2.Tenant:
+        return self._call(self.stub.GetTenant, pb.GetTenantRequest(tenant_id=tenant_id)).tenant
+
+    def list_tenants(self, *, page_size: int = 100) -> Iterator[tenant_pb2.Tenant]:
+        return self._pages(self.stub.ListTenants, lambda token: pb.ListTenantsRequest(
+            page_size=page_size, page_token=token), "tenants")
+
+    def update_quota(self, tenant_id: str, **quota: int) -> tenant_pb2.Tenant:
+        request = pb.UpdateTenantQuotaRequest(tenant_id=tenant_id, quota=requests.quota(**quota))
+        return self._call(self.stub.UpdateTenantQuota, request).tenant
+
+    def create_api_key(self, tenant_id: str, *, admin: bool = False, description: str = "") -> pb.CreateApiKeyResponse:
+        """A new key (the secret is in the response only). Not retried."""
+        request = pb.CreateApiKeyRequest(tenant_id=tenant_id, admin=admin, description=description)
+        return self._call(self.stub.CreateApiKey, request, idempotent=False)
+
+    def list_api_keys(self, tenant_id: str, *, page_size: int = 100) -> Iterator[tenant_pb2.ApiKey]:
+        return self._pages(self.stub.ListApiKeys, lambda token: pb.ListApiKeysRequest(
+            tenant_id=tenant_id, page_size=page_size, page_token=token), "api_keys")
+
+    def revoke_api_key(self, key_id: str) -> tenant_pb2.ApiKey:
+        return self._call(self.stub.RevokeApiKey, pb.RevokeApiKeyRequest(key_id=key_id)).api_key
+
 
 class InferenceSchedulerClient(SchedulerClient):
     """Inference jobs: run an environment's episodes with a fixed model, write JSONL."""
@@ -127,17 +173,7 @@ class InferenceSchedulerClient(SchedulerClient):
                              num_episodes: int = 32, output_path: str = "", env_config: dict | None = None,
                              envhost_address: str = "", max_new_tokens: int = 32,
                              request_id: str | None = None) -> job_pb2.Job:
-        model_dict = model if isinstance(model, dict) else _message_dict(model)
-        spec = {
-            "type": "INFERENCE",
-            "policy": {"model": model_dict, "sampling": {"max_new_tokens": max_new_tokens}},
-            "environment": {"env_name": env_name, "config": env_config or {}, "envhost_address": envhost_address},
-            "inference": {"num_episodes": num_episodes, "output_path": output_path},
-        }
+        spec = requests.inference_spec(model=model, env_name=env_name, num_episodes=num_episodes,
+                                       output_path=output_path, env_config=env_config,
+                                       envhost_address=envhost_address, max_new_tokens=max_new_tokens)
         return self.submit_job(spec, request_id=request_id)
-
-
-def _message_dict(message) -> dict:
-    from google.protobuf import json_format
-
-    return json_format.MessageToDict(message, preserving_proto_field_name=True)

@@ -60,45 +60,72 @@ def rl_spec(*, env: str | dict, model: dict, num_steps: int, batch_size: int, gr
     return {"type": "RL", "policy": policy, "environment": environment, "training": training_spec}
 
 
+def fit_job_spec(*, env: str | dict, model: dict, num_steps: int | None = None, num_epochs: int | None = None,
+                 steps_per_epoch: int = 10, batch_size: int = 8, group_size: int = 8,
+                 adaptation: dict | None = None, algorithm: dict | None = None, sampling: dict | None = None,
+                 training: dict | None = None) -> dict:
+    """The RL job spec `fit` submits (num_steps, or num_epochs x steps_per_epoch)."""
+    steps = num_steps if num_steps is not None else (num_epochs or 1) * steps_per_epoch
+    return rl_spec(env=env, model=model, num_steps=steps, batch_size=batch_size, group_size=group_size,
+                   adaptation=adaptation, algorithm=algorithm, sampling=sampling, training=training)
+
+
+class FitCollector:
+    """Folds a job's events into a FitResult, calling the user's callbacks on the way."""
+
+    def __init__(self, job_id: str, *, on_metrics: MetricsCallback | None = None,
+                 on_event: EventCallback | None = None) -> None:
+        self.result = FitResult(job=job_pb2.Job(job_id=job_id))
+        self.on_metrics, self.on_event = on_metrics, on_event
+
+    def handle(self, event: job_pb2.JobEvent) -> None:
+        kind = event.WhichOneof("payload")
+        if kind == "metrics":
+            self._metrics(event.metrics)
+        elif kind == "checkpoint":
+            self.result.checkpoint_ids.append(event.checkpoint.checkpoint_id)
+            if event.checkpoint.agent_checkpoint_ids:
+                self.result.agent_checkpoint_ids.append(dict(event.checkpoint.agent_checkpoint_ids))
+        if self.on_event:
+            self.on_event(event)
+
+    def _metrics(self, metrics: job_pb2.MetricsReported) -> None:
+        values = dict(metrics.values)
+        if metrics.agent_id:
+            self.result.agent_history.setdefault(metrics.agent_id, []).append((metrics.step, values))
+        else:
+            self.result.history.append((metrics.step, values))
+        if self.on_metrics:
+            self.on_metrics(metrics.step, values)
+
+
 class ServiceClient:
     def __init__(self, scheduler_url: str = "127.0.0.1:50051", *, api_key: str | None = None) -> None:
         self.scheduler = SchedulerClient(scheduler_url, api_key=api_key)
+
+    def __enter__(self) -> ServiceClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def fit(self, *, env: str | dict, model: dict, num_steps: int | None = None, num_epochs: int | None = None,
             steps_per_epoch: int = 10, batch_size: int = 8, group_size: int = 8, adaptation: dict | None = None,
             algorithm: dict | None = None, sampling: dict | None = None, training: dict | None = None,
             on_metrics: MetricsCallback | None = None, on_event: EventCallback | None = None) -> FitResult:
         """Train a policy with RL on `env`; blocks until the job ends (see FitResult)."""
-        steps = num_steps if num_steps is not None else (num_epochs or 1) * steps_per_epoch
-        spec = rl_spec(env=env, model=model, num_steps=steps, batch_size=batch_size, group_size=group_size,
-                       adaptation=adaptation, algorithm=algorithm, sampling=sampling, training=training)
+        spec = fit_job_spec(env=env, model=model, num_steps=num_steps, num_epochs=num_epochs,
+                            steps_per_epoch=steps_per_epoch, batch_size=batch_size, group_size=group_size,
+                            adaptation=adaptation, algorithm=algorithm, sampling=sampling, training=training)
         job = self.scheduler.submit_job(spec)
         return self.follow(job.job_id, on_metrics=on_metrics, on_event=on_event)
 
     def follow(self, job_id: str, *, on_metrics: MetricsCallback | None = None,
                on_event: EventCallback | None = None) -> FitResult:
         """Watch an existing job to its end, collecting metrics and checkpoints."""
-        result = FitResult(job=job_pb2.Job(job_id=job_id))
-
-        def handle(event: job_pb2.JobEvent) -> None:
-            kind = event.WhichOneof("payload")
-            if kind == "metrics":
-                values = dict(event.metrics.values)
-                if event.metrics.agent_id:
-                    result.agent_history.setdefault(event.metrics.agent_id, []).append((event.metrics.step, values))
-                else:
-                    result.history.append((event.metrics.step, values))
-                if on_metrics:
-                    on_metrics(event.metrics.step, values)
-            elif kind == "checkpoint":
-                result.checkpoint_ids.append(event.checkpoint.checkpoint_id)
-                if event.checkpoint.agent_checkpoint_ids:
-                    result.agent_checkpoint_ids.append(dict(event.checkpoint.agent_checkpoint_ids))
-            if on_event:
-                on_event(event)
-
-        result.job = self.scheduler.wait(job_id, on_event=handle)
-        return result
+        collector = FitCollector(job_id, on_metrics=on_metrics, on_event=on_event)
+        collector.result.job = self.scheduler.wait(job_id, on_event=collector.handle)
+        return collector.result
 
     def close(self) -> None:
         self.scheduler.close()

@@ -3,6 +3,9 @@
 A service's `main` builds a `ServerPlan` (its servicers plus optional start/close hooks) and
 calls `serve(settings, plan)`, which returns after SIGTERM/SIGINT once the server has drained:
 health goes NOT_SERVING, `server.stop(grace)` lets in-flight RPCs finish, close hooks run.
+
+Every server counts and times its RPCs (`metrics_interceptor`); with `metrics_port` set it also
+serves Prometheus `GET /metrics` on the same host from the moment it binds until it has stopped.
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from opentinker.core import metrics
 from opentinker.core.errors import PortInUseError
+from opentinker.core.metrics_http import MetricsEndpoint
+from opentinker.core.metrics_interceptor import MetricsInterceptor
 from opentinker.core.settings import ServiceSettings
 
 log = structlog.get_logger(__name__)
@@ -81,6 +87,9 @@ class ServerPlan:
     admin_only: bool = True
     """With auth on, accept only admin (service) keys: true for the services OpenTinker's own
     processes call; the Scheduler, which users call, authorizes per RPC instead."""
+    collectors: Sequence[Any] = ()
+    """prometheus_client collectors read at scrape time (e.g. the Scheduler's Redis gauges),
+    registered while the server runs."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +101,9 @@ class StartedServer:
     port: int
     background: list[asyncio.Task[None]] = field(default_factory=list)
     closers: list[CloseHook] = field(default_factory=list)
+    metrics: MetricsEndpoint | None = None
+    """The /metrics endpoint (None when `metrics_port` is 0)."""
+    collectors: Sequence[Any] = ()
 
 
 async def serve(settings: ServiceSettings, plan: ServerPlan, *,
@@ -113,18 +125,32 @@ async def serve(settings: ServiceSettings, plan: ServerPlan, *,
 async def start_server(settings: ServiceSettings, plan: ServerPlan) -> StartedServer:
     """Build the server, bind host:port (PortInUseError if taken), start it and its hooks.
 
-    With OPENTINKER_AUTH=api_keys every call (but health and reflection) needs an API key."""
+    With OPENTINKER_AUTH=api_keys every call (but health and reflection) needs an API key.
+    With `metrics_port` set, /metrics is served too (PortInUseError naming its variable if taken)."""
     interceptors, closers = auth_interceptors(settings, plan)
-    server = grpc.aio.server(options=[*SERVER_OPTIONS, *plan.options], interceptors=interceptors)
+    server = grpc.aio.server(options=[*SERVER_OPTIONS, *plan.options],
+                             interceptors=[MetricsInterceptor(), *interceptors])
     reporter = HealthReporter([binding.full_name for binding in plan.services])
     register_services(server, plan.services, reporter)
     port = bind_port(server, settings.host, settings.port, port_env_var(settings))
+    endpoint = start_metrics_endpoint(settings)
+    for collector in plan.collectors:
+        metrics.register_collector(collector)
     await reporter.set_all(SERVING if plan.serving_at_start else NOT_SERVING)
     await server.start()
     log.info("server_started", address=format_address(settings.host, port),
-             services=[binding.full_name for binding in plan.services])
+             services=[binding.full_name for binding in plan.services],
+             metrics_url=endpoint.url if endpoint else None)
     tasks = [start_background(hook(reporter)) for hook in plan.start_hooks]
-    return StartedServer(server=server, health=reporter, port=port, background=tasks, closers=closers)
+    return StartedServer(server=server, health=reporter, port=port, background=tasks, closers=closers,
+                         metrics=endpoint, collectors=tuple(plan.collectors))
+
+
+def start_metrics_endpoint(settings: ServiceSettings) -> MetricsEndpoint | None:
+    """Serve /metrics on host:metrics_port; None when metrics_port is 0 (off)."""
+    if settings.metrics_port == 0:
+        return None
+    return MetricsEndpoint.start(settings.host, settings.metrics_port, env_var=metrics_port_env_var(settings))
 
 
 def auth_interceptors(settings: ServiceSettings, plan: ServerPlan) -> tuple[list[Any], list[CloseHook]]:
@@ -150,6 +176,10 @@ async def stop_server(started: StartedServer, *, grace_seconds: float) -> None:
     await asyncio.gather(*started.background, return_exceptions=True)
     await started.server.stop(grace_seconds)
     await run_close_hooks(started.closers)
+    if started.metrics is not None:  # last: a scrape during the drain still sees the final counts
+        await asyncio.to_thread(started.metrics.stop)
+    for collector in started.collectors:
+        metrics.unregister_collector(collector)
 
 
 def register_services(server: grpc.aio.Server, services: Sequence[ServiceBinding],
@@ -207,6 +237,11 @@ def format_address(host: str, port: int) -> str:
 def port_env_var(settings: ServiceSettings) -> str:
     """The variable that sets this service's port, for error messages."""
     return f"{type(settings).ENV_PREFIX}PORT"
+
+
+def metrics_port_env_var(settings: ServiceSettings) -> str:
+    """The variable that sets this service's metrics port, for error messages."""
+    return f"{type(settings).ENV_PREFIX}METRICS_PORT"
 
 
 def install_stop_signals(stop: asyncio.Event) -> None:

@@ -152,6 +152,9 @@ class ServiceSettings:
     auth_cache_seconds: float = setting(
         5.0, "How long a verified API key is trusted without asking Redis again; a revoked key stops "
         "working within this time.", min=0, env="OPENTINKER_AUTH_CACHE_SECONDS")
+    metrics_port: int = setting(
+        0, "TCP port of the Prometheus endpoint (GET /metrics, plain HTTP) on the same host as "
+        "gRPC; 0 = no endpoint. docs/metrics.md lists the metrics.", min=0, max=65535)
 
     @property
     def reachable_address(self) -> str:

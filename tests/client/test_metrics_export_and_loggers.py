@@ -1,0 +1,85 @@
+"""Metric rows, CSV/JSONL/PNG export, and the optional W&B / TensorBoard loggers."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+import types
+
+import pytest
+
+from opentinker.api.scheduler.v1 import job_pb2
+from opentinker.client import metrics_export
+from opentinker.client.loggers import (
+    MissingLoggerPackage, TensorBoardLogger, WandbLogger, agent_metrics_callback, fan_out,
+)
+
+
+def metrics(step: int, agent: str = "", **values: float) -> job_pb2.JobEvent:
+    return job_pb2.JobEvent(metrics=job_pb2.MetricsReported(step=step, agent_id=agent, values=values))
+
+
+EVENTS = [
+    job_pb2.JobEvent(log=job_pb2.LogLine(message="hello")),
+    metrics(1, **{"reward/mean": 0.1, "loss": 1.0}),
+    metrics(1, **{"eval/accuracy": 0.25}),  # a second report for step 1 (eval) merges into its row
+    metrics(2, **{"reward/mean": 0.3, "loss": 0.8}),
+    metrics(1, "beta", elo=990.0),
+    metrics(1, "alpha", elo=1010.0),
+]
+
+
+def test_rows_merge_a_steps_reports_and_keep_agents_apart():
+    rows = metrics_export.metric_rows(EVENTS)
+    assert rows[0] == {"step": 1, "agent": "", "reward/mean": pytest.approx(0.1), "loss": 1.0,
+                              "eval/accuracy": 0.25}
+    assert [(r["agent"], r["step"]) for r in rows] == [("", 1), ("", 2), ("alpha", 1), ("beta", 1)]
+
+
+def test_csv_has_a_column_per_metric_and_blanks_where_a_step_lacks_one(tmp_path):
+    rows = metrics_export.metric_rows(EVENTS)
+    metrics_export.write_csv(rows, tmp_path / "m.csv")
+    table = list(csv.DictReader((tmp_path / "m.csv").open()))
+    assert list(table[0]) == ["step", "agent", "elo", "eval/accuracy", "loss", "reward/mean"]
+    assert table[1]["eval/accuracy"] == "" and table[1]["loss"] == "0.8"
+    sink = io.StringIO()
+    metrics_export.write_jsonl(rows, sink)
+    assert [json.loads(line)["step"] for line in sink.getvalue().splitlines()] == [1, 2, 1, 1]
+
+
+def test_learning_curves_are_a_png_with_the_asked_metrics(tmp_path):
+    rows = metrics_export.metric_rows(EVENTS)
+    assert metrics_export.pick_curves(rows) == ["reward/mean", "eval/accuracy", "loss"]
+    assert metrics_export.pick_curves(rows, ["elo", "nope"]) == ["elo"]
+    path = metrics_export.plot_learning_curves(rows, tmp_path / "c.png", metrics=["elo"])
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(ValueError, match="no metrics"):
+        metrics_export.plot_learning_curves([], tmp_path / "empty.png")
+
+
+def test_without_the_packages_the_loggers_say_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # import fails as if not installed
+    with pytest.raises(MissingLoggerPackage, match="pip install wandb"):
+        WandbLogger(project="p")
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    with pytest.raises(MissingLoggerPackage, match="pip install tensorboard"):
+        TensorBoardLogger("runs/tb")
+
+
+def test_wandb_logger_logs_each_step_and_agents_are_prefixed(monkeypatch):
+    logged, finished = [], []
+    run = types.SimpleNamespace(log=lambda values, step: logged.append((step, values)),
+                                finish=lambda: finished.append(True))
+    fake = types.ModuleType("wandb")
+    fake.init = lambda **kwargs: run if kwargs == {"project": "p", "name": "job-1"} else None
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    seen = []
+    with WandbLogger(project="p", name="job-1") as wandb_logger:
+        on_event = agent_metrics_callback(fan_out(wandb_logger, lambda step, values: seen.append(step)))
+        for event in EVENTS:
+            on_event(event)
+    assert logged[0] == (1, {"reward/mean": pytest.approx(0.1), "loss": 1.0})
+    assert logged[-2:] == [(1, {"beta/elo": 990.0}), (1, {"alpha/elo": 1010.0})]
+    assert seen == [1, 1, 2, 1, 1] and finished == [True]
