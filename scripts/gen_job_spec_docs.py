@@ -9,8 +9,6 @@ descriptors: protoc compiles protos/ once more with `--include_source_info`, and
 message, enum and enum value gets the comment written above it (or, failing that, after it).
 """
 
-import argparse
-import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +17,7 @@ from pathlib import Path
 from google.protobuf import descriptor, descriptor_pb2
 from grpc_tools import protoc
 
+from _generated_docs import markdown_cell, write_or_check
 from opentinker.api.scheduler.v1 import job_pb2
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -240,7 +239,7 @@ def render_fields(rows: list[FieldRow]) -> str:
     lines = ["## Fields", "", "| Field | Type | Description |", "|---|---|---|"]
     for row in rows:
         kind = row.type + (": " + ", ".join(f"`{v}`" for v in row.enum_values) if row.enum_values else "")
-        lines.append(f"| `{row.path}` | {_cell(kind)} | {_cell(row.doc)} |")
+        lines.append(f"| `{row.path}` | {markdown_cell(kind)} | {markdown_cell(row.doc)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -254,28 +253,14 @@ def render_enums(enums: dict[str, descriptor.EnumDescriptor], comments: dict[str
         sections += [f"### `{enum.name}` (`{full_name}`)", "", *([intro, ""] if intro else []),
                      "| Value | Full name | Meaning |", "|---|---|---|"]
         sections += [f"| `{value.name.removeprefix(prefix)}` | `{value.name}` | "
-                     f"{_cell(comments.get(f'{full_name}.{value.name}', ''))} |" for value in enum.values]
+                     f"{markdown_cell(comments.get(f'{full_name}.{value.name}', ''))} |" for value in enum.values]
         sections.append("")
     return "\n".join(sections)
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="fail if docs/job_spec.md is stale")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        if not DOC_PATH.exists() or DOC_PATH.read_text() != text:
-            print(f"{DOC_PATH} is stale: run python scripts/gen_job_spec_docs.py", file=sys.stderr)
-            return 1
-        return 0
-    DOC_PATH.write_text(text)
-    print(f"wrote {DOC_PATH}")
-    return 0
+    return write_or_check(argv, description=__doc__.splitlines()[0], doc_path=DOC_PATH, render=render,
+                          script="gen_job_spec_docs.py")
 
 
 if __name__ == "__main__":

@@ -6,10 +6,9 @@
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
+from _generated_docs import markdown_cell, write_or_check
 from opentinker.core.settings import ServiceSettings, describe_settings
 from opentinker_coordinator.settings import CoordinatorSettings
 from opentinker_envhost.settings import EnvHostSettings
@@ -43,29 +42,15 @@ def render() -> str:
 
 
 def render_service(name: str, cls: type[ServiceSettings]) -> str:
-    rows = [f"| `{row.env_var}` | {_cell(row.type)} | `{row.default}` | {_cell(row.doc)} |"
+    rows = [f"| `{row.env_var}` | {markdown_cell(row.type)} | `{row.default}` | {markdown_cell(row.doc)} |"
             for row in describe_settings(cls)]
     table = ["| Variable | Type | Default | Description |", "|---|---|---|---|", *rows]
     return "\n".join([f"## {name} (`python -m opentinker_{name}`)", "", *table, ""])
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="fail if docs/settings.md is stale")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        if not DOC_PATH.exists() or DOC_PATH.read_text() != text:
-            print(f"{DOC_PATH} is stale: run python scripts/gen_settings_docs.py", file=sys.stderr)
-            return 1
-        return 0
-    DOC_PATH.write_text(text)
-    print(f"wrote {DOC_PATH}")
-    return 0
+    return write_or_check(argv, description=__doc__.splitlines()[0], doc_path=DOC_PATH, render=render,
+                          script="gen_settings_docs.py")
 
 
 if __name__ == "__main__":

@@ -74,6 +74,13 @@ class LocalStack:
     def down(self) -> None:
         run_cli("down", "--state-dir", str(self.state_dir), timeout=60)
 
+    def __enter__(self) -> "LocalStack":
+        self.up()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
 
 @contextlib.contextmanager
 def second_service(local: LocalStack, name: str) -> Iterator[tuple[str, dict[str, int]]]:

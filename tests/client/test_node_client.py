@@ -85,12 +85,8 @@ def cli(tmp_path_factory: pytest.TempPathFactory) -> NodeCli:
 
 @pytest.fixture(scope="module")
 def stack(cli: NodeCli, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    local = LocalStack(tmp_path_factory.mktemp("node-stack"))
-    local.up()
-    try:
+    with LocalStack(tmp_path_factory.mktemp("node-stack")) as local:
         yield local
-    finally:
-        local.down()
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -13,19 +13,16 @@ from tests.dashboard._dashboard import DashboardProcess
 
 @pytest.fixture(scope="package")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    local = LocalStack(tmp_path_factory.mktemp("dashboard-stack"))
-    local.up()
-    try:
+    with LocalStack(tmp_path_factory.mktemp("dashboard-stack")) as local:
         yield local
-    finally:
-        local.down()
 
 
 @pytest.fixture(scope="package")
 def dashboard(stack: LocalStack) -> Iterator[DashboardProcess]:
-    """The dashboard, started with the stack's admin key (requests without a key use it)."""
+    """A dashboard of the tests' own (not the one `opentinker up` started: these tests stop it),
+    started with the stack's admin key (requests without a key use it)."""
     process = DashboardProcess(stack.address("scheduler"), api_key=stack.api_key,
-                               log_path=stack.state_dir / "logs" / "dashboard.log", cwd=stack.state_dir)
+                               log_path=stack.state_dir / "logs" / "dashboard-under-test.log", cwd=stack.state_dir)
     try:
         yield process
     finally:

@@ -17,7 +17,7 @@ from opentinker.cli.health_probe import SERVING
 from opentinker.cli.launcher import UpConfig
 from opentinker.cli.table import format_table
 from opentinker.cli.topology import (DASHBOARD, DEFAULT_DASHBOARD_PORT, DEFAULT_REDIS_PORT, REDIS, SERVICES,
-                                     resolve_ports)
+                                     metrics_url, resolve_metrics_ports, resolve_ports)
 
 EXIT_NO_STACK = 3
 
@@ -135,8 +135,6 @@ def _stderr_logger(*_args: object) -> structlog.PrintLogger:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from opentinker.cli.topology import resolve_metrics_ports
-
     overrides = {s.name: getattr(args, f"{s.name}_port") for s in SERVICES}
     flags = {s.name: f"--{s.name}-port (or --base-port)" for s in SERVICES}
     metrics_overrides = {s.name: getattr(args, f"{s.name}_metrics_port") for s in SERVICES}
@@ -182,8 +180,6 @@ def _print_statuses(args: argparse.Namespace, record: state.StackRecord,
                     statuses: list[stack.ProcessStatus]) -> int:
     """Print the table (or JSON); 0 when everything is SERVING, else 1. METRICS (`metrics_url`)
     is each service's Prometheus URL; redis, and a stack started before services had one, has none."""
-    from opentinker.cli.topology import metrics_url
-
     healthy = all(s.health == SERVING for s in statuses)
     metrics = {p.name: metrics_url(p.metrics_address) for p in record.processes if p.metrics_address}
     if args.json:

@@ -25,9 +25,9 @@ from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from opentinker.client import scheduler_requests as requests
 from opentinker.client.credentials import resolve_api_key
-from opentinker.client.errors import OpenTinkerError, from_rpc_error
+from opentinker.client.errors import from_rpc_error
 from opentinker.client.retry import RetryPolicy, acall_with_retry
-from opentinker.client.scheduler_requests import TERMINAL_STATES, normalize_address, state_name
+from opentinker.client.scheduler_requests import normalize_address
 from opentinker.client.service_client import (
     EventCallback, FitCollector, FitResult, MetricsCallback, fit_job_spec,
 )
@@ -65,30 +65,28 @@ class AsyncSchedulerClient:
     async def get_job(self, job_id: str) -> job_pb2.Job:
         return (await self._call(self.stub.GetJob, pb.GetJobRequest(job_id=job_id))).job
 
-    async def list_jobs(self, *, states: list[int] | None = None, page_size: int = 50) -> AsyncIterator[job_pb2.Job]:
+    async def _pages(self, method: Callable, make_request: Callable[[str], object], field: str) -> AsyncIterator:
         token = ""
         while True:
-            request = pb.ListJobsRequest(page_size=page_size, page_token=token, states=states or [])
-            response = await self._call(self.stub.ListJobs, request)
-            for job in response.jobs:
-                yield job
+            response = await self._call(method, make_request(token))
+            for item in getattr(response, field):
+                yield item
             token = response.next_page_token
             if not token:
                 return
+
+    def list_jobs(self, *, states: list[int] | None = None, page_size: int = 50) -> AsyncIterator[job_pb2.Job]:
+        """Every job the caller may see, newest first, across pages."""
+        return self._pages(self.stub.ListJobs, lambda token: pb.ListJobsRequest(
+            page_size=page_size, page_token=token, states=states or []), "jobs")
 
     async def cancel_job(self, job_id: str, *, reason: str = "", request_id: str | None = None) -> job_pb2.Job:
         return (await self._call(self.stub.CancelJob, requests.cancel_request(job_id, reason, request_id))).job
 
-    async def list_workers(self, *, role: int = 0, page_size: int = 100) -> AsyncIterator[worker_pb2.Worker]:
-        token = ""
-        while True:
-            request = pb.ListWorkersRequest(page_size=page_size, page_token=token, role=role)
-            response = await self._call(self.stub.ListWorkers, request)
-            for worker in response.workers:
-                yield worker
-            token = response.next_page_token
-            if not token:
-                return
+    def list_workers(self, *, role: int = 0, page_size: int = 100) -> AsyncIterator[worker_pb2.Worker]:
+        """Registered workers with their devices and leases."""
+        return self._pages(self.stub.ListWorkers, lambda token: pb.ListWorkersRequest(
+            page_size=page_size, page_token=token, role=role), "workers")
 
     async def watch_job(self, job_id: str, *, after_sequence: int = 0) -> AsyncIterator[job_pb2.JobEvent]:
         """Events in order until the job ends; reconnects after a dropped stream without gaps."""
@@ -111,10 +109,7 @@ class AsyncSchedulerClient:
         async for event in self.watch_job(job_id):
             if on_event:
                 on_event(event)
-        job = await self.get_job(job_id)
-        if job.state not in TERMINAL_STATES:
-            raise OpenTinkerError(f"event stream of {job_id} ended while the job is {state_name(job.state)}")
-        return job
+        return requests.ended(await self.get_job(job_id))
 
 
 class AsyncServiceClient:

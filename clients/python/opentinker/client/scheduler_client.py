@@ -24,7 +24,7 @@ from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from opentinker.client import scheduler_requests as requests
 from opentinker.client.credentials import resolve_api_key
-from opentinker.client.errors import OpenTinkerError, from_rpc_error
+from opentinker.client.errors import from_rpc_error
 from opentinker.client.retry import RetryPolicy, call_with_retry
 from opentinker.client.scheduler_requests import TERMINAL_STATES, normalize_address, state_name
 
@@ -122,10 +122,7 @@ class SchedulerClient:
         for event in self.watch_job(job_id):
             if on_event:
                 on_event(event)
-        job = self.get_job(job_id)
-        if job.state not in TERMINAL_STATES:
-            raise OpenTinkerError(f"event stream of {job_id} ended while the job is {state_name(job.state)}")
-        return job
+        return requests.ended(self.get_job(job_id))
 
     # Workers
 

@@ -22,6 +22,15 @@ def state_name(state: int) -> str:
     return job_pb2.Job.State.Name(state).removeprefix("STATE_")
 
 
+def ended(job: job_pb2.Job) -> job_pb2.Job:
+    """`job`, checked to have ended (a watch stream that closes early is an error, not an end)."""
+    from opentinker.client.errors import OpenTinkerError
+
+    if job.state not in TERMINAL_STATES:
+        raise OpenTinkerError(f"event stream of {job.job_id} ended while the job is {state_name(job.state)}")
+    return job
+
+
 def bearer_metadata(api_key: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {api_key}"),) if api_key else ()
 
