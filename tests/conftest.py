@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+import structlog
 
 from opentinker.core.embedded_redis import EmbeddedRedis
 
@@ -28,6 +29,15 @@ def redis_url(redis_server: EmbeddedRedis) -> Iterator[str]:
     yield redis_server.url
     client.flushdb()
     client.close()
+
+
+@pytest.fixture(autouse=True)
+def _structlog_config_is_restored() -> Iterator[None]:
+    """Tests that run the CLI in process (`main(argv)`) reconfigure structlog as the CLI does
+    (warnings only); later tests that read service logs must see the configuration they had."""
+    config = structlog.get_config()
+    yield
+    structlog.configure(**config)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
