@@ -125,7 +125,9 @@ def test_a_running_job_updates_live_shows_its_leases_and_cancels_after_confirmat
 
         click(browser, f"{row} [data-testid=job-link]")
         wait_for(browser, lambda b: page_job_state(b) == "RUNNING", message="job page not RUNNING")
-        assert attribute(browser, "#metric-chart", "data-metric") == "reward/mean"
+        # before step 1 only the step-0 eval metrics exist; reward/mean is chosen once it arrives
+        wait_for(browser, lambda b: attribute(b, "#metric-chart", "data-metric") == "reward/mean",
+                 message="the chart never showed reward/mean")
         first = wait_for(browser, lambda b: chart_points(b) >= 1 and chart_points(b), message="no reward point")
         screenshot("02-job-running")
         grown = wait_for(browser, lambda b: chart_points(b) > first and chart_points(b),
