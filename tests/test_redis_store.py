@@ -79,3 +79,32 @@ def test_custom_prefix_isolates_deployments() -> None:
 def test_empty_or_whitespace_key_parts_are_rejected(bad: str) -> None:
     with pytest.raises(ValueError, match="must be non-empty without whitespace"):
         Keys().job(bad)
+
+
+def test_a_client_outlives_a_redis_restart_from_its_append_only_file(tmp_path) -> None:
+    """SIGKILL redis-server and start it again on the same port and data: the pooled connections
+    are dead, yet the next commands reconnect and find every acknowledged write (fsync always)."""
+    import os
+    import signal
+
+    from opentinker.core.embedded_redis import EmbeddedRedis
+
+    port = free_port()
+    first = EmbeddedRedis(port=port, data_dir=tmp_path).start()
+
+    async def scenario() -> None:
+        client = connect(first.url)
+        try:
+            await asyncio.gather(*(client.set(f"ot:test:{i}", i) for i in range(20)))  # several pooled connections
+            os.kill(first.pid, signal.SIGKILL)
+            first._process.wait(timeout=10)  # noqa: SLF001 - reap it, so its port is free again
+            second = EmbeddedRedis(port=port, data_dir=tmp_path).start()
+            try:
+                values = await asyncio.gather(*(client.get(f"ot:test:{i}") for i in range(20)))
+                assert values == [str(i).encode() for i in range(20)]
+            finally:
+                second.stop()
+        finally:
+            await client.aclose()
+
+    asyncio.run(scenario())

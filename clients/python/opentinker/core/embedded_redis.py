@@ -57,6 +57,9 @@ def redis_server_command(port: int, data_dir: Path, *, appendonly: bool = True) 
         "--daemonize", "no",
         "--save", "",
         "--appendonly", "yes" if appendonly else "no",
+        # every acknowledged write is on disk: a killed redis-server restarts from its AOF without
+        # losing a job's last events or state change (our write rate is low; see docs/decisions.md)
+        "--appendfsync", "always",
         # keep argv and /proc/<pid>/environ intact (redis rewrites them for its title otherwise),
         # so a launcher can find its processes by an environment marker
         "--set-proc-title", "no",

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import redis.asyncio
 import redis.exceptions
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 import structlog
 
 from opentinker.core.errors import RedisUnavailableError
@@ -30,7 +32,16 @@ def connect(url: str, *, socket_timeout: float | None = 5.0) -> redis.asyncio.Re
     that issue blocking reads such as XREAD BLOCK.
     """
     return redis.asyncio.Redis.from_url(url, decode_responses=False, socket_timeout=socket_timeout,
-                                        socket_connect_timeout=5.0)
+                                        socket_connect_timeout=5.0, retry=reconnecting_retry(),
+                                        retry_on_error=[redis.exceptions.ConnectionError,
+                                                        redis.exceptions.TimeoutError])
+
+
+def reconnecting_retry() -> Retry:
+    """After a Redis restart every pooled connection is dead; a command that meets one
+    reconnects and runs again (3 tries, 50 ms to 0.5 s apart) instead of failing. Our writes
+    are Lua scripts that check state or request ids first, so a repeat is refused or a no-op."""
+    return Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=3)
 
 
 @dataclass(frozen=True, kw_only=True)
