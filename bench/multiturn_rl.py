@@ -18,7 +18,7 @@ never end (cut by the token limit, reward 0 for every episode, so no gradient is
 Prints, per seed, the mean episode reward and success rate of the first and last `--window`
 RL steps and the greedy eval reward on 32 held-out episodes before and after RL; PASS when
 the train reward rose by at least `--min-gain` for at least `--need` seeds.
-tests/e2e/test_multiturn_learning.py runs one seed of this recipe in CI.
+tests/e2e/test_multiturn_pipeline.py runs this recipe for 4 RL steps in CI (the pipeline, not the claim).
 
 Measured (2026-11-22, 2-core CPU, defaults, 60 RL steps of 4 x 8 episodes): see
 docs/decisions.md ("Multi-turn RL that learns").

@@ -49,7 +49,7 @@ class LocalStack:
     def up(self, timeout: float = 120) -> None:
         result = run_cli("up", "--state-dir", str(self.state_dir), "--redis-port", str(self.redis_port),
                          "--dashboard-port", str(self.dashboard_port), *port_args(self.ports), "--json",
-                         timeout=timeout)
+                         "--timeout", str(timeout - 10), timeout=timeout)
         if result.returncode != 0:
             raise RuntimeError(f"opentinker up failed ({result.returncode}):\n{result.stderr}\n{self.logs()}")
         self.status = json.loads(result.stdout)

@@ -139,3 +139,49 @@ def test_a_resumed_sft_job_skips_the_batches_it_already_trained_on():
     assert resumed.loaded == ["c"] and resumed.steps == [4, 5]
     assert [[d.tokens for d in b] for b in resumed.batches] == [[d.tokens for d in b] for b in fresh.batches[3:]]
     assert reporter.finished == (True, "trained 5 steps")
+
+
+class OutageRollout(ScriptedRollout):
+    """Every training episode of the first `outages` training batches fails (an EnvHost outage)."""
+
+    def __init__(self, outages: int) -> None:
+        super().__init__(learns_at=2)
+        self.outages = outages
+
+    async def run_episodes(self, requests, group_size, *, evaluation):
+        failing = not evaluation and self.outages > 0
+        if failing:
+            self.outages -= 1
+        async for trajectory in super().run_episodes(requests, group_size, evaluation=evaluation):
+            if failing:
+                trajectory = Trajectory(group_id=trajectory.group_id, token_ids=[1], loss_mask=[0],
+                                        sampling_logprobs=[0.0], total_reward=0.0, stop_reason=StopReason.ENV_ERROR)
+            yield trajectory
+
+
+def outage_ports(outages: int) -> RlPorts:
+    rollout = OutageRollout(outages)
+    return RlPorts(trainer=RecordingTrainer(), rollout=rollout, weights=VersionSync(rollout),
+                   reporter=RecordingReporter(), stop=asyncio.Event())
+
+
+def test_a_batch_whose_episodes_all_failed_is_collected_again_and_the_step_is_taken_once(monkeypatch):
+    monkeypatch.setattr("opentinker_coordinator.rl_driver.ROLLOUT_RETRY_DELAY_S", 0.01)
+    ports = outage_ports(outages=2)
+    asyncio.run(run_rl(RlPlan(job_id="j", total_steps=2, batch_size=1, group_size=2), ports))
+    assert ports.trainer.steps == [1, 2]
+    assert [len(b) for b in ports.trainer.batches] == [2, 2]  # trained on the good batch only
+    warnings = [e[2] for e in ports.reporter.events if e[0] == "log" and e[1] == "warning"]
+    assert len(warnings) == 2 and all("collecting them again" in w for w in warnings), warnings
+    step_1 = next(e[2] for e in ports.reporter.events if e[0] == "metrics" and e[1] == 1 and "reward/mean" in e[2])
+    assert step_1["env_errors"] == 4 and step_1["rollout_retries"] == 2
+
+
+def test_a_step_whose_episodes_keep_failing_fails_the_job_instead_of_an_empty_update(monkeypatch):
+    from opentinker_coordinator.rl_driver import NoTrainableEpisodes
+
+    monkeypatch.setattr("opentinker_coordinator.rl_driver.ROLLOUT_RETRY_DELAY_S", 0.01)
+    ports = outage_ports(outages=10)
+    with pytest.raises(NoTrainableEpisodes, match="step 1: none of the 2 episodes can be trained on"):
+        asyncio.run(run_rl(RlPlan(job_id="j", total_steps=2, batch_size=1, group_size=2), ports))
+    assert ports.trainer.steps == []

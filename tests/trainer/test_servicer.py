@@ -296,3 +296,17 @@ def test_the_server_answers_other_calls_while_a_forward_backward_runs(stub) -> N
     assert not busy.done(), "make the ForwardBackward bigger: it finished before GetSession"
     assert answered < 0.5
     assert busy.result().num_tokens > 0
+
+
+def test_a_forward_backward_retried_with_its_request_id_accumulates_gradients_once(stub) -> None:
+    """A client whose connection died after the Trainer applied a ForwardBackward sends it again:
+    the step must be the one a single call would have made (same grad norm as a session that
+    got it once), not twice the gradient."""
+    norms = []
+    for job, sends in (("job-once", 1), ("job-retried", 3)):
+        sid = stub.CreateSession(create_request(job)).session.session_id
+        for _ in range(sends):
+            stub.ForwardBackward(fb_request(sid, job=job, request_id=f"{job}/backward/1"))
+        norms.append(stub.OptimStep(pb.OptimStepRequest(session_id=sid, lease=lease(job=job),
+                                                        request_id=f"{job}/optim/1")).grad_norm)
+    assert norms[0] > 0 and norms[1] == pytest.approx(norms[0], rel=1e-6)

@@ -14,12 +14,14 @@ from opentinker.api.common.v1 import resources_pb2
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.api.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
 from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as scheduler_grpc
-from opentinker.core.auth_interceptor import authenticated_channel
+from opentinker.core.auth_interceptor import JobTokenSlot, authenticated_channel
+from opentinker.core.job_tokens import job_token_of
 from opentinker_coordinator import job_plans
 from opentinker_coordinator.agent_protocol import AgentProtocol
 from opentinker_coordinator.inference_driver import InferencePorts, run_inference
 from opentinker_coordinator.ma_driver import AgentFailed, AgentPorts, MultiAgentPorts, run_multi_agent
 from opentinker_coordinator.remote import RemoteRollout, RemoteTrainer, RemoteWeightSync, SchedulerReporter
+from opentinker_coordinator.retries import CallGuard, RetryBudget, WorkerLost
 from opentinker_coordinator.rl_driver import RlPorts, StopRequested, run_rl
 from opentinker_coordinator.runs import RunState, RunStatus
 from opentinker_coordinator.sft_driver import SftPorts, run_sft
@@ -41,6 +43,12 @@ class LaunchConfig:
     """Sent on every call to the Scheduler, Trainer and Rollout (OPENTINKER_API_KEY)."""
     coordinator_address: str = ""
     """Where Rollout workers reach this Coordinator to play multi-agent matches."""
+    worker_retry: RetryBudget = RetryBudget()
+    """Retries of Trainer and Rollout calls through UNAVAILABLE."""
+    scheduler_retry: RetryBudget = RetryBudget(seconds=120.0)
+    """Retries of reports to the Scheduler through UNAVAILABLE (its or Redis's restart)."""
+    requeue_wait_seconds: float = 60.0
+    """After a worker is lost, how long to wait for the Scheduler to re-queue the job."""
 
 
 def assignment_for(job: job_pb2.Job, role: int) -> job_pb2.Assignment | None:
@@ -65,17 +73,25 @@ class JobLauncher:
         self.protocol = protocol
 
     async def __call__(self, run: RunState) -> None:
-        async with authenticated_channel(self.config.scheduler_address, self.config.api_key) as scheduler:
-            job = (await scheduler_grpc.SchedulerServiceStub(scheduler).GetJob(
-                scheduler_pb.GetJobRequest(job_id=run.job_id))).job
+        job_token = JobTokenSlot()  # the attempt's token, in GetJob's answer to our admin key
+        async with authenticated_channel(self.config.scheduler_address, self.config.api_key,
+                                         job_token=job_token) as scheduler:
+            guard = CallGuard(peer="scheduler", budget=self.config.scheduler_retry, stop=run.stop)
+            request = scheduler_pb.GetJobRequest(job_id=run.job_id)
+            job = (await guard.call("GetJob", lambda: scheduler_grpc.SchedulerServiceStub(scheduler).GetJob(
+                request))).job
+            job_token.set(job_token_of(job))
             own_lease = lease_for(job, resources_pb2.ROLE_COORDINATOR, resources_pb2.LeaseContext(
                 job_id=job.job_id, fencing_token=run.fencing_token))
-            reporter = SchedulerReporter(scheduler, own_lease, run)
+            reporter = SchedulerReporter(scheduler, own_lease, run, guard)
             await self._drive_reporting_failure(job, run, reporter)
 
     async def _drive_reporting_failure(self, job: job_pb2.Job, run: RunState, reporter: SchedulerReporter) -> None:
         try:
-            await self._drive(job, run, reporter)
+            try:
+                await self._drive(job, run, reporter)
+            except WorkerLost as lost:
+                await _pause_until_requeued(run, reporter, lost.role, lost, self.config.requeue_wait_seconds)
             run.end(RunStatus.FINISHED, "succeeded")
         except StopRequested:
             run.end(RunStatus.FINISHED, "stopped")
@@ -99,8 +115,10 @@ class JobLauncher:
             return
         async with self._channel(job, resources_pb2.ROLE_TRAINER, self.config.trainer_address) as trainer_channel, \
                 self._channel(job, resources_pb2.ROLE_ROLLOUT, self.config.rollout_address) as rollout_channel:
-            trainer = RemoteTrainer(trainer_channel, job, lease_for(job, resources_pb2.ROLE_TRAINER, reporter.lease))
-            rollout = RemoteRollout(rollout_channel, job, lease_for(job, resources_pb2.ROLE_ROLLOUT, reporter.lease))
+            trainer = RemoteTrainer(trainer_channel, job, lease_for(job, resources_pb2.ROLE_TRAINER, reporter.lease),
+                                    guard=self._guard("trainer", run, reporter))
+            rollout = RemoteRollout(rollout_channel, job, lease_for(job, resources_pb2.ROLE_ROLLOUT, reporter.lease),
+                                    guard=self._guard("rollout", run, reporter))
             try:
                 if kind == job_pb2.JOB_TYPE_RL:
                     ports = RlPorts(trainer=trainer, rollout=rollout, weights=RemoteWeightSync(trainer, rollout),
@@ -127,7 +145,8 @@ class JobLauncher:
         plan = job_plans.multi_agent_plan(job, run.fencing_token)
         async with self._channel(job, resources_pb2.ROLE_TRAINER, self.config.trainer_address) as trainer_channel, \
                 self._channel(job, resources_pb2.ROLE_ROLLOUT, self.config.rollout_address) as rollout_channel:
-            agents = {agent.agent_id: self._agent_ports(job, agent, reporter, trainer_channel, rollout_channel)
+            agents = {agent.agent_id: self._agent_ports(job, agent, reporter, trainer_channel, rollout_channel,
+                                                        self._guard("trainer", run, reporter))
                       for agent in job.spec.agents}
             ports = MultiAgentPorts(agents=agents, host=self.protocol, reporter=reporter, stop=run.stop)
             try:
@@ -135,40 +154,47 @@ class JobLauncher:
             except AgentFailed as failed:
                 if not _worker_lost(failed.cause):
                     raise
-                await _pause_until_requeued(run, reporter, failed, plan.barrier_timeout_s)
+                await _pause_until_requeued(run, reporter, f"agent {failed.agent_id!r}", failed,
+                                            plan.barrier_timeout_s)
             finally:
                 await _close_quietly(*[port for own in agents.values() for port in (own.trainer, own.rollout) if port])
 
     def _agent_ports(self, job: job_pb2.Job, agent: job_pb2.AgentSpec, reporter: SchedulerReporter,
-                     trainer_channel: grpc.aio.Channel, rollout_channel: grpc.aio.Channel) -> AgentPorts:
+                     trainer_channel: grpc.aio.Channel, rollout_channel: grpc.aio.Channel,
+                     trainer_guard: CallGuard) -> AgentPorts:
         rollout = RemoteRollout(rollout_channel, job, lease_for(job, resources_pb2.ROLE_ROLLOUT, reporter.lease),
                                 agent_id=agent.agent_id, coordinator_address=self.config.coordinator_address)
         if agent.frozen:
             return AgentPorts(rollout=rollout)
         trainer = RemoteTrainer(trainer_channel, job, lease_for(job, resources_pb2.ROLE_TRAINER, reporter.lease),
-                                agent_id=agent.agent_id)
+                                agent_id=agent.agent_id, guard=trainer_guard)
         return AgentPorts(rollout=rollout, trainer=trainer, weights=RemoteWeightSync(trainer, rollout))
 
+    def _guard(self, peer: str, run: RunState, reporter: SchedulerReporter) -> CallGuard:
+        return CallGuard(peer=peer, budget=self.config.worker_retry, stop=run.stop, notify=reporter.log)
+
     def _channel(self, job: job_pb2.Job, role: int, default: str) -> grpc.aio.Channel:
-        return authenticated_channel(address_for(job, role, default), self.config.api_key,
+        return authenticated_channel(address_for(job, role, default), self.config.api_key, job_token=job_token_of(job),
                                      options=[("grpc.max_receive_message_length", 64 << 20)])
 
 
 def _worker_lost(error: BaseException) -> bool:
     """An agent's Trainer or Rollout went away (killed, restarted, unreachable)."""
+    if isinstance(error, WorkerLost):
+        return True
     return isinstance(error, grpc.aio.AioRpcError) and error.code() == grpc.StatusCode.UNAVAILABLE
 
 
-async def _pause_until_requeued(run: RunState, reporter: SchedulerReporter, failed: AgentFailed,
-                                timeout_s: float) -> None:
-    """Every agent stopped at its barrier; wait for the Scheduler to notice the lost worker and
-    re-queue the job (the new attempt resumes from the common checkpoint and supersedes this
-    run), or fail after `timeout_s`."""
-    message = (f"paused: agent {failed.agent_id!r} lost its worker ({_failure_message(failed.cause)}); every "
-               f"agent stopped at its barrier, waiting up to {timeout_s:g} s for the Scheduler to re-queue the job "
-               "from its last common checkpoint")
+async def _pause_until_requeued(run: RunState, reporter: SchedulerReporter, who: str,
+                                failed: AgentFailed | WorkerLost, timeout_s: float) -> None:
+    """The run stopped where it was; wait for the Scheduler to notice the lost worker and re-queue
+    the job (the new attempt resumes from the last checkpoint and supersedes this run), or fail
+    after `timeout_s`."""
+    cause = failed.cause if isinstance(failed, AgentFailed) else failed
+    message = (f"paused: {who} lost its worker ({_failure_message(cause)}); waiting up to {timeout_s:g} s "
+               "for the Scheduler to re-queue the job from its last checkpoint")
     run.pause(message)
-    log.warning("run_paused", job_id=run.job_id, agent_id=failed.agent_id, error=str(failed.cause))
+    log.warning("run_paused", job_id=run.job_id, who=who, error=str(cause))
     with contextlib.suppress(grpc.RpcError):
         await reporter.log("warning", message)
     try:
@@ -187,6 +213,8 @@ async def _close_quietly(*ports) -> None:
 def _failure_message(error: BaseException) -> str:
     if isinstance(error, AgentFailed):
         return f"agent {error.agent_id!r} failed: {_failure_message(error.cause)}"
+    if isinstance(error, WorkerLost):
+        return f"{error.role} lost: {_failure_message(error.cause)}"
     if isinstance(error, grpc.aio.AioRpcError):
         return f"{error.code().name}: {error.details()}"
     return f"{type(error).__name__}: {error}"

@@ -15,6 +15,7 @@ from opentinker.core.worker_registration import WorkerRegistration
 from opentinker_coordinator.agent_protocol import AgentProtocol
 from opentinker_coordinator.envhost_seats import EnvHostChannels
 from opentinker_coordinator.launch import JobLauncher, LaunchConfig
+from opentinker_coordinator.retries import RetryBudget
 from opentinker_coordinator.runs import RunRegistry
 from opentinker_coordinator.servicer import coordinator_service_binding
 from opentinker_coordinator.settings import CoordinatorSettings
@@ -41,7 +42,10 @@ async def build_plan(settings: CoordinatorSettings) -> ServerPlan:
         scheduler_address=settings.scheduler_address, trainer_address=settings.trainer_address,
         rollout_address=settings.rollout_address, output_dir=settings.output_dir,
         checkpoint_dir=settings.checkpoint_dir, api_key=settings.api_key,
-        coordinator_address=settings.reachable_address), protocol)
+        coordinator_address=settings.reachable_address,
+        worker_retry=RetryBudget(seconds=settings.worker_retry_seconds),
+        scheduler_retry=RetryBudget(seconds=settings.scheduler_retry_seconds),
+        requeue_wait_seconds=settings.requeue_wait_seconds), protocol)
     registry = RunRegistry(launcher)
     worker = registration(settings, registry)
     return ServerPlan(services=[coordinator_service_binding(registry, protocol)], start_hooks=[worker.start],

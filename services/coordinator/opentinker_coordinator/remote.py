@@ -23,6 +23,7 @@ from opentinker.api.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
 from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as scheduler_grpc
 from opentinker.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
+from opentinker_coordinator.retries import CallGuard
 from opentinker_coordinator.types import CheckpointRef, Datum, EpisodeRequest, SeatRequest, StopReason, Trajectory
 
 log = structlog.get_logger(__name__)
@@ -95,15 +96,22 @@ def _request_prefix(job: job_pb2.Job, agent_id: str) -> str:
     return f"{job.job_id}/{agent_id}" if agent_id else job.job_id
 
 
+async def _guarded(guard: CallGuard | None, what: str, attempt):  # noqa: ANN001, ANN202
+    """`await attempt()`, through the guard's retries when there is one."""
+    return await (guard.call(what, attempt) if guard else attempt())
+
+
 class RemoteTrainer:
     """TrainerPort over gRPC: one session for the job (for one agent of a multi-agent job)."""
 
     def __init__(self, channel: grpc.aio.Channel, job: job_pb2.Job, lease: resources_pb2.LeaseContext,
-                 agent_id: str = "") -> None:
+                 agent_id: str = "", guard: CallGuard | None = None) -> None:
         self.stub = trainer_grpc.TrainerServiceStub(channel)
         self.job, self.lease, self.agent_id = job, lease, agent_id
         self.prefix = _request_prefix(job, agent_id)
         self.session_id = ""
+        self.guard = guard
+        self.backward_calls = 0
 
     async def open(self) -> None:
         policy, training = agent_policy(self.job, self.agent_id), self.job.spec.training
@@ -113,19 +121,22 @@ class RemoteTrainer:
             optimizer=session_optimizer(self.job, self.agent_id),
             seed=training.seed, max_tokens_per_micro_batch=training.max_tokens_per_micro_batch,
             device_ids=trainer_device_ids(self.job))
-        self.session_id = (await self.stub.CreateSession(request)).session.session_id
+        response = await _guarded(self.guard, "CreateSession", lambda: self.stub.CreateSession(request))
+        self.session_id = response.session.session_id
 
     async def forward_backward(self, datums: Sequence[Datum]) -> dict[str, float]:
+        self.backward_calls += 1  # a retry reuses the id: the Trainer accumulates the gradients once
         request = trainer_pb.ForwardBackwardRequest(
             session_id=self.session_id, lease=self.lease, datums=[datum_message(d) for d in datums],
-            loss=loss_config(self.job, self.agent_id))
-        response = await self.stub.ForwardBackward(request)
+            loss=loss_config(self.job, self.agent_id),
+            request_id=f"{self.prefix}/backward/{self.lease.fencing_token}/{self.backward_calls}")
+        response = await _guarded(self.guard, "ForwardBackward", lambda: self.stub.ForwardBackward(request))
         return {"loss": response.loss, "loss_tokens": float(response.num_tokens), **dict(response.metrics)}
 
     async def optim_step(self, step: int) -> dict[str, float]:
         request = trainer_pb.OptimStepRequest(session_id=self.session_id, lease=self.lease,
                                               request_id=f"{self.prefix}/optim/{step}")
-        response = await self.stub.OptimStep(request)
+        response = await _guarded(self.guard, "OptimStep", lambda: self.stub.OptimStep(request))
         return {"grad_norm": response.grad_norm, "learning_rate": response.learning_rate, **dict(response.metrics)}
 
     async def save_checkpoint(self, name: str, *, final: bool) -> CheckpointRef:
@@ -137,12 +148,13 @@ class RemoteTrainer:
         request = trainer_pb.SaveCheckpointRequest(
             session_id=self.session_id, lease=self.lease, format=fmt, name=name,
             request_id=f"{self.prefix}/checkpoint/{name}")
-        checkpoint = (await self.stub.SaveCheckpoint(request)).checkpoint
+        checkpoint = (await _guarded(self.guard, "SaveCheckpoint", lambda: self.stub.SaveCheckpoint(request))).checkpoint
         return CheckpointRef(checkpoint_id=checkpoint.checkpoint_id, step=checkpoint.step)
 
     async def load_checkpoint(self, checkpoint_id: str) -> None:
-        await self.stub.LoadCheckpoint(trainer_pb.LoadCheckpointRequest(
-            session_id=self.session_id, lease=self.lease, checkpoint_id=checkpoint_id))
+        request = trainer_pb.LoadCheckpointRequest(session_id=self.session_id, lease=self.lease,
+                                                   checkpoint_id=checkpoint_id)
+        await _guarded(self.guard, "LoadCheckpoint", lambda: self.stub.LoadCheckpoint(request))
 
     async def close(self) -> None:
         if self.session_id:
@@ -178,9 +190,10 @@ class RemoteRollout:
     """RolloutPort over gRPC: the job's policy (or one agent's) on one Rollout worker."""
 
     def __init__(self, channel: grpc.aio.Channel, job: job_pb2.Job, lease: resources_pb2.LeaseContext,
-                 agent_id: str = "", coordinator_address: str = "") -> None:
+                 agent_id: str = "", coordinator_address: str = "", guard: CallGuard | None = None) -> None:
         self.stub = rollout_grpc.RolloutServiceStub(channel)
         self.job, self.lease, self.agent_id = job, lease, agent_id
+        self.guard = guard
         self.coordinator_address = coordinator_address
         self.policy = agent_policy(job, agent_id)
         self.policy_id = ""
@@ -189,7 +202,7 @@ class RemoteRollout:
         request = rollout_pb.LoadModelRequest(
             request_id=f"{_request_prefix(self.job, self.agent_id)}/policy/{self.lease.fencing_token}",
             lease=self.lease, model=self.policy.model, adaptation=self.policy.adaptation)
-        self.policy_id = (await self.stub.LoadModel(request)).policy.policy_id
+        self.policy_id = (await _guarded(self.guard, "LoadModel", lambda: self.stub.LoadModel(request))).policy.policy_id
 
     async def run_episodes(self, requests: Sequence[EpisodeRequest], group_size: int, *, evaluation: bool,
                            environment: environment_pb2.EnvironmentReference | None = None,
@@ -199,8 +212,16 @@ class RemoteRollout:
             policy_id=self.policy_id, lease=self.lease, environment=environment or self.job.spec.environment,
             episodes=[episode_spec(r) for r in requests], group_size=group_size,
             sampling=self._sampling(evaluation), limits=self.policy.limits, agent_id=self.agent_id)
-        async for trajectory in self._stream(request):
+        if self.guard is None:
+            async for trajectory in self._stream(request):
+                yield trajectory
+            return
+        # with retries the batch is collected whole: a stream cut halfway is run again from the start
+        for trajectory in await self.guard.call("RunEpisodes", lambda: self._collect(request)):
             yield trajectory
+
+    async def _collect(self, request: rollout_pb.RunEpisodesRequest) -> list[Trajectory]:
+        return [trajectory async for trajectory in self._stream(request)]
 
     async def play_seats(self, seats: Sequence[SeatRequest], *, evaluation: bool) -> AsyncIterator[Trajectory]:
         """Play this agent's seat in each match (hosted by this Coordinator)."""
@@ -254,7 +275,9 @@ class RemoteWeightSync:
                 yield rollout_pb.UpdateWeightsRequest(chunk=item.chunk)
 
     async def sync(self) -> int:
-        response = await self.rollout.stub.UpdateWeights(self._requests())
+        """Push the Trainer's weights; a retry pushes them whole again (the version counts pushes)."""
+        response = await _guarded(self.rollout.guard, "UpdateWeights",
+                                  lambda: self.rollout.stub.UpdateWeights(self._requests()))
         return response.policy.policy_version
 
 
@@ -264,16 +287,26 @@ class SchedulerReporter:
     Request ids are `<job>/<fencing token>/<n>`, so a retried report appends once.
     """
 
-    def __init__(self, channel: grpc.aio.Channel, lease: resources_pb2.LeaseContext, run_state) -> None:
+    def __init__(self, channel: grpc.aio.Channel, lease: resources_pb2.LeaseContext, run_state,
+                 guard: CallGuard | None = None) -> None:
         self.stub = scheduler_grpc.SchedulerServiceStub(channel)
         self.lease, self.run_state = lease, run_state
         self.counter = 0
+        self.guard = guard
 
     async def _report(self, event: job_pb2.JobEvent) -> None:
         self.counter += 1
-        request_id = f"{self.lease.job_id}/{self.lease.fencing_token}/{self.counter}"
-        await self.stub.ReportJobEvents(scheduler_pb.ReportJobEventsRequest(
-            lease=self.lease, events=[event], request_id=request_id))
+        request = scheduler_pb.ReportJobEventsRequest(
+            lease=self.lease, events=[event],
+            request_id=f"{self.lease.job_id}/{self.lease.fencing_token}/{self.counter}")
+        await _guarded(self.guard, "ReportJobEvents", lambda: self.stub.ReportJobEvents(request))
+        await self._tell_outages()
+
+    async def _tell_outages(self) -> None:
+        """The Scheduler's outage, reported once it answers again (it could not be before)."""
+        while self.guard and self.guard.untold:
+            level, message = self.guard.untold.pop(0)
+            await self.log(level, message)
 
     async def metrics(self, step: int, values: dict[str, float], *, agent_id: str = "") -> None:
         self.run_state.record_metrics({f"{agent_id}/{k}" if agent_id else k: v for k, v in values.items()})
@@ -302,8 +335,10 @@ class SchedulerReporter:
 
     async def finish(self, *, succeeded: bool, message: str) -> None:
         state = job_pb2.Job.STATE_SUCCEEDED if succeeded else job_pb2.Job.STATE_FAILED
-        await self.stub.FinishJob(scheduler_pb.FinishJobRequest(
+        request = scheduler_pb.FinishJobRequest(
             lease=self.lease, final_state=state, message=message,
-            request_id=f"{self.lease.job_id}/{self.lease.fencing_token}/finish"))
+            request_id=f"{self.lease.job_id}/{self.lease.fencing_token}/finish")
+        await self._tell_outages()
+        await _guarded(self.guard, "FinishJob", lambda: self.stub.FinishJob(request))
 
 

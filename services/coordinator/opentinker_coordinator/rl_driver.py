@@ -7,6 +7,7 @@ every step reports metrics (reward, accuracy, loss, KL, tokens/s, time per phase
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +24,9 @@ from opentinker_coordinator.resume import resume_step
 from opentinker_coordinator.types import Trajectory
 
 log = structlog.get_logger(__name__)
+
+ROLLOUT_TRIES = 3
+ROLLOUT_RETRY_DELAY_S = 2.0
 
 
 class StopRequested(Exception):
@@ -50,17 +54,49 @@ def check_stop(ports: RlPorts) -> None:
         raise StopRequested()
 
 
+class NoTrainableEpisodes(Exception):
+    """Every episode of a step failed, again and again: there is nothing to train on."""
+
+
+def trainable(trajectories: Sequence[Trajectory]) -> bool:
+    return any(not t.failed and t.sampled_tokens > 0 for t in trajectories)
+
+
 async def rollout_phase(plan: RlPlan, ports: RlPorts, step: int) -> tuple[list[Trajectory], dict]:
+    """The step's episodes. A batch in which every episode failed (an environment outage) is
+    collected again, up to ROLLOUT_TRIES times: an optimizer step is never taken, nor skipped,
+    for want of data. Failed episodes of every try are counted in `env_errors`."""
     await ports.reporter.progress(phase="ROLLOUT", step=step, total_steps=plan.total_steps)
     started = time.perf_counter()
     requests = episodes.train_requests(step, plan.batch_size, plan.seed)
-    trajectories = await collect(ports, requests, plan.group_size, evaluation=False)
+    failed = 0
+    for attempt in range(1, ROLLOUT_TRIES + 1):
+        trajectories = await collect(ports, requests, plan.group_size, evaluation=False)
+        if trainable(trajectories):
+            break
+        failed += sum(t.failed for t in trajectories)
+        episodes_wanted = len(requests) * plan.group_size
+        message = (f"step {step + 1}: none of the {episodes_wanted} episodes can be trained on "
+                   f"({len(trajectories)} finished, {sum(t.failed for t in trajectories)} with environment errors)")
+        if attempt == ROLLOUT_TRIES:
+            raise NoTrainableEpisodes(f"{message}, {ROLLOUT_TRIES} times; giving up")
+        await ports.reporter.log("warning", f"{message}; collecting them again ({attempt + 1}/{ROLLOUT_TRIES})")
+        await _sleep_unless_stopped(ports, ROLLOUT_RETRY_DELAY_S * attempt)
     seconds = time.perf_counter() - started
     observe_phase("rollout", seconds)
     sampled = sum(t.sampled_tokens for t in trajectories)
     metrics = episode_metrics(trajectories) | {
         "time/rollout_s": seconds, "tokens_per_second": sampled / seconds if seconds > 0 else 0.0}
+    metrics["env_errors"] += failed
+    if attempt > 1:
+        metrics["rollout_retries"] = float(attempt - 1)
     return trajectories, metrics
+
+
+async def _sleep_unless_stopped(ports: RlPorts, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(ports.stop.wait(), seconds)
+    check_stop(ports)
 
 
 async def update_phase(plan: RlPlan, ports: RlPorts, step: int, trajectories: Sequence[Trajectory]) -> dict:

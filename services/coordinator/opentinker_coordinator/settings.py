@@ -26,5 +26,14 @@ class CoordinatorSettings(ServiceSettings):
         "127.0.0.1:50054", "EnvHost that hosts multi-agent matches whose environment names none.")
     output_dir: str = setting(
         ".opentinker/outputs", "Directory for INFERENCE job results that name no output_path.")
+    worker_retry_seconds: float = setting(
+        30.0, "How long a call to a Trainer or Rollout is retried through UNAVAILABLE (a dropped "
+        "connection, a restart) before the worker counts as lost.", positive=True)
+    scheduler_retry_seconds: float = setting(
+        120.0, "How long a report to the Scheduler is retried through UNAVAILABLE (a Scheduler or "
+        "Redis restart) before the run gives up.", positive=True)
+    requeue_wait_seconds: float = setting(
+        60.0, "After losing a worker, how long a run waits for the Scheduler to re-queue the job "
+        "(the new attempt resumes from the last checkpoint) before it fails the job.", positive=True)
     checkpoint_dir: Path = checkpoint_dir_setting(
         "Directory of checkpoints shared with Trainer and Rollout (read for tokenizers of SFT data).")

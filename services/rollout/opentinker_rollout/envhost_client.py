@@ -1,7 +1,8 @@
 """`EnvironmentSession` over the EnvHostService (the service edge: grpc and stubs live here).
 
 One session per episode: OpenSession, Reset, Step..., CloseSession, as unary calls on a
-channel shared by every episode that plays on the same EnvHost. Any RPC error becomes an
+channel shared by every episode that plays on the same EnvHost. Each call carries the job's
+token (`x-opentinker-job-token`, the one the RunEpisodes call came with) when it has one. Any RPC error becomes an
 `EnvironmentFailure`, so the episode ends with ENV_ERROR and the others go on.
 """
 
@@ -18,6 +19,7 @@ from google.protobuf import json_format, struct_pb2
 from opentinker.api.envhost.v1 import envhost_service_pb2 as envhost_pb2
 from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
 from opentinker.core.errors import traceback_from_metadata
+from opentinker.core.job_tokens import JOB_TOKEN_METADATA_KEY
 from opentinker.core.channel_pool import ChannelPool
 from opentinker_rollout.environment import (
     EnvironmentFactory,
@@ -38,6 +40,8 @@ class EnvironmentTarget:
     env_name: str
     config: Mapping[str, Any] = field(default_factory=dict)
     job_id: str = ""
+    job_token: str = field(default="", repr=False)
+    """The job's attempt token, forwarded on every EnvHost call ("" = none)."""
 
 
 class EnvHostChannels(ChannelPool):
@@ -65,6 +69,7 @@ class EnvHostSession:
         self.target = target
         self.call_timeout_s = call_timeout_s
         self.session_id = ""
+        self.metadata = ((JOB_TOKEN_METADATA_KEY, target.job_token),) if target.job_token else None
 
     async def open(self) -> None:
         request = envhost_pb2.OpenSessionRequest(
@@ -94,7 +99,7 @@ class EnvHostSession:
 
     async def _call(self, method: str, request: Any) -> Any:
         try:
-            return await getattr(self.stub, method)(request, timeout=self.call_timeout_s)
+            return await getattr(self.stub, method)(request, timeout=self.call_timeout_s, metadata=self.metadata)
         except grpc.aio.AioRpcError as error:
             raise EnvironmentFailure(
                 f"EnvHost {self.target.address} {method} failed: {error.code().name}: "

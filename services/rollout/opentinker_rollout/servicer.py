@@ -10,6 +10,10 @@ RunEpisodes plays single-agent episodes on an EnvHost (`environment` names the g
 its EpisodeSpecs name matches, seats of matches on the Coordinator at `coordinator_address`
 as `agent_id` (the match knows its game, so `environment` is not needed then; every match
 episode of the call runs at once, whatever `max_concurrent_episodes` says).
+
+Every call with a job's lease, or on a job's policy, must carry the job's current attempt token
+(`opentinker.core.job_token_guard`); RunEpisodes forwards it on its EnvHost calls. Policies
+loaded without a job (Tinker-style primitives with an admin key) need none.
 """
 
 from __future__ import annotations
@@ -20,8 +24,11 @@ from typing import Any
 
 import grpc
 
+from opentinker.api.common.v1 import resources_pb2
 from opentinker.api.rollout.v1 import rollout_service_pb2 as pb
 from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as pb_grpc
+from opentinker.core.job_token_guard import require_job_token
+from opentinker.core.job_tokens import presented_job_token
 from opentinker.core.server import ServiceBinding
 from opentinker_rollout import convert
 from opentinker_rollout.envhost_client import EnvHostChannels, EnvironmentTarget, envhost_environments
@@ -70,15 +77,25 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         self.default_envhost_address = default_envhost_address
         self.max_concurrent_episodes = max_concurrent_episodes
 
+    async def _job_token(self, context: grpc.aio.ServicerContext, *,
+                         lease: resources_pb2.LeaseContext | None = None, policy_id: str = "") -> None:
+        """The job token check: of the lease's job and attempt, else of the policy's job."""
+        if lease is not None and lease.job_id:
+            await require_job_token(context, job_id=lease.job_id, fencing_token=lease.fencing_token)
+        elif policy_id:
+            await require_job_token(context, job_id=self.registry.get(policy_id).job_id, field="policy_id")
+
     @answers_domain_errors
     async def LoadModel(self, request: pb.LoadModelRequest,
                         context: grpc.aio.ServicerContext) -> pb.LoadModelResponse:
+        await self._job_token(context, lease=request.lease)
         info = await self.registry.load(convert.load_request(request))
         return pb.LoadModelResponse(policy=convert.policy(info))
 
     @answers_domain_errors
     async def UnloadModel(self, request: pb.UnloadModelRequest,
                           context: grpc.aio.ServicerContext) -> pb.UnloadModelResponse:
+        await self._job_token(context, lease=request.lease, policy_id=request.policy_id)
         info = await self.registry.unload(request.policy_id, convert.lease(request.lease))
         return pb.UnloadModelResponse(policy=convert.policy(info))
 
@@ -87,6 +104,9 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
                             context: grpc.aio.ServicerContext) -> pb.UpdateWeightsResponse:
         stream = aiter(request_iterator)
         target = await _expect(stream, "target", "the first message must be a target")
+        if not target.policy_id:
+            raise InvalidArgument("target.policy_id", "is required")
+        await self._job_token(context, lease=target.lease, policy_id=target.policy_id)
         header = await _expect(stream, "header", "the second message must be a header")
         info, received = await self.registry.update_weights(
             target.policy_id, convert.lease(target.lease), convert.weights_header(header),
@@ -96,6 +116,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
     @answers_domain_errors
     async def Sample(self, request: pb.SampleRequest,
                      context: grpc.aio.ServicerContext) -> pb.SampleResponse:
+        await self._job_token(context, policy_id=request.policy_id)
         policy = self.registry.get(request.policy_id)
         results = await sample(policy, convert.prompts(request), convert.sampling_config(request.sampling))
         return convert.sample_response(results)
@@ -103,14 +124,16 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
     async def RunEpisodes(self, request: pb.RunEpisodesRequest,
                           context: grpc.aio.ServicerContext) -> AsyncIterator[pb.RunEpisodesResponse]:
         try:
-            batch, services = self._episode_plan(request)
+            await self._job_token(context, lease=request.lease, policy_id=request.policy_id)
+            job_token = presented_job_token(context.invocation_metadata() or ())
+            batch, services = self._episode_plan(request, job_token)
         except RolloutError as error:
             await abort_with(context, error)
             return
         async for result in run_episodes(batch, services):
             yield convert.run_episodes_item(result)
 
-    def _episode_plan(self, request: pb.RunEpisodesRequest) -> tuple[EpisodeBatch, EpisodeServices]:
+    def _episode_plan(self, request: pb.RunEpisodesRequest, job_token: str) -> tuple[EpisodeBatch, EpisodeServices]:
         policy = self.registry.get(request.policy_id)
         lease = convert.lease(request.lease)
         self.registry.check_lease(policy, lease)
@@ -120,7 +143,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
                              limits=convert.episode_limits(request.limits),
                              max_concurrency=self._concurrency(request, len(specs)),
                              agent_id=request.agent_id)
-        return batch, self._episode_services(policy, request, lease.job_id)
+        return batch, self._episode_services(policy, request, lease.job_id, job_token)
 
     def _concurrency(self, request: pb.RunEpisodesRequest, episodes: int) -> int:
         """Match episodes all run at once: a seat waiting for its turn holds its slot, so a bound
@@ -130,13 +153,14 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         return max(episodes, 1) if convert.plays_matches(request) else self.max_concurrent_episodes
 
     def _episode_services(self, policy: LoadedPolicy, request: pb.RunEpisodesRequest,
-                          job_id: str) -> EpisodeServices:
+                          job_id: str, job_token: str) -> EpisodeServices:
         return EpisodeServices(generator=policy.generator, renderer=policy.renderer,
-                               environments=self._environments(request, job_id),
+                               environments=self._environments(request, job_id, job_token),
                                max_context_length=policy.engine.max_context_length)
 
-    def _environments(self, request: pb.RunEpisodesRequest, job_id: str) -> EnvironmentFactory:
-        """Seats of Coordinator matches, or sessions of the EnvHost game `environment` names."""
+    def _environments(self, request: pb.RunEpisodesRequest, job_id: str, job_token: str) -> EnvironmentFactory:
+        """Seats of Coordinator matches, or sessions of the EnvHost game `environment` names
+        (called with the job's token)."""
         if convert.plays_matches(request):
             return match_environments(self.coordinator_channels, request.coordinator_address)
         environment = request.environment
@@ -145,7 +169,8 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
                                   "Coordinator matches: EpisodeSpec.match_id)")
         target = EnvironmentTarget(address=environment.envhost_address or self.default_envhost_address,
                                    env_name=environment.env_name,
-                                   config=convert.from_struct(environment.config), job_id=job_id)
+                                   config=convert.from_struct(environment.config), job_id=job_id,
+                                   job_token=job_token)
         return envhost_environments(self.channels, target)
 
 

@@ -3,7 +3,8 @@
 Queued jobs are taken in the queue's order: aged priority (see lua.py), FIFO within a priority.
 A job that does not fit now is skipped (a smaller job behind it may start: backfilling) and its
 `status_message` says what it waits for; once a job has waited `starvation_ms` without fitting,
-backfilling stops behind it so a stream of small jobs cannot starve it. A job starts with one
+backfilling stops behind it so a stream of small jobs cannot starve it (only if the alive workers
+could run it once free: a job none of them can ever run must not stop the queue). A job starts with one
 Lua script (START: every lease plus QUEUED -> ALLOCATING -> RUNNING, within the tenant's quota,
 or nothing), so a pass costs two pipelined round trips plus one per started job.
 
@@ -26,10 +27,11 @@ import structlog
 from opentinker.core.redis_store import REDIS_DOWN_ERRORS
 from opentinker_scheduler.config import SchedulerConfig
 from opentinker_scheduler.job_store import JobStore, StartResult
+from opentinker_scheduler.job_tokens import JobTokenIssuer
 from opentinker_scheduler.leases import LeaseDraft, LeaseTable
 from opentinker_scheduler.lifecycle import Lifecycle
 from opentinker_scheduler.model import JobState, Quota, QueuedJob, Usage
-from opentinker_scheduler.placement import COORDINATOR_REQUEST, Placement, place
+from opentinker_scheduler.placement import COORDINATOR_REQUEST, Placement, place, worker_slots
 from opentinker_scheduler.queue_view import PassView, QueueReader
 from opentinker_scheduler.tenants import TenantStore
 from opentinker_scheduler.workers import WorkerRegistry
@@ -46,6 +48,7 @@ class Allocator:
     lifecycle: Lifecycle
     tenants: TenantStore
     reader: QueueReader
+    tokens: JobTokenIssuer
     owner: str = field(default_factory=lambda: uuid.uuid4().hex)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     _quotas: dict[str, Quota] = field(default_factory=dict)
@@ -155,12 +158,11 @@ class Allocator:
                 continue
             reason = quota_reason(job, quotas.get(job.tenant_id, Quota()), usage.get(job.tenant_id, Usage()))
             if reason is None and starving is not None:
-                reason = (f"waiting behind job {starving.job_id}, which has waited "
-                          f"{self._waited_s(starving)} s: no backfilling past it until it starts")
+                reason = waiting_behind(job, starving, self._waited_s(starving))
             plan = place([*job.resources, COORDINATOR_REQUEST], view.alive, view.free) if reason is None else reason
             if isinstance(plan, str):
                 waiting[job.job_id] = plan
-                if reason is None and starving is None and self._waited_s(job) * 1000 >= self.config.starvation_ms:
+                if reason is None and starving is None and self._starves(job, view):
                     starving = job
                 continue
             result = await self._start(job, plan)
@@ -170,6 +172,15 @@ class Allocator:
             elif result.status.startswith("quota"):
                 waiting[job.job_id] = f"waiting for the tenant's quota ({result.status}: {result.detail} in use)"
         await self._note_waiting(view.queued, waiting)
+
+    def _starves(self, job: QueuedJob, view: PassView) -> bool:
+        """Waited past starvation_ms and would fit the alive workers once they are free. A job
+        no alive worker can ever run (64 devices on one worker) must not stop backfilling: it
+        would hold every tenant's jobs back for good."""
+        if self._waited_s(job) * 1000 < self.config.starvation_ms:
+            return False
+        idle = {w.worker_id: worker_slots(w, self.config.coordinator_capacity) for w in view.alive}
+        return not isinstance(place([*job.resources, COORDINATOR_REQUEST], view.alive, idle), str)
 
     def _waited_s(self, job: QueuedJob) -> int:
         return max(0, self.store.clock.now_ms() - job.create_time_ms) // 1000
@@ -185,7 +196,8 @@ class Allocator:
                              device_ids=p.device_ids) for p in plan]
         where = ", ".join(f"{p.request.role.lower()} on {p.worker.worker_id}" for p in plan)
         result = await self.store.start(job, drafts, addresses=[p.worker.address for p in plan],
-                                        ttl_ms=self.config.worker_ttl_ms, where=where)
+                                        ttl_ms=self.config.worker_ttl_ms, where=where,
+                                        job_token=self.tokens.draft(job.job_id))
         if result.ok:
             log.info("job_started", job_id=job.job_id, where=where)
         else:
@@ -208,6 +220,13 @@ def quota_reason(job: QueuedJob, quota: Quota, usage: Usage) -> str | None:
         return (f"waiting for the tenant's quota: needs {job.device_count} devices, "
                 f"{usage.devices} of max_devices {quota.max_devices} in use")
     return None
+
+
+def waiting_behind(job: QueuedJob, starving: QueuedJob, waited_s: int) -> str:
+    """Why `job` may not backfill; another tenant's job is not named (tenants never see each
+    other's job ids)."""
+    blocker = f"job {starving.job_id}" if starving.tenant_id == job.tenant_id else "another tenant's job"
+    return f"waiting behind {blocker}, which has waited {waited_s} s: no backfilling past it until it starts"
 
 
 def add_running(usage: Usage, devices: int) -> Usage:

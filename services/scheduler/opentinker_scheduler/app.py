@@ -13,6 +13,7 @@ from opentinker_scheduler.clock import Clock, SystemClock
 from opentinker_scheduler.config import SchedulerConfig
 from opentinker_scheduler.event_log import EventLog
 from opentinker_scheduler.job_store import JobStore
+from opentinker_scheduler.job_tokens import JobTokenIssuer
 from opentinker_scheduler.jobs import JobService
 from opentinker_scheduler.leases import LeaseTable
 from opentinker_scheduler.lifecycle import Lifecycle
@@ -31,12 +32,14 @@ class Scheduler:
     pool: WorkerPool
     allocator: Allocator
     tenant_admin: TenantAdmin
+    tokens: JobTokenIssuer
 
 
 def build_scheduler(client: redis.asyncio.Redis, blocking_client: redis.asyncio.Redis, *,
                     config: SchedulerConfig, clock: Clock | None = None,
-                    keys: Keys | None = None) -> Scheduler:
-    """`blocking_client` must have no socket timeout (it serves WatchJob's XREAD BLOCK)."""
+                    keys: Keys | None = None, service_key: str = "") -> Scheduler:
+    """`blocking_client` must have no socket timeout (it serves WatchJob's XREAD BLOCK).
+    `service_key` (OPENTINKER_API_KEY) keys the job tokens; replicas must share it."""
     clock, keys = clock or SystemClock(), keys or Keys()
     scripts = Scripts.register(client, max_events_per_job=config.max_events_per_job)
     store = JobStore(client=client, keys=keys, scripts=scripts, clock=clock,
@@ -45,13 +48,16 @@ def build_scheduler(client: redis.asyncio.Redis, blocking_client: redis.asyncio.
     leases = LeaseTable(client=client, keys=keys, scripts=scripts, clock=clock)
     registry = WorkerRegistry(client=client, keys=keys, scripts=scripts, clock=clock)
     lifecycle = Lifecycle(store=store)
+    tokens = JobTokenIssuer.for_service_key(service_key)
     events = EventLog(client=client, blocking_client=blocking_client, keys=keys,
                       block_ms=config.watch_block_ms)
     jobs = JobService(config=config, store=store, events=events, leases=leases, lifecycle=lifecycle)
-    pool = WorkerPool(config=config, registry=registry, store=store, leases=leases, lifecycle=lifecycle)
+    pool = WorkerPool(config=config, registry=registry, store=store, leases=leases, lifecycle=lifecycle,
+                      tokens=tokens)
     reader = QueueReader(client=client, keys=keys, scripts=scripts, clock=clock,
                          coordinator_capacity=config.coordinator_capacity)
     allocator = Allocator(config=config, store=store, leases=leases, workers=registry,
-                          lifecycle=lifecycle, tenants=tenants, reader=reader)
+                          lifecycle=lifecycle, tenants=tenants, reader=reader, tokens=tokens)
     admin = TenantAdmin(tenants=tenants, api_keys=ApiKeyStore(client=client, keys=keys))
-    return Scheduler(config=config, jobs=jobs, pool=pool, allocator=allocator, tenant_admin=admin)
+    return Scheduler(config=config, jobs=jobs, pool=pool, allocator=allocator, tenant_admin=admin,
+                     tokens=tokens)

@@ -7,6 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from opentinker.core.job_tokens import NONCE_FIELD
 from opentinker_scheduler.events import decode_progress
 from opentinker_scheduler.model import (
     Assignment,
@@ -98,7 +99,8 @@ def decode_job(raw: RawHash, *, metrics: Mapping[bytes, bytes], queue_rank: int 
         assignments=decode_assignments(job_id, text(raw, "assignments", "[]")),
         last_event_sequence=number(raw, "last_event_sequence"),
         cancel_requested=text(raw, "cancel_requested") == "1",
-        retries_left=number(raw, "retries_left"), resume_from=_resume_from(raw))
+        retries_left=number(raw, "retries_left"), resume_from=_resume_from(raw),
+        job_token_nonce=text(raw, NONCE_FIELD))
 
 
 def _resume_from(raw: RawHash) -> CheckpointRef | None:

@@ -121,14 +121,15 @@ def state_to_proto(state: JobState) -> int:
     return enum_to_proto(job_pb2.Job.State, "STATE_", state)
 
 
-def job_to_proto(job: Job) -> job_pb2.Job:
+def job_to_proto(job: Job, *, job_token: str = "") -> job_pb2.Job:
+    """`job_token` goes into every assignment: only for GetJob with an admin key."""
     return job_pb2.Job(
         job_id=job.job_id, tenant_id=job.tenant_id, spec=job_pb2.JobSpec.FromString(job.spec_blob),
         state=state_to_proto(job.state), create_time=timestamp(job.create_time_ms),
         update_time=timestamp(job.update_time_ms), start_time=timestamp(job.start_time_ms),
         end_time=timestamp(job.end_time_ms), progress=progress_to_proto(job.progress),
         status_message=job.status_message, queue_position=job.queue_position, attempt=job.attempt,
-        assignments=[assignment_to_proto(a) for a in job.assignments],
+        assignments=[assignment_to_proto(a, job_token=job_token) for a in job.assignments],
         last_event_sequence=job.last_event_sequence, cancel_requested=job.cancel_requested,
         resume_from=_checkpoint_to_proto(job.resume_from), retries_left=job.retries_left)
 

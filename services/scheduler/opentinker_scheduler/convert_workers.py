@@ -66,10 +66,10 @@ def lease_context_from_proto(context: resources_pb2.LeaseContext) -> LeaseContex
                         fencing_token=context.fencing_token)
 
 
-def assignment_to_proto(assignment: Assignment) -> job_pb2.Assignment:
+def assignment_to_proto(assignment: Assignment, *, job_token: str = "") -> job_pb2.Assignment:
     lease = assignment.lease
     return job_pb2.Assignment(
         role=role_to_proto(assignment.role), worker_id=assignment.worker_id, address=assignment.address,
-        device_ids=list(assignment.device_ids),
+        device_ids=list(assignment.device_ids), job_token=job_token,
         lease=resources_pb2.LeaseContext(job_id=lease.job_id, lease_id=lease.lease_id,
                                          fencing_token=lease.fencing_token))

@@ -19,6 +19,7 @@ from opentinker_scheduler.clock import Clock
 from opentinker_scheduler.metrics import count_events, count_state_change
 from opentinker_scheduler.codec import assignment_prefix, decode_job, job_fields
 from opentinker_scheduler.events import KIND_OF, Payload, StateChanged, encode_payload
+from opentinker_scheduler.job_tokens import JobTokenDraft
 from opentinker_scheduler.leases import LeaseDraft, draft_keys, drafts_json
 from opentinker_scheduler.lua import Scripts
 from opentinker_scheduler.model import Assignment, Job, JobState, LeaseContext
@@ -144,9 +145,10 @@ class JobStore:
         return Transition(ok=False, current=current.decode() if current else "")
 
     async def start(self, job: Job, drafts: Sequence[LeaseDraft], *, addresses: Sequence[str],
-                    ttl_ms: int, where: str) -> StartResult:
-        """QUEUED -> ALLOCATING -> RUNNING with every lease in `drafts`, atomically (one round
-        trip), within the tenant's quota; or nothing at all."""
+                    ttl_ms: int, where: str, job_token: JobTokenDraft) -> StartResult:
+        """QUEUED -> ALLOCATING -> RUNNING with every lease in `drafts` and the attempt's job
+        token (its nonce and hash), atomically (one round trip), within the tenant's quota; or
+        nothing at all."""
         keys = [self.keys.job(job.job_id), self.keys.job_events(job.job_id), self.keys.job_queue(),
                 self.keys.fencing_counter(), self.keys.lease_expiry(), self.keys.job_leases(job.job_id),
                 self.keys.tenant(job.tenant_id), self.keys.tenant_usage(), self.keys.running_jobs(),
@@ -156,7 +158,8 @@ class JobStore:
                   encode_payload(StateChanged(from_state=JobState.ALLOCATING, to_state=JobState.RUNNING,
                                               reason=f"running: {where}"))]
         prefixes = [assignment_prefix(d, address) for d, address in zip(drafts, addresses, strict=True)]
-        args = [self.clock.now_ms(), ttl_ms, drafts_json(drafts), *events, job.tenant_id, *prefixes]
+        args = [self.clock.now_ms(), ttl_ms, drafts_json(drafts), *events, job.tenant_id,
+                job_token.nonce, job_token.token_hash, *prefixes]
         status, detail = await self.scripts.start(keys=keys, args=args)
         result = StartResult(status=status.decode(), detail=detail.decode())
         if result.ok:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from opentinker.core.job_tokens import FENCING_FIELD, HASH_FIELD, NONCE_FIELD
 from opentinker_scheduler.events import WorkerLost
 from opentinker_scheduler.job_store import JobStore, Report, Transition
 from opentinker_scheduler.model import Assignment, Job, JobState, Lease
@@ -58,7 +59,8 @@ class Lifecycle:
                                             "the lease and re-queueing the job)")
 
     async def requeue(self, job: Job, why: str) -> Transition:
-        """Back to QUEUED with one retry fewer; the next attempt resumes from `resume_from`."""
+        """Back to QUEUED with one retry fewer; the next attempt resumes from `resume_from`.
+        The attempt's job token stops verifying at once (the next attempt gets a new one)."""
         start = (f"from checkpoint {job.resume_from.checkpoint_id} (step {job.resume_from.step})"
                  if job.resume_from else "from the start (no checkpoint saved yet)")
         left = job.retries_left - 1
@@ -66,7 +68,8 @@ class Lifecycle:
         result = await self.store.transition(job.job_id, expected=job.state, to=JobState.QUEUED,
                                              reason=message, fields={
                                                  "status_message": message, "assignments": "[]",
-                                                 "retries_left": left})
+                                                 "retries_left": left, NONCE_FIELD: "", HASH_FIELD: "",
+                                                 FENCING_FIELD: ""})
         if result.ok:  # the transition released the job's leases
             log.warning("job_requeued", job_id=job.job_id, attempt=job.attempt, retries_left=left)
         return result

@@ -177,10 +177,12 @@ return {1, seq}
 """
 
 START = _USAGE + _LEASES + """
--- QUEUED -> ALLOCATING -> RUNNING with every lease of the job, in one step, or nothing.
+-- QUEUED -> ALLOCATING -> RUNNING with every lease of the job, in one step, or nothing. The
+-- attempt's job token nonce and hash are stored with its fencing tokens (opentinker.core.job_tokens).
 -- KEYS: job, events, queue, fencing, lease expiry, job leases, tenant, usage, running set,
 --       lease keys...
 -- ARGV: now, ttl, leases_json, allocating_event_json, running_event_json, tenant_id,
+--       job token nonce, job token hash,
 --       assignment prefixes (one per lease: its JSON up to the fencing token)...
 local now = tonumber(ARGV[1])
 local job = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'job_id', 'device_count')
@@ -198,10 +200,11 @@ local status, detail = check_leases(leases, 10, now)
 if status ~= 'ok' then return {status, detail} end
 local tokens = take_leases(leases, 10, now, tonumber(ARGV[2]), job[3], KEYS[4], KEYS[6], KEYS[5])
 local parts = {}
-for i = 1, #leases do parts[i] = ARGV[6 + i] .. tokens[i] .. '}' end
+for i = 1, #leases do parts[i] = ARGV[8 + i] .. tokens[i] .. '}' end
 redis.call('HSET', KEYS[1], 'state', 'RUNNING', 'update_time', now, 'start_time', now,
            'attempt', tonumber(job[2] or '0') + 1, 'status_message', '',
-           'assignments', '[' .. table.concat(parts, ',') .. ']')
+           'assignments', '[' .. table.concat(parts, ',') .. ']',
+           'job_token_nonce', ARGV[7], 'job_token_hash', ARGV[8], 'job_token_fencing', table.concat(tokens, ','))
 local seq = redis.call('HINCRBY', KEYS[1], 'last_event_sequence', 1)
 redis.call('XADD', KEYS[2], 'MAXLEN', MAX_EVENTS, seq .. '-0', 'time', now, 'data', ARGV[4])
 seq = redis.call('HINCRBY', KEYS[1], 'last_event_sequence', 1)

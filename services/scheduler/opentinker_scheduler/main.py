@@ -30,7 +30,8 @@ async def build_plan(settings: SchedulerSettings) -> ServerPlan:
     /metrics reads the queue, leases and workers from Redis when scraped (ClusterGauges)."""
     client = connect(settings.redis_url)
     blocking_client = connect(settings.redis_url, socket_timeout=None)  # WatchJob's XREAD BLOCK
-    scheduler = build_scheduler(client, blocking_client, config=settings.domain_config())
+    scheduler = build_scheduler(client, blocking_client, config=settings.domain_config(),
+                                service_key=settings.api_key)
     watch_redis = partial(track_redis_health, client, check_seconds=settings.redis_check_seconds)
     hooks = [watch_redis, partial(run_allocator, scheduler.allocator, blocking_client)]
     if settings.auth_enabled:

@@ -184,6 +184,8 @@ class Job:
     cancel_requested: bool = False
     retries_left: int = 0
     resume_from: CheckpointRef | None = None
+    job_token_nonce: str = ""
+    """The current attempt's job token nonce ("" when no attempt runs); see `job_tokens`."""
 
 
 @dataclass(frozen=True, kw_only=True)

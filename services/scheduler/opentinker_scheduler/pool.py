@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from opentinker_scheduler.config import SchedulerConfig
 from opentinker_scheduler.errors import InvalidArgument, NotFound
 from opentinker_scheduler.job_store import JobStore
+from opentinker_scheduler.job_tokens import JobTokenIssuer
 from opentinker_scheduler.jobs import check_id
 from opentinker_scheduler.leases import LeaseTable
 from opentinker_scheduler.lifecycle import Lifecycle, holds
@@ -20,6 +21,8 @@ from opentinker_scheduler.workers import WorkerRegistry
 class HeartbeatResult:
     assignments: list[Assignment] = field(default_factory=list)
     stop_job_ids: list[str] = field(default_factory=list)
+    job_tokens: dict[str, str] = field(default_factory=dict)
+    """The running attempt's job token of each assigned job, by job id."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,6 +32,7 @@ class WorkerPool:
     store: JobStore
     leases: LeaseTable
     lifecycle: Lifecycle
+    tokens: JobTokenIssuer
 
     async def register(self, registration: WorkerRegistration, caller: Caller) -> Worker:
         """Join (or re-join after a restart: the old registration's leases are lost)."""
@@ -68,6 +72,7 @@ class WorkerPool:
             return
         if job.state is JobState.RUNNING:
             result.assignments.extend(a for a in job.assignments if a.lease.lease_id == lease.lease_id)
+            result.job_tokens[job.job_id] = self.tokens.token_for(job)
 
     async def deregister(self, worker_id: str, caller: Caller, *, drain: bool) -> Worker:
         """drain: DRAINING (no new jobs, current ones continue); else leave now, re-queueing its jobs."""

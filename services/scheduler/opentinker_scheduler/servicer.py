@@ -1,7 +1,9 @@
 """The SchedulerService servicer: converts protobuf <-> domain objects and calls the domain.
 
 Every call acts for `current_principal()` (the API key the AuthInterceptor verified; with auth
-disabled, an admin of the `default` tenant). Errors are mapped in grpc_errors.
+disabled, an admin of the `default` tenant). Errors are mapped in grpc_errors. A job's token
+(`x-opentinker-job-token`) is shown in Heartbeat answers and to admin keys in GetJob, and
+required on the Coordinator's reports (ReportJobEvents, FinishJob).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import grpc
 from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from opentinker.core.auth_interceptor import current_principal
+from opentinker.core.job_token_guard import require_job_token
 from opentinker.core.server import ServiceBinding
 from opentinker.core.unimplemented import unimplemented_servicer
 from opentinker_scheduler import grpc_errors
@@ -50,6 +53,7 @@ class SchedulerServicer(_Base):  # type: ignore[misc, valid-type]
         self.jobs = scheduler.jobs
         self.pool = scheduler.pool
         self.admin = scheduler.tenant_admin
+        self.tokens = scheduler.tokens
         self.interval = duration(scheduler.config.heartbeat_interval_ms)
 
     @grpc_errors.unary
@@ -61,7 +65,9 @@ class SchedulerServicer(_Base):  # type: ignore[misc, valid-type]
 
     @grpc_errors.unary
     async def GetJob(self, request: pb.GetJobRequest, context: Context) -> pb.GetJobResponse:
-        return pb.GetJobResponse(job=job_to_proto(await self.jobs.get(request.job_id, caller())))
+        who = caller()
+        job = await self.jobs.get(request.job_id, who)
+        return pb.GetJobResponse(job=job_to_proto(job, job_token=self.tokens.token_shown_to(who, job)))
 
     @grpc_errors.unary
     async def ListJobs(self, request: pb.ListJobsRequest, context: Context) -> pb.ListJobsResponse:
@@ -93,7 +99,9 @@ class SchedulerServicer(_Base):  # type: ignore[misc, valid-type]
     @grpc_errors.unary
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: Context) -> pb.HeartbeatResponse:
         result = await self.pool.heartbeat(request.worker_id, caller())
-        return pb.HeartbeatResponse(assignments=[assignment_to_proto(a) for a in result.assignments],
+        assignments = [assignment_to_proto(a, job_token=result.job_tokens.get(a.lease.job_id, ""))
+                       for a in result.assignments]
+        return pb.HeartbeatResponse(assignments=assignments,
                                     stop_job_ids=result.stop_job_ids, heartbeat_interval=self.interval)
 
     @grpc_errors.unary
@@ -113,15 +121,21 @@ class SchedulerServicer(_Base):  # type: ignore[misc, valid-type]
     async def ReportJobEvents(self, request: pb.ReportJobEventsRequest,
                               context: Context) -> pb.ReportJobEventsResponse:
         payloads = [payload_from_proto(e, field=f"events[{i}]") for i, e in enumerate(request.events)]
+        who = caller()
+        who.require_admin("ReportJobEvents (a worker's call)")  # before the token: no hint a job exists
+        await require_job_token(context, job_id=request.lease.job_id, fencing_token=request.lease.fencing_token)
         sequence = await self.jobs.report(lease_context_from_proto(request.lease), payloads,
-                                          caller=caller(), request_id=request.request_id)
+                                          caller=who, request_id=request.request_id)
         return pb.ReportJobEventsResponse(last_sequence=sequence)
 
     @grpc_errors.unary
     async def FinishJob(self, request: pb.FinishJobRequest, context: Context) -> pb.FinishJobResponse:
+        who = caller()
+        who.require_admin("FinishJob (the Coordinator's call)")  # before the token: no hint a job exists
+        await require_job_token(context, job_id=request.lease.job_id, fencing_token=request.lease.fencing_token)
         job = await self.jobs.finish(lease_context_from_proto(request.lease),
                                      state_from_proto(request.final_state, field="final_state"),
-                                     caller=caller(), message=request.message)
+                                     caller=who, message=request.message)
         return pb.FinishJobResponse(job=job_to_proto(job))
 
     @grpc_errors.unary

@@ -4,6 +4,10 @@ to status codes (in `_ERROR_STATUS`, the one place that does). The work happens 
 
 A refused call carries its `common.v1.ErrorReason` name in the trailing metadata key
 `opentinker-reason` (e.g. ERROR_REASON_STALE_FENCING_TOKEN).
+
+Every call on a job's session (or with a job's lease) must carry the job's current attempt token
+(`opentinker.core.job_token_guard`); sessions opened without a job (Tinker-style primitives
+with an admin key) need none.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ import grpc
 import structlog
 import torch
 
-from opentinker.api.common.v1 import errors_pb2, weights_pb2
+from opentinker.api.common.v1 import errors_pb2, resources_pb2, weights_pb2
 from opentinker.api.trainer.v1 import trainer_service_pb2 as pb
 from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
+from opentinker.core.job_token_guard import require_job_token
 from opentinker.core.server import ServiceBinding
 from opentinker_trainer import convert
 from opentinker_trainer.checkpointing import load_checkpoint, save_checkpoint
@@ -89,8 +94,17 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
     def __init__(self, registry: SessionRegistry) -> None:
         self.registry = registry
 
+    async def _job_token(self, context: Any, *, lease: resources_pb2.LeaseContext | None = None,
+                         session_id: str = "") -> None:
+        """The job token check: of the lease's job and attempt, else of the session's job."""
+        if lease is not None and lease.job_id:
+            await require_job_token(context, job_id=lease.job_id, fencing_token=lease.fencing_token)
+        elif session_id:
+            await require_job_token(context, job_id=self.registry.view(session_id).job_id, field="session_id")
+
     @maps_domain_errors
     async def CreateSession(self, request: pb.CreateSessionRequest, context: Any) -> pb.CreateSessionResponse:
+        await self._job_token(context, lease=request.lease)
         view = await self.registry.create(convert.session_spec(request), lease=convert.lease(request.lease),
                                           device_ids=list(request.device_ids),
                                           request=convert.request_key("CreateSession", request))
@@ -100,11 +114,13 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
 
     @maps_domain_errors
     async def GetSession(self, request: pb.GetSessionRequest, context: Any) -> pb.GetSessionResponse:
+        await self._job_token(context, session_id=request.session_id)
         return pb.GetSessionResponse(session=convert.session_message(self.registry.view(request.session_id)))
 
     @maps_domain_errors
     async def ForwardBackward(self, request: pb.ForwardBackwardRequest,
                               context: Any) -> pb.ForwardBackwardResponse:
+        await self._job_token(context, lease=request.lease, session_id=request.session_id)
         datums = [convert.datum(message) for message in request.datums]
         loss = convert.loss_config(request.loss)
         result = await self.registry.run(
@@ -117,6 +133,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
 
     @maps_domain_errors
     async def OptimStep(self, request: pb.OptimStepRequest, context: Any) -> pb.OptimStepResponse:
+        await self._job_token(context, lease=request.lease, session_id=request.session_id)
         result = await self.registry.run(
             request.session_id, convert.lease(request.lease),
             lambda session: session.optim_step(request.learning_rate),
@@ -128,6 +145,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
     @maps_domain_errors
     async def ComputeLogprobs(self, request: pb.ComputeLogprobsRequest,
                               context: Any) -> pb.ComputeLogprobsResponse:
+        await self._job_token(context, session_id=request.session_id)
         sequences = [list(sequence.tokens) for sequence in request.sequences]
         rows = await self.registry.run(request.session_id, None, lambda session: session.compute_logprobs(
             sequences, reference=request.reference, temperature=request.temperature or 1.0))
@@ -136,6 +154,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
     @maps_domain_errors
     async def SaveCheckpoint(self, request: pb.SaveCheckpointRequest,
                              context: Any) -> pb.SaveCheckpointResponse:
+        await self._job_token(context, lease=request.lease, session_id=request.session_id)
         format = convert.checkpoint_format(request.format)
         record = await self.registry.run(
             request.session_id, convert.lease(request.lease),
@@ -148,6 +167,8 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
     @maps_domain_errors
     async def LoadCheckpoint(self, request: pb.LoadCheckpointRequest,
                              context: Any) -> pb.LoadCheckpointResponse:
+        await self._job_token(context, lease=request.lease, session_id=request.session_id)
+
         def work(session: Any) -> tuple[bytes, Any]:
             cursor = load_checkpoint(session, self.registry.checkpoint_root, request.checkpoint_id)
             return cursor, session.view()
@@ -157,6 +178,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
     @maps_domain_errors
     async def ExportWeights(self, request: pb.ExportWeightsRequest,
                             context: Any) -> AsyncIterator[pb.ExportWeightsResponse]:
+        await self._job_token(context, session_id=request.session_id)
         if request.chunk_bytes > MAX_CHUNK_BYTES:
             raise ValidationError("chunk_bytes", f"must be <= {MAX_CHUNK_BYTES} (gRPC message limit)")
         format = convert.weights_format(request.format)
@@ -168,6 +190,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
 
     @maps_domain_errors
     async def CloseSession(self, request: pb.CloseSessionRequest, context: Any) -> pb.CloseSessionResponse:
+        await self._job_token(context, lease=request.lease, session_id=request.session_id)
         view = await self.registry.close(request.session_id, convert.lease(request.lease))
         log.info("session_closed", session_id=view.session_id, step=view.step)
         return pb.CloseSessionResponse(session=convert.session_message(view))

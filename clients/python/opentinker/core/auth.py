@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import redis.asyncio
 
+from opentinker.core.job_tokens import JobTokenVerifier
 from opentinker.core.redis_store import Keys
 
 KEY_PREFIX = "otk"
@@ -165,13 +166,17 @@ class CachingVerifier:
     """`ApiKeyStore.verify` with a short in-process cache of positive answers.
 
     Every RPC is authenticated; the cache keeps that from costing a Redis read per call. A revoked
-    key stops working within `ttl_seconds`. Entries are keyed by a hash of the key text."""
+    key stops working within `ttl_seconds`. Entries are keyed by a hash of the key text.
+    `job_tokens` checks job tokens on the same Redis with the same cache time (the AuthInterceptor
+    given this verifier's `verify` uses it)."""
 
     def __init__(self, store: ApiKeyStore, *, ttl_seconds: float = 5.0, max_entries: int = 10_000) -> None:
         self.store = store
         self.ttl = ttl_seconds
         self.max_entries = max_entries
         self._cache: dict[str, tuple[float, Principal]] = {}
+        self.job_tokens = JobTokenVerifier(store.client, keys=store.keys, ttl_seconds=ttl_seconds,
+                                           max_entries=max_entries)
 
     async def verify(self, key_text: str) -> Principal | None:
         digest = hashlib.sha256(key_text.encode()).hexdigest()

@@ -4,10 +4,12 @@ Server side: `AuthInterceptor` reads `authorization: Bearer <key>` on every call
 and reflection stay open), verifies the key (`opentinker.core.auth`), and runs the handler with
 the caller's `Principal` in `current_principal()`. Missing, malformed, unknown or revoked keys get
 UNAUTHENTICATED; a service for OpenTinker's own processes (`admin_only`) answers a tenant key
-with PERMISSION_DENIED. Keys never reach logs: only their public id does.
+with PERMISSION_DENIED. Keys never reach logs: only their public id does. The interceptor also
+makes its `JobTokenVerifier` the handler's `current_job_tokens()`, which job-scoped handlers use
+through `opentinker.core.job_token_guard` (None when auth is off: no job token is checked).
 
-Client side: `authenticated_channel(address, api_key)` is an aio channel that adds the header
-to every call.
+Client side: `authenticated_channel(address, api_key, job_token=...)` is an aio channel that adds
+the key (and a job's token, `x-opentinker-job-token`) to every call.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import grpc
 import structlog
 
 from opentinker.core.auth import Principal, bearer_token
+from opentinker.core.job_tokens import JOB_TOKEN_METADATA_KEY, JobTokenVerifier
 from opentinker.core.redis_store import REDIS_DOWN_ERRORS
 
 log = structlog.get_logger(__name__)
@@ -30,7 +33,11 @@ LOCAL_PRINCIPAL = Principal(tenant_id="default", admin=True, key_id="")
 """Who every caller is when auth is disabled (OPENTINKER_AUTH=disabled, local use only)."""
 _PRINCIPAL: contextvars.ContextVar[Principal] = contextvars.ContextVar("opentinker_principal",
                                                                        default=LOCAL_PRINCIPAL)
+_JOB_TOKENS: contextvars.ContextVar[JobTokenVerifier | None] = contextvars.ContextVar("opentinker_job_tokens",
+                                                                                 default=None)
 Verify = Callable[[str], Awaitable[Principal | None]]
+JobToken = str | Callable[[], str]
+"""A job token, or a function giving the current one ("" = none yet)."""
 
 
 def current_principal() -> Principal:
@@ -38,11 +45,19 @@ def current_principal() -> Principal:
     return _PRINCIPAL.get()
 
 
+def current_job_tokens() -> JobTokenVerifier | None:
+    """The verifier of job tokens for the RPC being handled (None when auth is disabled)."""
+    return _JOB_TOKENS.get()
+
+
 class AuthInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, verify: Verify, *, service_label: str, admin_only: bool = False) -> None:
+    def __init__(self, verify: Verify, *, service_label: str, admin_only: bool = False,
+                 job_tokens: JobTokenVerifier | None = None) -> None:
+        """`job_tokens` defaults to the one of the CachingVerifier whose `verify` is given."""
         self.verify = verify
         self.service_label = service_label
         self.admin_only = admin_only
+        self.job_tokens = job_tokens or getattr(getattr(verify, "__self__", None), "job_tokens", None)
 
     async def intercept_service(self, continuation, handler_call_details):  # noqa: ANN001, ANN201
         handler = await continuation(handler_call_details)
@@ -60,7 +75,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if refused is not None:
             log.info("call_refused", method=method, code=refused[0].name)
             return _refusal(handler, *refused)
-        return _with_principal(handler, principal)
+        return _with_principal(handler, principal, self.job_tokens)
 
     def _refusal_reason(self, token: str | None, principal: Principal | None) -> tuple[grpc.StatusCode, str] | None:
         if token is None:
@@ -75,27 +90,34 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         return None
 
 
-def _with_principal(handler: grpc.RpcMethodHandler, principal: Principal) -> grpc.RpcMethodHandler:
-    """The same handler, run with `principal` as current_principal()."""
+def _with_principal(handler: grpc.RpcMethodHandler, principal: Principal,
+                    job_tokens: JobTokenVerifier | None) -> grpc.RpcMethodHandler:
+    """The same handler, run with `principal` as current_principal() and `job_tokens` as
+    current_job_tokens()."""
     def bind(behavior: Callable[..., Any], streaming_response: bool) -> Callable[..., Any]:
         if streaming_response:
             async def stream(request: Any, context: grpc.aio.ServicerContext):  # noqa: ANN202
-                token = _PRINCIPAL.set(principal)
+                tokens = _PRINCIPAL.set(principal), _JOB_TOKENS.set(job_tokens)
                 try:
                     async for item in behavior(request, context):
                         yield item
                 finally:
-                    _PRINCIPAL.reset(token)
+                    _reset(tokens)
             return stream
 
         async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            token = _PRINCIPAL.set(principal)
+            tokens = _PRINCIPAL.set(principal), _JOB_TOKENS.set(job_tokens)
             try:
                 return await behavior(request, context)
             finally:
-                _PRINCIPAL.reset(token)
+                _reset(tokens)
         return unary
     return _rebuild(handler, bind)
+
+
+def _reset(tokens: tuple[contextvars.Token, contextvars.Token]) -> None:
+    _PRINCIPAL.reset(tokens[0])
+    _JOB_TOKENS.reset(tokens[1])
 
 
 def _refusal(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
@@ -120,14 +142,19 @@ def _rebuild(handler: grpc.RpcMethodHandler,
 
 
 class _Bearer:
-    """Adds `authorization: Bearer <key>` to a call's metadata."""
+    """Adds `authorization: Bearer <key>` (and the job token, when there is one) to a call's metadata."""
 
-    def __init__(self, api_key: str) -> None:
-        self._header = ("authorization", f"Bearer {api_key}")
+    def __init__(self, api_key: str, job_token: JobToken = "") -> None:
+        self._header = ("authorization", f"Bearer {api_key}") if api_key else None
+        self._job_token = job_token
 
     def _details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
         metadata = grpc.aio.Metadata(*(details.metadata or ()))
-        metadata.add(*self._header)
+        if self._header is not None:
+            metadata.add(*self._header)
+        job_token = self._job_token() if callable(self._job_token) else self._job_token
+        if job_token:
+            metadata.add(JOB_TOKEN_METADATA_KEY, job_token)
         return grpc.aio.ClientCallDetails(details.method, details.timeout, metadata, details.credentials,
                                           details.wait_for_ready)
 
@@ -154,13 +181,29 @@ class _BearerStreamStream(_Bearer, grpc.aio.StreamStreamClientInterceptor):
         return await continuation(self._details(details), request_iterator)
 
 
-def bearer_interceptors(api_key: str) -> list[grpc.aio.ClientInterceptor]:
-    return [kind(api_key) for kind in (_BearerUnaryUnary, _BearerUnaryStream, _BearerStreamUnary,
-                                       _BearerStreamStream)]
+def bearer_interceptors(api_key: str, job_token: JobToken = "") -> list[grpc.aio.ClientInterceptor]:
+    return [kind(api_key, job_token) for kind in (_BearerUnaryUnary, _BearerUnaryStream, _BearerStreamUnary,
+                                                  _BearerStreamStream)]
 
 
-def authenticated_channel(address: str, api_key: str = "", *,
-                          options: Sequence[tuple[str, Any]] = ()) -> grpc.aio.Channel:
-    """An aio channel to `address` that sends `api_key` with every call (none when empty)."""
-    interceptors = bearer_interceptors(api_key) if api_key else None
+def authenticated_channel(address: str, api_key: str = "", *, options: Sequence[tuple[str, Any]] = (),
+                          job_token: JobToken = "") -> grpc.aio.Channel:
+    """An aio channel to `address` that sends `api_key` with every call (none when empty) and,
+    for a channel serving one attempt of a job, its `job_token` (a text, or a function called
+    on each call, for a channel opened before the token is known)."""
+    interceptors = bearer_interceptors(api_key, job_token) if api_key or job_token else None
     return grpc.aio.insecure_channel(address, options=list(options), interceptors=interceptors)
+
+
+class JobTokenSlot:
+    """A job token learnt after its channel was opened: `authenticated_channel(..., job_token=slot)`,
+    then `slot.set(token)`; calls carry the token from then on."""
+
+    def __init__(self) -> None:
+        self.token = ""
+
+    def set(self, token: str) -> None:
+        self.token = token
+
+    def __call__(self) -> str:
+        return self.token

@@ -26,6 +26,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_MATCH_FINISHED: _ClassVar[ErrorReason]
     ERROR_REASON_SEAT_TAKEN: _ClassVar[ErrorReason]
     ERROR_REASON_AGENT_LOST: _ClassVar[ErrorReason]
+    ERROR_REASON_JOB_TOKEN_INVALID: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 ERROR_REASON_INVALID_FIELD: ErrorReason
 ERROR_REASON_JOB_NOT_FOUND: ErrorReason
@@ -45,6 +46,7 @@ ERROR_REASON_MATCH_NOT_FOUND: ErrorReason
 ERROR_REASON_MATCH_FINISHED: ErrorReason
 ERROR_REASON_SEAT_TAKEN: ErrorReason
 ERROR_REASON_AGENT_LOST: ErrorReason
+ERROR_REASON_JOB_TOKEN_INVALID: ErrorReason
 
 class ErrorDetail(_message.Message):
     __slots__ = ("code", "message", "reason", "traceback")

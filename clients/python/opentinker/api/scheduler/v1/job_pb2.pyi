@@ -201,18 +201,20 @@ class Job(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[Job.State, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., progress: _Optional[_Union[_progress_pb2.JobProgress, _Mapping]] = ..., status_message: _Optional[str] = ..., queue_position: _Optional[int] = ..., attempt: _Optional[int] = ..., assignments: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ..., last_event_sequence: _Optional[int] = ..., cancel_requested: _Optional[bool] = ..., resume_from: _Optional[_Union[CheckpointSaved, _Mapping]] = ..., retries_left: _Optional[int] = ...) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("role", "worker_id", "address", "device_ids", "lease")
+    __slots__ = ("role", "worker_id", "address", "device_ids", "lease", "job_token")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_IDS_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
+    JOB_TOKEN_FIELD_NUMBER: _ClassVar[int]
     role: _resources_pb2.Role
     worker_id: str
     address: str
     device_ids: _containers.RepeatedScalarFieldContainer[str]
     lease: _resources_pb2.LeaseContext
-    def __init__(self, role: _Optional[_Union[_resources_pb2.Role, str]] = ..., worker_id: _Optional[str] = ..., address: _Optional[str] = ..., device_ids: _Optional[_Iterable[str]] = ..., lease: _Optional[_Union[_resources_pb2.LeaseContext, _Mapping]] = ...) -> None: ...
+    job_token: str
+    def __init__(self, role: _Optional[_Union[_resources_pb2.Role, str]] = ..., worker_id: _Optional[str] = ..., address: _Optional[str] = ..., device_ids: _Optional[_Iterable[str]] = ..., lease: _Optional[_Union[_resources_pb2.LeaseContext, _Mapping]] = ..., job_token: _Optional[str] = ...) -> None: ...
 
 class JobEvent(_message.Message):
     __slots__ = ("job_id", "sequence", "time", "state_changed", "metrics", "log", "progress", "checkpoint", "worker_lost")

@@ -1,0 +1,286 @@
+"""Tenant isolation on every read path of the live stack (auth on).
+
+An admin creates tenants A and B, each with its own key; A runs a job. With B's key, every RPC
+of every service (the table below, checked against the service descriptors, so a new RPC
+without a row fails) is aimed at A's objects: the Scheduler answers NOT_FOUND for A's job and
+tenant (never "forbidden", which would confirm they exist) and PERMISSION_DENIED for admin-only
+RPCs; the Trainer, Rollout, EnvHost and Coordinator serve only OpenTinker's own (admin) keys.
+The dashboard's JSON API, which forwards the caller's key, behaves the same. Then nothing B can
+read (its job lists, its own job and events, its tenant and keys) mentions anything of A's, and
+A's job succeeds untouched.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import json
+import pkgutil
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import message_factory
+
+import opentinker.api
+from opentinker.api.common.v1 import resources_pb2
+from opentinker.api.scheduler.v1 import job_pb2, tenant_pb2
+from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker.client import SchedulerClient
+from opentinker.client.spec import job_spec_from_dict
+from opentinker.dashboard.routes import ROUTES
+from tests._stack import LocalStack
+from tests.chaos._security_stack import security_stack
+from tests.e2e.test_rl_job import tiny_rl_spec
+
+pytestmark = pytest.mark.timeout(180)
+SCHEDULER = "opentinker.scheduler.v1.SchedulerService"
+WORKER_SERVICES = {"opentinker.trainer.v1.TrainerService": "trainer", "opentinker.rollout.v1.RolloutService": "rollout",
+                   "opentinker.envhost.v1.EnvHostService": "envhost",
+                   "opentinker.coordinator.v1.CoordinatorService": "coordinator"}
+A_TENANT, B_TENANT, A_DISPLAY_NAME = "iso-alpha", "iso-beta", "alpha-private-run-5c1e"
+
+
+class Expect(enum.Enum):
+    OWN = "succeeds, showing only B's own objects"
+    NOT_FOUND = grpc.StatusCode.NOT_FOUND
+    DENIED = grpc.StatusCode.PERMISSION_DENIED
+
+
+@dataclass(frozen=True)
+class World:
+    """A's objects (as an admin sees them) and both tenants' keys."""
+
+    a_key: str
+    a_key_id: str
+    b_key: str
+    a_job: job_pb2.Job
+    a_request_id: str
+
+    def a_lease(self, role: int = resources_pb2.ROLE_COORDINATOR) -> resources_pb2.LeaseContext:
+        return next(a.lease for a in self.a_job.assignments if a.role == role)
+
+    def a_worker(self, role: int) -> str:
+        return next(a.worker_id for a in self.a_job.assignments if a.role == role)
+
+    def a_secrets(self) -> list[str]:
+        """Everything of A's that must not show in what B reads."""
+        leases = [a.lease.lease_id for a in self.a_job.assignments]
+        tokens = [a.job_token for a in self.a_job.assignments if a.job_token]
+        return [self.a_job.job_id, A_TENANT, A_DISPLAY_NAME, self.a_key_id, self.a_key, *leases, *tokens]
+
+
+Request = Callable[[World], Any]
+SCHEDULER_ROWS: dict[str, tuple[Expect, Request]] = {
+    "SubmitJob": (Expect.OWN, lambda w: pb.SubmitJobRequest(request_id=w.a_request_id,
+                                                             spec=job_spec_from_dict(_spec("beta-run")))),
+    "GetJob": (Expect.NOT_FOUND, lambda w: pb.GetJobRequest(job_id=w.a_job.job_id)),
+    "ListJobs": (Expect.OWN, lambda w: pb.ListJobsRequest(page_size=100)),
+    "CancelJob": (Expect.NOT_FOUND, lambda w: pb.CancelJobRequest(job_id=w.a_job.job_id)),
+    "WatchJob": (Expect.NOT_FOUND, lambda w: pb.WatchJobRequest(job_id=w.a_job.job_id)),
+    "RegisterWorker": (Expect.DENIED, lambda w: pb.RegisterWorkerRequest(
+        worker_id=w.a_worker(resources_pb2.ROLE_TRAINER), role=resources_pb2.ROLE_TRAINER, address="127.0.0.1:1")),
+    "Heartbeat": (Expect.DENIED, lambda w: pb.HeartbeatRequest(worker_id=w.a_worker(resources_pb2.ROLE_COORDINATOR))),
+    "DeregisterWorker": (Expect.DENIED, lambda w: pb.DeregisterWorkerRequest(
+        worker_id=w.a_worker(resources_pb2.ROLE_TRAINER))),
+    "ListWorkers": (Expect.DENIED, lambda w: pb.ListWorkersRequest()),
+    "ReportJobEvents": (Expect.DENIED, lambda w: pb.ReportJobEventsRequest(lease=w.a_lease())),
+    "FinishJob": (Expect.DENIED, lambda w: pb.FinishJobRequest(lease=w.a_lease(),
+                                                                final_state=job_pb2.Job.STATE_FAILED)),
+    "CreateTenant": (Expect.DENIED, lambda w: pb.CreateTenantRequest(tenant_id=A_TENANT)),
+    "GetTenant": (Expect.NOT_FOUND, lambda w: pb.GetTenantRequest(tenant_id=A_TENANT)),
+    "ListTenants": (Expect.DENIED, lambda w: pb.ListTenantsRequest()),
+    "UpdateTenantQuota": (Expect.DENIED, lambda w: pb.UpdateTenantQuotaRequest(tenant_id=A_TENANT,
+                                                                                quota=tenant_pb2.Quota(max_devices=1))),
+    "CreateApiKey": (Expect.DENIED, lambda w: pb.CreateApiKeyRequest(tenant_id=A_TENANT)),
+    "ListApiKeys": (Expect.NOT_FOUND, lambda w: pb.ListApiKeysRequest(tenant_id=A_TENANT)),
+    "RevokeApiKey": (Expect.DENIED, lambda w: pb.RevokeApiKeyRequest(key_id=w.a_key_id)),
+}
+WORKER_ROWS: dict[str, tuple[str, ...]] = {
+    "opentinker.trainer.v1.TrainerService": ("CreateSession", "GetSession", "ForwardBackward", "OptimStep",
+                                             "ComputeLogprobs", "SaveCheckpoint", "LoadCheckpoint",
+                                             "ExportWeights", "CloseSession"),
+    "opentinker.rollout.v1.RolloutService": ("LoadModel", "UnloadModel", "UpdateWeights", "Sample", "RunEpisodes"),
+    "opentinker.envhost.v1.EnvHostService": ("ListEnvironments", "OpenSession", "Reset", "Step", "CloseSession",
+                                             "Interact"),
+    "opentinker.coordinator.v1.CoordinatorService": ("StartRun", "ResumeRun", "StopRun", "GetRun", "WatchRun",
+                                                     "OpenMatch", "JoinMatch", "GetMatch", "AwaitTurn",
+                                                     "SubmitAction", "LeaveMatch", "ArriveAtBarrier"),
+}
+"""Every RPC of the services only OpenTinker's own processes call: a tenant key gets PERMISSION_DENIED."""
+DASHBOARD_ROWS: dict[str, tuple[str, Callable[[World], str], int]] = {
+    "list_jobs": ("GET", lambda w: "/api/jobs", 200),
+    "get_job": ("GET", lambda w: f"/api/jobs/{w.a_job.job_id}", 404),
+    "job_metrics": ("GET", lambda w: f"/api/jobs/{w.a_job.job_id}/metrics", 404),
+    "job_events": ("GET", lambda w: f"/api/jobs/{w.a_job.job_id}/events", 404),
+    "cancel_job": ("POST", lambda w: f"/api/jobs/{w.a_job.job_id}/cancel", 404),
+    "list_workers": ("GET", lambda w: "/api/workers", 403),
+    "list_tenants": ("GET", lambda w: "/api/tenants", 403),
+}
+DASHBOARD_WITHOUT_DATA = {"healthz", "static_file", "page"}
+
+
+def _spec(display_name: str) -> dict:
+    return {**tiny_rl_spec(total_steps=2), "display_name": display_name}
+
+
+def every_rpc() -> set[str]:
+    """`<service full name>/<method>` of every service in the generated API."""
+    names = set()
+    for info in pkgutil.walk_packages(opentinker.api.__path__, "opentinker.api."):
+        if info.name.endswith("_pb2"):
+            for service in importlib.import_module(info.name).DESCRIPTOR.services_by_name.values():
+                names |= {f"{service.full_name}/{method.name}" for method in service.methods}
+    return names
+
+
+def method_descriptor(path: str):  # noqa: ANN201
+    for info in pkgutil.walk_packages(opentinker.api.__path__, "opentinker.api."):
+        if info.name.endswith("_pb2"):
+            for service in importlib.import_module(info.name).DESCRIPTOR.services_by_name.values():
+                if path.startswith(service.full_name + "/"):
+                    return service.methods_by_name[path.split("/", 1)[1]]
+    raise KeyError(path)
+
+
+def aimed_at_a(method, world: World):  # noqa: ANN001, ANN201
+    """The method's request naming A's job wherever it has a job_id or a lease."""
+    request = message_factory.GetMessageClass(method.input_type)()
+    fields = request.DESCRIPTOR.fields_by_name
+    if "job_id" in fields:
+        request.job_id = world.a_job.job_id
+    if "lease" in fields:
+        request.lease.CopyFrom(world.a_lease())
+    return request
+
+
+def call(channel: grpc.Channel, path: str, request: Any, metadata: list[tuple[str, str]]) -> Any:
+    """Call any RPC by its path (streams sent as one message, received as a list)."""
+    method = method_descriptor(path)
+    response_type = message_factory.GetMessageClass(method.output_type)
+    kind = {(False, False): channel.unary_unary, (False, True): channel.unary_stream,
+            (True, False): channel.stream_unary, (True, True): channel.stream_stream}[
+        (method.client_streaming, method.server_streaming)]
+    stub = kind(f"/{path}", request_serializer=lambda m: m.SerializeToString(),
+                response_deserializer=response_type.FromString)
+    response = stub(iter([request]) if method.client_streaming else request, metadata=metadata, timeout=30)
+    return list(response) if method.server_streaming else response
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> LocalStack:
+    return security_stack(tmp_path_factory, pytestconfig)
+
+
+@pytest.fixture(scope="module")
+def admin(stack: LocalStack) -> Iterator[SchedulerClient]:
+    with SchedulerClient(stack.address("scheduler"), api_key=stack.api_key, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def world(stack: LocalStack, admin: SchedulerClient) -> World:
+    a_created = admin.create_tenant(A_TENANT)
+    b_key = admin.create_tenant(B_TENANT).api_key_secret
+    with SchedulerClient(stack.address("scheduler"), api_key=a_created.api_key_secret) as tenant_a:
+        a_job = tenant_a.submit_job(_spec(A_DISPLAY_NAME), request_id="alpha-request")
+    for event in admin.watch_job(a_job.job_id):  # until it runs: its leases exist
+        if event.WhichOneof("payload") == "state_changed" and event.state_changed.to_state == job_pb2.Job.STATE_RUNNING:
+            break
+    return World(a_key=a_created.api_key_secret, a_key_id=a_created.api_key.key_id, b_key=b_key,
+                 a_job=admin.get_job(a_job.job_id), a_request_id="alpha-request")
+
+
+def test_the_table_names_every_rpc_of_every_service_and_every_dashboard_route() -> None:
+    table = {f"{SCHEDULER}/{name}" for name in SCHEDULER_ROWS}
+    table |= {f"{service}/{name}" for service, names in WORKER_ROWS.items() for name in names}
+    assert table == every_rpc(), "add a row for each new RPC (and drop rows of removed ones)"
+    api_routes = {name for _, _, name in ROUTES} - DASHBOARD_WITHOUT_DATA
+    assert set(DASHBOARD_ROWS) == api_routes, "add a row for each new dashboard route"
+
+
+def test_tenant_b_reaches_nothing_of_tenant_a(stack: LocalStack, admin: SchedulerClient, world: World) -> None:
+    readable = [*scheduler_calls_as_b(stack, world), *worker_calls_as_b(stack, world),
+                *dashboard_calls_as_b(stack, world)]
+    readable += own_objects_of_b(stack, world)
+    leaks = [(what, secret) for what, text in readable for secret in world.a_secrets() if secret in text]
+    assert leaks == []
+    assert {what for what, _ in readable} == {  # what B could read, all of it searched
+        f"{SCHEDULER}/SubmitJob", f"{SCHEDULER}/ListJobs", "dashboard list_jobs", "B's job", "B's events",
+        "B's tenant", "B's keys"}
+    final = admin.wait(world.a_job.job_id)
+    assert final.state == job_pb2.Job.STATE_SUCCEEDED and not final.cancel_requested, final.status_message
+
+
+def scheduler_calls_as_b(stack: LocalStack, world: World) -> list[tuple[str, str]]:
+    """Every Scheduler row with B's key; the text of what B could read."""
+    readable = []
+    with grpc.insecure_channel(stack.address("scheduler")) as channel:
+        for name, (expect, make) in SCHEDULER_ROWS.items():
+            path = f"{SCHEDULER}/{name}"
+            readable += outcome(path, expect, lambda: call(channel, path, make(world), bearer(world.b_key)))
+    return readable
+
+
+def worker_calls_as_b(stack: LocalStack, world: World) -> list[tuple[str, str]]:
+    readable = []
+    for service, names in WORKER_ROWS.items():
+        with grpc.insecure_channel(stack.address(WORKER_SERVICES[service])) as channel:
+            for name in names:
+                path = f"{service}/{name}"
+                request = aimed_at_a(method_descriptor(path), world)
+                readable += outcome(path, Expect.DENIED, lambda: call(channel, path, request, bearer(world.b_key)))
+    return readable
+
+
+def outcome(path: str, expect: Expect, run: Callable[[], Any]) -> list[tuple[str, str]]:
+    """Run a call expected to end as `expect`; (path, response text) when B may read it."""
+    try:
+        response = run()
+    except grpc.RpcError as error:
+        assert expect is not Expect.OWN and error.code() == expect.value, (path, error.code(), error.details())
+        return []
+    assert expect is Expect.OWN, (path, "answered a tenant key", str(response)[:300])
+    return [(path, str(response))]
+
+
+def dashboard_calls_as_b(stack: LocalStack, world: World) -> list[tuple[str, str]]:
+    readable = []
+    for name, (method, make_path, status) in DASHBOARD_ROWS.items():
+        got, body = http(stack, method, make_path(world), world.b_key)
+        assert got == status, (name, got, body[:300])
+        if got == 200:
+            readable.append((f"dashboard {name}", body))
+    return readable
+
+
+def own_objects_of_b(stack: LocalStack, world: World) -> list[tuple[str, str]]:
+    """B's own job (cancelled, so its event stream ends), events, tenant and keys."""
+    with SchedulerClient(stack.address("scheduler"), api_key=world.b_key) as tenant_b:
+        jobs = list(tenant_b.list_jobs())
+        assert jobs and all(job.tenant_id == B_TENANT for job in jobs)
+        own = jobs[0]
+        tenant_b.cancel_job(own.job_id)
+        events = list(tenant_b.watch_job(own.job_id))
+        return [("B's job", str(tenant_b.get_job(own.job_id))), ("B's events", "".join(map(str, events))),
+                ("B's tenant", str(tenant_b.get_tenant(B_TENANT))),
+                ("B's keys", "".join(map(str, tenant_b.list_api_keys(B_TENANT))))]
+
+
+def bearer(key: str) -> list[tuple[str, str]]:
+    return [("authorization", f"Bearer {key}")]
+
+
+def http(stack: LocalStack, method: str, path: str, key: str) -> tuple[int, str]:
+    data = json.dumps({}).encode() if method == "POST" else None
+    request = urllib.request.Request(stack.dashboard_url + path, method=method, data=data, headers={
+        "Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
