@@ -23,15 +23,36 @@ GRACE_SECONDS = 2.0
 SCHEDULER = SERVICES[0]
 
 
-@pytest.fixture(params=SERVICES, ids=[case.name for case in SERVICES])
-def service(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path) -> Iterator[ServiceProcess]:
-    """One service on a free port, pointed at the test Redis, SERVING."""
-    case: ServiceCase = request.param
-    process = ServiceProcess(case, port=free_port(), log_path=tmp_path / f"{case.name}.log",
+def serving_process(case: ServiceCase, redis_url: str, log_dir: Path) -> ServiceProcess:
+    """One service on a free port, pointed at `redis_url`, SERVING."""
+    process = ServiceProcess(case, port=free_port(), log_path=log_dir / f"{case.name}.log",
                              OPENTINKER_REDIS_URL=redis_url,
                              **{f"{case.env_prefix}GRACE_SECONDS": str(GRACE_SECONDS)})
     try:
         process.wait_for_health("SERVING")
+    except BaseException:
+        process.kill()
+        raise
+    return process
+
+
+@pytest.fixture(scope="module", params=SERVICES, ids=[case.name for case in SERVICES])
+def service(request: pytest.FixtureRequest, redis_server, tmp_path_factory) -> Iterator[ServiceProcess]:  # noqa: ANN001
+    """One process per service, shared by the tests that only ask it questions; on a Redis
+    database of its own (15), which the other tests' FLUSHDB of database 0 never touches."""
+    case: ServiceCase = request.param
+    process = serving_process(case, redis_server.url.rsplit("/", 1)[0] + "/15", tmp_path_factory.mktemp(case.name))
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+@pytest.fixture(params=SERVICES, ids=[case.name for case in SERVICES])
+def fresh_service(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path) -> Iterator[ServiceProcess]:
+    """A service of the test's own (it will be stopped)."""
+    process = serving_process(request.param, redis_url, tmp_path)
+    try:
         yield process
     finally:
         process.kill()
@@ -80,12 +101,12 @@ def test_empty_requests_get_canonical_errors_and_unbuilt_rpcs_say_so(service: Se
     assert service.process.poll() is None
 
 
-def test_sigterm_stops_gracefully_with_exit_code_0(service: ServiceProcess) -> None:
+def test_sigterm_stops_gracefully_with_exit_code_0(fresh_service: ServiceProcess) -> None:
     started = time.monotonic()
-    exit_code = service.terminate(timeout=GRACE_SECONDS + 5)
-    assert exit_code == 0, service.log_text()
+    exit_code = fresh_service.terminate(timeout=GRACE_SECONDS + 5)
+    assert exit_code == 0, fresh_service.log_text()
     assert time.monotonic() - started < GRACE_SECONDS + 5
-    log = service.log_text()
+    log = fresh_service.log_text()
     assert '"event": "signal_received"' in log and '"signal": "SIGTERM"' in log
     assert '"event": "shutdown_complete"' in log
 
