@@ -1,14 +1,18 @@
-"""EnvHost steps/s over the Interact stream vs a bare gRPC echo service with the same stream shape.
+"""EnvHost steps/s over the Interact stream vs a bare gRPC echo service with the same stream shape,
+with games in their own processes (the default) and in the EnvHost's threads.
 
-    .venv/bin/python bench/envhost.py            # 64 sessions, 3 rounds x 5 s per server (~1 min)
-    .venv/bin/python bench/envhost.py --quick    # 1 round x 1 s: a smoke run (~10 s)
+    .venv/bin/python bench/envhost.py            # 64 sessions, 3 rounds x 5 s per target (~1.5 min)
+    .venv/bin/python bench/envhost.py --quick    # 1 round x 1 s: a smoke run (~15 s)
 
 What runs, all on this machine:
 
-* the EnvHost as a real process (`python -m opentinker_envhost`, OPENTINKER_AUTH=disabled,
+* the EnvHost as two real processes (`python -m opentinker_envhost`, OPENTINKER_AUTH=disabled,
   OPENTINKER_ENVHOST_GAMES serving bench/_envhost_games.py by import path: `trivial`, a sync
   AbstractGame, and `trivial-async`, the same game as an AsyncAbstractGame; its scheduler
-  address points at a free port, so it registers nowhere and retries in the background);
+  address points at a free port, so it registers nowhere and retries in the background): one
+  with the default OPENTINKER_ENVHOST_ISOLATION=process (each session's game in a process of its
+  own, forked by the EnvHost's fork server) and one with isolation=thread (games in the
+  EnvHost's worker threads);
 * the baseline, bench/_echo_server.py, also a process: a bare grpc.aio server implementing
   EnvHostService/Interact itself, answering every request inline with a response of the same
   kind and size (no sessions, tasks, threads, game calls or Struct conversions). Both servers
@@ -21,15 +25,19 @@ What runs, all on this machine:
   sequence and a step result) until the round ends, then CloseSession (which must report the
   number of steps the session sent) and end of stream (status OK).
 
-The measured targets are `echo`, `envhost` (sync game, which the EnvHost runs in a worker
-thread) and `envhost-async` (async game, run on the EnvHost's event loop). Each of --rounds
-rounds measures every target once, the order rotating from round to round (so drifts in the
-machine's load hit all alike); a round opens the sessions, plays --warmup seconds unmeasured,
-then counts the steps whose response arrives within the next --seconds. Reported per target:
-medians over rounds of steps/s, per-step latency p50/p99 (client-side, write to read, ms),
-CPU seconds of the server process (all its threads, /proc) and of this client process within
-the measured window, and CPU microseconds per step. ratio = median envhost steps/s / median
-echo steps/s; the target is >= 0.70 for the sync game (the async game's ratio is shown too).
+The measured targets are `echo`, `envhost` (sync game in its own process: the default),
+`envhost-thread` (sync game in an EnvHost worker thread) and `envhost-async` (async game in its
+own process). Each of --rounds rounds measures every target once, the order rotating from round
+to round (so drifts in the machine's load hit all alike); a round opens the sessions, plays
+--warmup seconds unmeasured, then counts the steps whose response arrives within the next
+--seconds. Reported per target: medians over rounds of steps/s, per-step latency p50/p99
+(client-side, write to read, ms), CPU seconds of the server (the EnvHost process and all its
+descendants: fork server and game processes; /proc) and of this client process within the
+measured window, CPU microseconds per step, and the time to open and reset all the sessions at
+once per session (a fork per session in process mode). ratio = median envhost steps/s / median echo
+steps/s; the target is >= 0.70 for the default (process) mode's sync game (the other ratios are
+shown too). `isolation` compares the two modes: process/thread steps/s, server CPU per step and
+p50 latency (the cost of the process boundary per step).
 
 All processes share this machine's cores: on a 2-core box client and server compete, so read
 the CPU columns (a client near 1 CPU s per second is itself a bottleneck) and the load average.
@@ -82,10 +90,12 @@ CALL_TIMEOUT_S = 30.0
 """Longest one request (open, reset, step, close) may wait for its answer before the run fails."""
 ACTION = "go"
 
-ECHO, ENVHOST, ENVHOST_ASYNC = "echo", "envhost", "envhost-async"
-GAME_OF = {ECHO: "trivial", ENVHOST: "trivial", ENVHOST_ASYNC: "trivial-async"}
+ECHO, ENVHOST, ENVHOST_THREAD, ENVHOST_ASYNC = "echo", "envhost", "envhost-thread", "envhost-async"
+GAME_OF = {ECHO: "trivial", ENVHOST: "trivial", ENVHOST_THREAD: "trivial", ENVHOST_ASYNC: "trivial-async"}
 """env_name each target's sessions open (the echo server ignores it)."""
-SERVER_OF = {ECHO: ECHO, ENVHOST: ENVHOST, ENVHOST_ASYNC: ENVHOST}
+SERVER_OF = {ECHO: ECHO, ENVHOST: ENVHOST, ENVHOST_THREAD: ENVHOST_THREAD, ENVHOST_ASYNC: ENVHOST}
+ISOLATION_OF = {ENVHOST: "process", ENVHOST_THREAD: "thread"}
+"""OPENTINKER_ENVHOST_ISOLATION of each EnvHost server process."""
 
 
 class BenchFailure(Exception):
@@ -106,7 +116,7 @@ class BenchConfig:
 
     @property
     def targets(self) -> tuple[str, ...]:
-        return (ECHO, ENVHOST, ENVHOST_ASYNC) if self.include_async else (ECHO, ENVHOST)
+        return (ECHO, ENVHOST, ENVHOST_THREAD, *((ENVHOST_ASYNC,) if self.include_async else ()))
 
 
 def parse_args(argv: list[str] | None) -> BenchConfig:
@@ -149,6 +159,25 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its live descendants (an EnvHost's fork server and game processes), from /proc."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            parents.setdefault(parent, []).append(int(stat.parent.name))
+    tree, queue = [], [pid]
+    while queue:
+        current = queue.pop()
+        tree.append(current)
+        queue.extend(parents.get(current, []))
+    return tree
+
+
+def tree_cpu_seconds(pids: list[int]) -> float:
+    return sum(cpu_seconds(pid) for pid in pids)
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -253,17 +282,24 @@ class ServerProcess:
         return self.process.returncode
 
 
-def server_processes(log_dir: Path) -> dict[str, ServerProcess]:
-    envhost_port, echo_port, nowhere = free_port(), free_port(), free_port()
-    envhost = ServerProcess(
-        name=ENVHOST, command=[sys.executable, "-m", "opentinker_envhost"], port=envhost_port,
-        log_path=log_dir / "envhost.log",
-        env=clean_environment(OPENTINKER_AUTH="disabled", OPENTINKER_ENVHOST_PORT=str(envhost_port),
+def envhost_process(name: str, log_dir: Path, nowhere: int) -> ServerProcess:
+    """An EnvHost serving the bench games with isolation ISOLATION_OF[name]."""
+    port = free_port()
+    return ServerProcess(
+        name=name, command=[sys.executable, "-m", "opentinker_envhost"], port=port,
+        log_path=log_dir / f"{name}.log",
+        env=clean_environment(OPENTINKER_AUTH="disabled", OPENTINKER_ENVHOST_PORT=str(port),
                               OPENTINKER_ENVHOST_HOST="127.0.0.1", OPENTINKER_ENVHOST_GAMES=games_setting(),
+                              OPENTINKER_ENVHOST_ISOLATION=ISOLATION_OF[name],
                               OPENTINKER_ENVHOST_SCHEDULER_ADDRESS=f"127.0.0.1:{nowhere}"))
+
+
+def server_processes(log_dir: Path) -> dict[str, ServerProcess]:
+    echo_port, nowhere = free_port(), free_port()
     echo = ServerProcess(name=ECHO, command=[sys.executable, str(ECHO_SCRIPT), "--port", str(echo_port)],
                          port=echo_port, log_path=log_dir / "echo.log", env=clean_environment())
-    return {ENVHOST: envhost, ECHO: echo}
+    return {ENVHOST: envhost_process(ENVHOST, log_dir, nowhere),
+            ENVHOST_THREAD: envhost_process(ENVHOST_THREAD, log_dir, nowhere), ECHO: echo}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -360,18 +396,22 @@ async def measure(target: str, server: ServerProcess, config: BenchConfig, round
         stubs = [pb_grpc.EnvHostServiceStub(channel) for channel in channels]
         sessions = [Session(target=target, stub=stubs[i % len(stubs)], env_name=GAME_OF[target])
                     for i in range(config.sessions)]
+        clock = time.perf_counter
+        opening = clock()
         await within(asyncio.gather(*(s.open() for s in sessions)), CALL_TIMEOUT_S,
                      f"{target}: opening {config.sessions} sessions")
-        clock = time.perf_counter
+        open_s = clock() - opening
         start = clock() + config.warmup
         end = start + config.seconds
         cpu: dict[str, float] = {}
 
         async def sample_cpu() -> None:
             await asyncio.sleep(max(0.0, start - clock()))
-            cpu["server0"], cpu["client0"], cpu["t0"] = cpu_seconds(server.pid), time.process_time(), clock()
+            pids = process_tree(server.pid)
+            cpu["server0"], cpu["client0"], cpu["t0"] = tree_cpu_seconds(pids), time.process_time(), clock()
             await asyncio.sleep(max(0.0, end - clock()))
-            cpu["server1"], cpu["client1"], cpu["t1"] = cpu_seconds(server.pid), time.process_time(), clock()
+            cpu["server1"], cpu["client1"], cpu["t1"] = tree_cpu_seconds(pids), time.process_time(), clock()
+            cpu["server_processes"] = len(pids)
 
         play_timeout = config.warmup + config.seconds + CALL_TIMEOUT_S
         await within(asyncio.gather(sample_cpu(), *(s.play(start, end) for s in sessions)), play_timeout,
@@ -395,6 +435,8 @@ async def measure(target: str, server: ServerProcess, config: BenchConfig, round
                        "p99": percentile(latencies_ms, 99), "max": max(latencies_ms, default=None),
                        "mean": statistics.fmean(latencies_ms) if latencies_ms else None},
         "server_cpu_s": server_cpu, "client_cpu_s": client_cpu, "cpu_window_s": window,
+        "server_processes": cpu["server_processes"],
+        "open_ms_per_session": open_s / config.sessions * 1000,
         "server_cpu_us_per_step": server_cpu / steps * 1e6 if steps else None,
         "client_cpu_us_per_step": client_cpu / steps * 1e6 if steps else None,
         "steps_sent": sum(s.steps_sent for s in sessions),
@@ -434,6 +476,7 @@ def summarize(runs: list[dict[str, Any]], config: BenchConfig) -> dict[str, Any]
             "server_cpu_us_per_step": median([r["server_cpu_us_per_step"] for r in mine]),
             "client_cpu_s": median([r["client_cpu_s"] for r in mine]),
             "client_cpu_us_per_step": median([r["client_cpu_us_per_step"] for r in mine]),
+            "open_ms_per_session": median([r["open_ms_per_session"] for r in mine]),
             "steps": sum(r["steps"] for r in mine),
             "steps_sent": sum(r["steps_sent"] for r in mine),
             "steps_answered": sum(r["steps_answered"] for r in mine),
@@ -444,7 +487,24 @@ def summarize(runs: list[dict[str, Any]], config: BenchConfig) -> dict[str, Any]
 def ratios(summary: dict[str, Any]) -> dict[str, float | None]:
     echo = summary[ECHO]["steps_per_s"]
     return {target: (summary[target]["steps_per_s"] / echo if echo else None)
-            for target in (ENVHOST, ENVHOST_ASYNC) if target in summary}
+            for target in (ENVHOST, ENVHOST_THREAD, ENVHOST_ASYNC) if target in summary}
+
+
+def isolation_cost(summary: dict[str, Any]) -> dict[str, float | None]:
+    """Process vs thread isolation of the same sync game: steps/s ratio, server CPU per step
+    (both modes and their ratio) and the p50 latency the process boundary adds."""
+    process, thread = summary[ENVHOST], summary[ENVHOST_THREAD]
+
+    def ratio(key: str) -> float | None:
+        return process[key] / thread[key] if process[key] is not None and thread[key] else None
+
+    added = (process["latency_p50_ms"] - thread["latency_p50_ms"]
+             if process["latency_p50_ms"] is not None and thread["latency_p50_ms"] is not None else None)
+    return {"steps_per_s_process_over_thread": ratio("steps_per_s"),
+            "server_cpu_us_per_step_process": process["server_cpu_us_per_step"],
+            "server_cpu_us_per_step_thread": thread["server_cpu_us_per_step"],
+            "server_cpu_per_step_process_over_thread": ratio("server_cpu_us_per_step"),
+            "latency_p50_added_ms": added}
 
 
 def failures(runs: list[dict[str, Any]]) -> list[str]:
@@ -470,10 +530,18 @@ def print_report(results: dict[str, Any], config: BenchConfig) -> None:
               f"{fmt(s['latency_p99_ms'], 2):>7} {fmt(s['server_cpu_s'], 2):>9} "
               f"{fmt(s['server_cpu_us_per_step'], 1):>11} {fmt(s['client_cpu_s'], 2):>9} "
               f"{fmt(s['client_cpu_us_per_step'], 1):>11}")
+    print("open + reset, ms per session (all opened at once): " + ", ".join(
+        f"{t} {fmt(s['open_ms_per_session'], 2)}" for t, s in summary.items()))
     print("steps/s by round: " + "; ".join(
         f"{t} " + ", ".join(f"{v:,.0f}" for v in s["steps_per_s_by_round"]) for t, s in summary.items()))
     for target, ratio in results["ratios"].items():
         print(f"ratio {target}/echo: {fmt(ratio, 3)}")
+    cost = results["isolation"]
+    print(f"isolation process/thread: steps/s {fmt(cost['steps_per_s_process_over_thread'], 3)}, server CPU "
+          f"per step {fmt(cost['server_cpu_us_per_step_process'], 1)} vs "
+          f"{fmt(cost['server_cpu_us_per_step_thread'], 1)} us "
+          f"({fmt(cost['server_cpu_per_step_process_over_thread'], 2)}x), p50 latency "
+          f"{fmt(cost['latency_p50_added_ms'], 3)} ms added")
     print(f"{results['load_before']} before, {results['load_after']} after")
     target = results["target"]
     print(f"\n{'PASS' if target['pass'] else 'MISS'}  {target['description']}: {target['measured']}")
@@ -532,9 +600,10 @@ def main(argv: list[str] | None = None) -> int:
     results["runs"] = runs
     results["summary"] = summary = summarize(runs, config)
     results["ratios"] = ratios(summary)
+    results["isolation"] = isolation_cost(summary)
     results["ratio"] = ratio = results["ratios"][ENVHOST]
-    results["target"] = {"description": f"EnvHost (sync game) steps/s >= {TARGET_RATIO:.0%} of the echo "
-                                        "baseline's", "measured": f"{fmt(ratio, 3)}",
+    results["target"] = {"description": f"EnvHost (sync game, process isolation) steps/s >= {TARGET_RATIO:.0%} "
+                                        "of the echo baseline's", "measured": f"{fmt(ratio, 3)}",
                          "pass": ratio is not None and ratio >= TARGET_RATIO}
     problems = failures(runs)
     results["ok"] = not problems

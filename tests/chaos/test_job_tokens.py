@@ -225,8 +225,6 @@ def test_the_previous_attempts_token_is_refused_after_a_requeue(stack: LocalStac
     assert final.state == job_pb2.Job.STATE_SUCCEEDED and final.attempt == 2, final.status_message
 
 
-@pytest.mark.xfail(strict=True, reason="integration pending: services/envhost must call "
-                   "opentinker.core.job_token_guard.require_job_token (services/envhost is being rewritten)")
 def test_the_envhost_refuses_a_jobs_session_without_its_token(stack: LocalStack, scheduler) -> None:  # noqa: ANN001
     job = scheduler.submit_job(tiny_rl_spec(total_steps=4))  # queued or running: its token is required
     try:
@@ -237,6 +235,14 @@ def test_the_envhost_refuses_a_jobs_session_without_its_token(stack: LocalStack,
                 error = refusal(lambda md: envhost.OpenSession(request, metadata=md), metadata)
                 assert error.code() == REFUSED
                 assert dict(error.trailing_metadata() or ()).get("opentinker-reason") == REASON
+                # the Interact stream answers the refusal as an item and stays open
+                answers = list(envhost.Interact(iter([
+                    env_pb.InteractRequest(sequence=1, open_session=request),
+                    env_pb.InteractRequest(sequence=2, open_session=env_pb.OpenSessionRequest(env_name="math"))]),
+                    metadata=metadata))
+                assert [a.sequence for a in answers] == [1, 2]
+                assert answers[0].error.code == REFUSED.value[0] and "job token" in answers[0].error.message
+                assert answers[1].WhichOneof("result") == "open_session"  # not job-scoped: admin key suffices
     finally:
         scheduler.cancel_job(job.job_id)
 

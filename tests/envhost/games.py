@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any, ClassVar
 
 from opentinker.env import AbstractGame, AsyncAbstractGame, NotYourTurn, StepResult
 from opentinker_envhost.catalog import GameCatalog, GameSpec
+from tests.chaos._misbehaving_games import Misbehaving
 
 
 class Echo(AbstractGame):
-    """Repeat the word, `turns` times."""
+    """Repeat the word, `turns` times.
+
+    close() records the last word in `Echo.closed` and, when `closed_log` names a file, appends
+    it there as a line (what a test can see of a game in its own process)."""
 
     closed: ClassVar[list[str]] = []
 
-    def __init__(self, turns: int = 2) -> None:
+    def __init__(self, turns: int = 2, closed_log: str = "") -> None:
         self.turns = turns
+        self.closed_log = closed_log
 
     def get_system_prompt(self) -> str:
         return "Repeat the word."
@@ -34,7 +40,16 @@ class Echo(AbstractGame):
                           done=self.left == 0, info={"left": self.left})
 
     def close(self) -> None:
-        Echo.closed.append(self.word if hasattr(self, "word") else "")
+        word = self.word if hasattr(self, "word") else ""
+        Echo.closed.append(word)
+        if self.closed_log:
+            with open(self.closed_log, "a") as log:
+                log.write(word + "\n")
+
+
+def closed_words(closed_log: Path) -> list[str]:
+    """The words Echo games with this `closed_log` closed on, in order."""
+    return closed_log.read_text().splitlines() if closed_log.exists() else []
 
 
 class Explode(Echo):
@@ -146,7 +161,8 @@ class Alternating(Echo):
 
 
 TEST_GAMES = {"echo": Echo, "explode": Explode, "sleepy": Sleepy, "async-sleepy": AsyncSleepy,
-              "bad-returns": BadReturns, "seated": Seated, "alternating": Alternating}
+              "bad-returns": BadReturns, "seated": Seated, "alternating": Alternating,
+              "misbehaving": Misbehaving}
 
 
 def catalog_with_test_games() -> GameCatalog:

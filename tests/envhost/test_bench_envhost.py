@@ -1,6 +1,6 @@
-"""bench/envhost.py end to end on a quick run: the EnvHost and the echo baseline (real processes)
-answer every step of every session over the Interact stream, and the bench reports the ratio.
-Behaviour only: timing is never asserted."""
+"""bench/envhost.py end to end on a quick run: the EnvHost in both isolation modes and the echo
+baseline (real processes) answer every step of every session over the Interact stream, and the
+bench reports the ratios, process vs thread included. Behaviour only: timing is never asserted."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "envhost.py"
 SESSIONS = 64  # the bench default
+PROCESS_TARGETS = ("envhost", "envhost-async")
 
 
 @pytest.mark.timeout(150)
@@ -26,7 +27,7 @@ def test_quick_bench_answers_every_step_on_both_servers(tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     assert result["ok"] and result["problems"] == []
     assert result["config"]["sessions"] == SESSIONS
-    targets = {"echo", "envhost", "envhost-async"}
+    targets = {"echo", "envhost", "envhost-thread", "envhost-async"}
     assert {run["target"] for run in result["runs"]} == targets
     for run in result["runs"]:
         assert run["sessions"] == SESSIONS
@@ -34,9 +35,16 @@ def test_quick_bench_answers_every_step_on_both_servers(tmp_path: Path) -> None:
         assert run["steps_answered"] == run["steps_sent"] > 0
         assert run["errors"] == []
         assert run["latency_ms"]["p50"] > 0
+        # the process-isolated EnvHost's CPU includes its fork server and 64 game processes
+        assert run["server_processes"] == (1 + 1 + SESSIONS if run["target"] in PROCESS_TARGETS else 1)
     for target in targets:
         assert result["summary"][target]["steps_per_s"] > 0
     assert result["ratio"] > 0 and result["ratio"] == result["ratios"]["envhost"]
+    isolation = result["isolation"]
+    assert isolation["steps_per_s_process_over_thread"] == pytest.approx(
+        result["summary"]["envhost"]["steps_per_s"] / result["summary"]["envhost-thread"]["steps_per_s"])
+    assert isolation["server_cpu_us_per_step_process"] > 0 and isolation["server_cpu_us_per_step_thread"] > 0
     assert result["target"]["pass"] in (True, False)
-    assert result["server_exit_codes"] == {"envhost": 0, "echo": 0}  # both stopped gracefully
+    assert result["server_exit_codes"] == {"envhost": 0, "envhost-thread": 0, "echo": 0}  # all stopped gracefully
     assert "PASS" in done.stdout or "MISS" in done.stdout
+    assert "isolation process/thread: steps/s" in done.stdout

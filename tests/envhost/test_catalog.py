@@ -6,11 +6,11 @@ import pytest
 
 from opentinker.core.errors import SettingsError
 from opentinker.core.settings import load_settings
-from opentinker_envhost.catalog import GameCatalog, parse_game_entries
+from opentinker_envhost.catalog import GameCatalog, GameSpec, parse_game_entries
 from opentinker.env.registry import builtin_games
 from opentinker_envhost.errors import UnknownEnvironment
 from opentinker_envhost.settings import EnvHostSettings
-from tests.envhost.games import catalog_with_test_games
+from tests.envhost.games import Echo, catalog_with_test_games
 
 
 def test_default_catalog_is_the_builtins() -> None:
@@ -62,3 +62,13 @@ def test_paging_walks_every_game_once() -> None:
     assert names == sorted(catalog.specs)
     assert [s.name for s in catalog.page(0, "")[0]] == names  # 0 = the default page size
     assert catalog.page(2, names[-1]) == ([], "")
+
+
+def test_metadata_utf8_cannot_carry_fails_at_startup_not_in_list_environments() -> None:
+    class Surrogate(Echo):
+        @classmethod
+        def default_config(cls) -> dict:
+            return {"word": "bad \udcff"}
+
+    with pytest.raises(ValueError, match=r"Surrogate.default_config\(\) is not valid UTF-8 text"):
+        GameSpec.of("surrogate", Surrogate, "tests:Surrogate")

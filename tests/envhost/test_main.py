@@ -6,24 +6,33 @@ import asyncio
 
 from opentinker.core.server import HealthReporter
 from opentinker.env.registry import builtin_games
+from opentinker_envhost.catalog import GameCatalog
+from opentinker_envhost.game_hosts import ThreadHost, game_host
+from opentinker_envhost.limits import Isolation, SessionLimits
 from opentinker_envhost.main import build_plan, idle_reaper, session_manager
+from opentinker_envhost.sandbox import Sandbox
 from opentinker_envhost.settings import EnvHostSettings
 
 
 def test_settings_reach_the_manager() -> None:
     settings = EnvHostSettings(auth="disabled", max_sessions=3, call_timeout_seconds=2.5, session_ttl_seconds=9,
-                               max_observation_chars=50, games="echo=tests.envhost.games:Echo")
+                               max_observation_chars=50, games="echo=tests.envhost.games:Echo",
+                               isolation="thread", memory_limit_mb=64, cpu_seconds_per_call=2)
     manager = session_manager(settings)
     assert (manager.limits.max_sessions, manager.limits.call_timeout_s) == (3, 2.5)
     assert (manager.limits.idle_ttl_s, manager.limits.max_observation_chars) == (9, 50)
+    assert (manager.limits.isolation, manager.limits.memory_limit_mb) == (Isolation.THREAD, 64)
+    assert manager.limits.cpu_seconds_per_call == 2 and isinstance(manager.host, ThreadHost)
+    assert isinstance(session_manager(EnvHostSettings(auth="disabled")).host, Sandbox)  # the default
     assert list(manager.catalog.specs) == sorted({"echo", *builtin_games()})
 
 
 def test_plan_hosts_envhost_with_a_reaper_worker_registration_and_close_hooks() -> None:
     plan = asyncio.run(build_plan(EnvHostSettings(port=0, auth="disabled")))
     assert [binding.full_name for binding in plan.services] == ["opentinker.envhost.v1.EnvHostService"]
-    # the idle reaper and the scheduler registration start; registration stops before sessions close
-    assert len(plan.start_hooks) == 2
+    # the games' fork server, the idle reaper and the scheduler registration start; registration
+    # stops before sessions close (close_all also stops the fork server)
+    assert [hook.__name__ for hook in plan.start_hooks] == ["start_sandbox", "reap_forever", "start"]
     assert [hook.__name__ for hook in plan.close_hooks] == ["stop", "close_all"]
 
 
@@ -39,3 +48,10 @@ def test_the_reaper_closes_idle_sessions_in_the_background() -> None:
         assert fresh.session_id in manager.sessions
         reaper.cancel()
     asyncio.run(scenario())
+
+
+def test_process_isolation_falls_back_to_threads_off_linux() -> None:
+    limits = SessionLimits(isolation=Isolation.PROCESS)
+    catalog = GameCatalog.from_setting("none")
+    assert isinstance(game_host(catalog, limits, platform="darwin"), ThreadHost)
+    assert isinstance(game_host(catalog, limits, platform="linux"), Sandbox)

@@ -166,6 +166,7 @@ def test_a_raising_game_is_internal_with_its_traceback_in_trailing_metadata() ->
         assert "Explode.step() raised ZeroDivisionError: boom in step" in error.details()
         metadata = await trailing(error)
         assert metadata["opentinker-reason"] == "ERROR_REASON_ENVIRONMENT_FAILED"
+        assert metadata["opentinker-env-error-kind"] == "failed"
         traceback = metadata["opentinker-traceback-bin"].decode()
         assert "Traceback (most recent call last)" in traceback and "games.py" in traceback
         await stub.Reset(pb.ResetRequest(session_id=session_id))
@@ -179,7 +180,9 @@ def test_a_slow_game_is_deadline_exceeded_with_reason_environment_timeout() -> N
         session_id = await open_reset(stub, "sleepy", {"seconds": 2})
         error = await rpc_error(stub.Step(pb.StepRequest(session_id=session_id, action="sleep")))
         assert error.code() == Code.DEADLINE_EXCEEDED
-        assert (await trailing(error))["opentinker-reason"] == "ERROR_REASON_ENVIRONMENT_TIMEOUT"
+        metadata = await trailing(error)
+        assert metadata["opentinker-reason"] == "ERROR_REASON_ENVIRONMENT_TIMEOUT"
+        assert metadata["opentinker-env-error-kind"] == "timeout"
         error = await rpc_error(stub.Step(pb.StepRequest(session_id=session_id, action="x")))
         assert error.code() == Code.FAILED_PRECONDITION and "close it" in error.details()
     run(scenario, call_timeout_s=0.2)
@@ -279,3 +282,30 @@ def test_a_huge_traceback_is_cut_to_fit_the_metadata_and_whole_in_the_stream() -
         assert traceback.startswith("Traceback") and "_recurse" in traceback and traceback.endswith("x\n")
         assert len(traceback) == 20_000 and "characters cut" in traceback
     run(scenario)
+
+
+@pytest.mark.parametrize("isolation", ["process", "thread"])
+def test_text_utf8_cannot_carry_is_an_error_and_the_stream_goes_on(isolation: str) -> None:
+    """A game answering a lone surrogate (or raising with one in its message) must not break the
+    Interact stream or the unary call: it is an ENVIRONMENT_FAILED error in UTF-8."""
+    async def scenario(stub: Stub) -> None:
+        session_id = await open_reset(stub, "misbehaving")
+        error = await rpc_error(stub.Step(pb.StepRequest(session_id=session_id, action="misbehave:non_utf8")))
+        assert error.code() == Code.INTERNAL and "observation is not valid UTF-8 text" in error.details()
+        requests = Requests()
+        requests.send(reset=pb.ResetRequest(session_id=session_id))
+        requests.send(step=pb.StepRequest(session_id=session_id, action="misbehave:non_utf8"))
+        requests.send(reset=pb.ResetRequest(session_id=session_id, kwargs=struct(behaviour="reset:non_utf8")))
+        requests.send(reset=pb.ResetRequest(session_id=session_id))
+        requests.send(step=pb.StepRequest(session_id=session_id, action="ok"))
+        requests.end()
+        stream = stub.Interact(requests.__aiter__())
+        answers = {response.sequence: response async for response in stream}
+        assert await stream.code() == Code.OK
+        kinds = [answers[seq].WhichOneof("result") for seq in sorted(answers)]
+        assert kinds == ["reset", "error", "error", "reset", "step"]
+        assert "step() observation is not valid UTF-8 text" in answers[2].error.message
+        assert "reset() observation is not valid UTF-8 text" in answers[3].error.message
+        assert answers[2].error.reason == errors_pb2.ERROR_REASON_ENVIRONMENT_FAILED
+        assert answers[5].step.observation == "ok"
+    run(scenario, isolation=isolation)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,8 +24,8 @@ from opentinker_envhost.errors import (
     UnknownEnvironment,
     WrongSessionState,
 )
-from opentinker_envhost.sessions import SessionLimits, SessionManager, SessionState
-from tests.envhost.games import Echo, catalog_with_test_games
+from opentinker_envhost.sessions import Isolation, SessionLimits, SessionManager, SessionState
+from tests.envhost.games import catalog_with_test_games, closed_words
 
 
 def manager(**limits: Any) -> SessionManager:
@@ -139,9 +140,10 @@ def test_step_before_reset_and_after_done_are_failed_preconditions() -> None:
     run(scenario)
 
 
-def test_a_raising_game_fails_only_its_own_call_and_session() -> None:
+@pytest.mark.parametrize("isolation", list(Isolation))
+def test_a_raising_game_fails_only_its_own_call_and_session(isolation: Isolation) -> None:
     async def scenario() -> None:
-        sessions = manager()
+        sessions = manager(isolation=isolation)
         bad, good = await sessions.open("explode", {}), await sessions.open("echo", {})
         await sessions.reset(bad.session_id, {})
         await sessions.reset(good.session_id, {})
@@ -192,10 +194,11 @@ def test_invalid_returns_and_huge_observations_are_failures() -> None:
     run(scenario)
 
 
+@pytest.mark.parametrize("isolation", list(Isolation))
 @pytest.mark.parametrize("env_name", ["sleepy", "async-sleepy"])
-def test_a_game_past_the_timeout_breaks_its_session(env_name: str) -> None:
+def test_a_game_past_the_timeout_breaks_its_session(env_name: str, isolation: Isolation) -> None:
     async def scenario() -> None:
-        sessions = manager(call_timeout_s=0.2)
+        sessions = manager(call_timeout_s=0.2, isolation=isolation)
         session = await sessions.open(env_name, {"seconds": 2.0})
         await sessions.reset(session.session_id, {})
         started = time.monotonic()
@@ -257,22 +260,24 @@ def test_calls_on_one_session_run_in_arrival_order() -> None:
     run(scenario)
 
 
-def test_idle_sessions_are_reaped_after_the_ttl() -> None:
+def test_idle_sessions_are_reaped_after_the_ttl(tmp_path: Path) -> None:
+    closed_log = tmp_path / "closed.txt"
+
     async def scenario() -> None:
         now = [1000.0]
         sessions = SessionManager(catalog_with_test_games(), SessionLimits(idle_ttl_s=60),
                                   clock=lambda: now[0])
-        idle = await sessions.open("echo", {})
-        active = await sessions.open("echo", {})
+        idle = await sessions.open("echo", {"closed_log": str(closed_log)})
+        active = await sessions.open("echo", {"closed_log": str(closed_log)})
         await sessions.reset(idle.session_id, {"word": "idle-word"})
         now[0] += 50
         await sessions.reset(active.session_id, {})
         now[0] += 20
-        Echo.closed.clear()
         assert await sessions.reap_idle() == [idle.session_id]
-        assert Echo.closed == ["idle-word"]
+        assert closed_words(closed_log) == ["idle-word"]
         assert list(sessions.sessions) == [active.session_id]
         await raises(SessionNotFound, sessions.step(idle.session_id, "x"))
+        await sessions.close_all()
     run(scenario)
 
 
@@ -317,15 +322,17 @@ def test_seed_reaches_games_that_accept_it_and_is_dropped_for_others() -> None:
     run(scenario)
 
 
-def test_close_all_closes_every_game() -> None:
+@pytest.mark.parametrize("isolation", list(Isolation))
+def test_close_all_closes_every_game(isolation: Isolation, tmp_path: Path) -> None:
+    closed_log = tmp_path / "closed.txt"
+
     async def scenario() -> None:
-        sessions = manager()
-        Echo.closed.clear()
+        sessions = manager(isolation=isolation)
         for word in ("a", "b"):
-            session = await sessions.open("echo", {})
+            session = await sessions.open("echo", {"closed_log": str(closed_log)})
             await sessions.reset(session.session_id, {"word": word})
         await sessions.close_all()
-        assert sorted(Echo.closed) == ["a", "b"] and not sessions.sessions
+        assert sorted(closed_words(closed_log)) == ["a", "b"] and not sessions.sessions
     run(scenario)
 
 

@@ -1,7 +1,8 @@
 """`SeatedEnvironment` over the EnvHostService (the service edge: grpc lives here).
 
 A match owns one EnvHost session: OpenSession + Reset when it starts, Step(seat) per action,
-CloseSession at the end. Any RPC error becomes `EnvironmentBroke` (the match is aborted).
+CloseSession at the end. Every call carries the job's token (`job_tokens`, filled by the launcher
+for each job it drives). Any RPC error becomes `EnvironmentBroke` (the match is aborted).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from opentinker.api.envhost.v1 import envhost_service_pb2 as envhost_pb
 from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
 from opentinker.core.channel_pool import ChannelPool
 from opentinker.core.errors import traceback_from_metadata
+from opentinker.core.job_tokens import JOB_TOKEN_METADATA_KEY
 from opentinker_coordinator.seated_environment import (
     EnvironmentBroke,
     MatchEnvironmentRef,
@@ -34,20 +36,24 @@ class EnvHostChannels(ChannelPool):
     def __init__(self, default_address: str, api_key: str = "") -> None:
         super().__init__(api_key)
         self.default_address = default_address
+        self.job_tokens: dict[str, str] = {}
+        """job id -> its current attempt's token (sent as x-opentinker-job-token)."""
 
     def stub(self, address: str) -> envhost_grpc.EnvHostServiceStub:
         return envhost_grpc.EnvHostServiceStub(self.channel(address or self.default_address))
 
     def factory(self) -> SeatedEnvironmentFactory:
         def make(environment: MatchEnvironmentRef, job_id: str) -> EnvHostSeatedEnvironment:
-            return EnvHostSeatedEnvironment(self.stub(environment.envhost_address), environment, job_id)
+            metadata = ((JOB_TOKEN_METADATA_KEY, token),) if (token := self.job_tokens.get(job_id)) else ()
+            return EnvHostSeatedEnvironment(self.stub(environment.envhost_address), environment, job_id, metadata)
         return make
 
 
 class EnvHostSeatedEnvironment:
     def __init__(self, stub: envhost_grpc.EnvHostServiceStub, environment: MatchEnvironmentRef,
-                 job_id: str) -> None:
+                 job_id: str, metadata: tuple[tuple[str, str], ...] = ()) -> None:
         self.stub, self.environment, self.job_id = stub, environment, job_id
+        self.metadata = metadata
         self.session_id = ""
 
     async def start(self, reset_kwargs: Mapping[str, Any], seed: int) -> SeatedStart:
@@ -73,7 +79,7 @@ class EnvHostSeatedEnvironment:
 
     async def _call(self, method: str, request: Any) -> Any:
         try:
-            return await getattr(self.stub, method)(request, timeout=CALL_TIMEOUT_S)
+            return await getattr(self.stub, method)(request, timeout=CALL_TIMEOUT_S, metadata=self.metadata)
         except grpc.aio.AioRpcError as error:
             raise EnvironmentBroke(f"EnvHost {method} failed: {error.code().name}: {error.details()}",
                                    traceback=traceback_from_metadata(error.trailing_metadata())) from error

@@ -68,9 +68,12 @@ def address_for(job: job_pb2.Job, role: int, default: str) -> str:
 class JobLauncher:
     """The RunRegistry's launcher: one call drives one job to its end."""
 
-    def __init__(self, config: LaunchConfig, protocol: AgentProtocol | None = None) -> None:
+    def __init__(self, config: LaunchConfig, protocol: AgentProtocol | None = None,
+                 job_tokens: dict[str, str] | None = None) -> None:
         self.config = config
         self.protocol = protocol
+        self.job_tokens = job_tokens if job_tokens is not None else {}
+        """job id -> token, for the matches this Coordinator hosts on an EnvHost (multi-agent)."""
 
     async def __call__(self, run: RunState) -> None:
         job_token = JobTokenSlot()  # the attempt's token, in GetJob's answer to our admin key
@@ -143,6 +146,8 @@ class JobLauncher:
         if self.protocol is None:
             raise job_plans.UnsupportedJob("this Coordinator hosts no Agent Protocol; multi-agent jobs need one")
         plan = job_plans.multi_agent_plan(job, run.fencing_token)
+        if token := job_token_of(job):
+            self.job_tokens[job.job_id] = token  # the matches' EnvHost calls carry it
         async with self._channel(job, resources_pb2.ROLE_TRAINER, self.config.trainer_address) as trainer_channel, \
                 self._channel(job, resources_pb2.ROLE_ROLLOUT, self.config.rollout_address) as rollout_channel:
             agents = {agent.agent_id: self._agent_ports(job, agent, reporter, trainer_channel, rollout_channel,

@@ -45,7 +45,7 @@ async def build_plan(settings: CoordinatorSettings) -> ServerPlan:
         coordinator_address=settings.reachable_address,
         worker_retry=RetryBudget(seconds=settings.worker_retry_seconds),
         scheduler_retry=RetryBudget(seconds=settings.scheduler_retry_seconds),
-        requeue_wait_seconds=settings.requeue_wait_seconds), protocol)
+        requeue_wait_seconds=settings.requeue_wait_seconds), protocol, job_tokens=envhosts.job_tokens)
     registry = RunRegistry(launcher)
     worker = registration(settings, registry)
     return ServerPlan(services=[coordinator_service_binding(registry, protocol)], start_hooks=[worker.start],

@@ -11,6 +11,7 @@ from typing import Any
 from opentinker.env import AsyncAbstractGame, GameClass, builtin_games, check_game_name, load_game_class
 from opentinker.env.game import check_json_dict
 from opentinker_envhost.errors import UnknownEnvironment
+from opentinker_envhost.game_results import check_utf8_json, check_utf8_text
 
 NO_USER_GAMES = "none"
 BUILTIN_SOURCE = "builtin"
@@ -32,10 +33,13 @@ class GameSpec:
 
     @classmethod
     def of(cls, name: str, game_cls: GameClass, source: str) -> GameSpec:
-        """Read the class's metadata once (so a bad default_config fails at startup)."""
+        """Read the class's metadata once (so a bad default_config or description fails at
+        startup, not in every ListEnvironments)."""
         config = game_cls.default_config()
         check_json_dict(config, f"{game_cls.__name__}.default_config()")
-        return cls(name=name, cls=game_cls, source=source, description=game_cls.describe(),
+        check_utf8_json(config, f"{game_cls.__name__}.default_config()")
+        description = check_utf8_text(game_cls.describe(), f"{game_cls.__name__}.describe()")
+        return cls(name=name, cls=game_cls, source=source, description=description,
                    multi_turn=bool(game_cls.multi_turn), seats=tuple(game_cls.seats),
                    default_config=config)
 

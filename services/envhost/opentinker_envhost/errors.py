@@ -7,6 +7,16 @@ import enum
 from typing import ClassVar
 
 
+def utf8_safe(text: str) -> str:
+    """`text` with anything UTF-8 cannot encode (lone surrogates) as backslash escapes, so a
+    game's message can always travel in a status, metadata or ErrorDetail."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def clip_middle(text: str, limit: int) -> str:
     """`text` if it fits in `limit` characters, else its head and tail around a marker."""
     if len(text) <= limit:
@@ -34,6 +44,7 @@ class EnvHostError(Exception):
     reason: ClassVar[str] = "UNSPECIFIED"
 
     def __init__(self, message: str, *, traceback: str = "") -> None:
+        message, traceback = utf8_safe(message), utf8_safe(traceback)
         super().__init__(message)
         self.message = message
         self.traceback = traceback
@@ -85,8 +96,32 @@ class EnvironmentFailure(EnvHostError):
     reason = "ENVIRONMENT_FAILED"
 
 
+class EnvironmentCrashed(EnvironmentFailure):
+    """The game's sandbox process died or broke the protocol; the session cannot go on.
+
+    `metric_kind` labels opentinker_envhost_env_errors_total: memory_limit, cpu_limit or crashed.
+    """
+
+    def __init__(self, message: str, *, metric_kind: str = "crashed", traceback: str = "") -> None:
+        super().__init__(message, traceback=traceback)
+        self.metric_kind = metric_kind
+
+
 class EnvironmentTimeout(EnvHostError):
     """A game call ran past the per-call timeout."""
 
     kind = ErrorKind.DEADLINE_EXCEEDED
     reason = "ENVIRONMENT_TIMEOUT"
+
+
+def env_error_kind(error: BaseException) -> str | None:
+    """How a game failed, for metrics and callers that count failures by kind: failed (it
+    raised or answered something invalid), timeout, crashed, memory_limit, cpu_limit; None
+    for errors that are not the game's."""
+    if isinstance(error, EnvironmentCrashed):
+        return error.metric_kind
+    if isinstance(error, EnvironmentFailure):
+        return "failed"
+    if isinstance(error, EnvironmentTimeout):
+        return "timeout"
+    return None

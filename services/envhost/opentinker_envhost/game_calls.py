@@ -1,4 +1,5 @@
-"""Calling user game code safely: off the event loop, with a timeout, errors wrapped.
+"""Calling user game code in the EnvHost process (isolation "thread"; `sandbox_child` reuses
+GameRaised): off the event loop, with a timeout, errors wrapped.
 
 Sync game methods run in daemon worker threads (`DaemonWorkers`): an idle worker takes the
 call, and a new worker starts when none is idle, so a game stuck in an endless loop keeps only

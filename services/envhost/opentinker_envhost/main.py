@@ -10,8 +10,10 @@ from opentinker.core.entrypoint import run_service
 from opentinker.core.server import HealthReporter, ServerPlan, StartHook
 from opentinker.core.worker_registration import WorkerRegistration
 from opentinker_envhost.catalog import GameCatalog
+from opentinker_envhost.errors import EnvHostError
 from opentinker_envhost.servicer import envhost_service_binding
-from opentinker_envhost.sessions import SessionLimits, SessionManager
+from opentinker_envhost.limits import Isolation, SessionLimits
+from opentinker_envhost.sessions import SessionManager
 from opentinker_envhost.settings import EnvHostSettings
 
 SERVICE_NAME = "envhost"
@@ -24,8 +26,23 @@ def session_manager(settings: EnvHostSettings) -> SessionManager:
     limits = SessionLimits(max_sessions=settings.max_sessions,
                            call_timeout_s=settings.call_timeout_seconds,
                            idle_ttl_s=settings.session_ttl_seconds,
-                           max_observation_chars=settings.max_observation_chars)
+                           max_observation_chars=settings.max_observation_chars,
+                           isolation=Isolation(settings.isolation),
+                           memory_limit_mb=settings.memory_limit_mb,
+                           cpu_seconds_per_call=settings.cpu_seconds_per_call)
     return SessionManager(GameCatalog.from_setting(settings.games), limits)
+
+
+def games_sandbox(manager: SessionManager) -> StartHook:
+    """A start hook starting the games' fork server (process isolation) right away, so the first
+    session does not wait for it and a game that cannot load there is logged at start-up."""
+    async def start_sandbox(_health: HealthReporter) -> None:
+        try:
+            await manager.start()
+        except EnvHostError as error:  # sessions try again when they open
+            log.error("sandbox_start_failed", error=error.message)
+
+    return start_sandbox
 
 
 def idle_reaper(manager: SessionManager) -> StartHook:
@@ -46,7 +63,7 @@ async def build_plan(settings: EnvHostSettings) -> ServerPlan:
     log.info("games_loaded", games={name: spec.source for name, spec in manager.catalog.specs.items()})
     registration = WorkerRegistration.for_settings(settings, role="envhost")
     return ServerPlan(services=[envhost_service_binding(manager)],
-                      start_hooks=[idle_reaper(manager), registration.start],
+                      start_hooks=[games_sandbox(manager), idle_reaper(manager), registration.start],
                       close_hooks=[registration.stop, manager.close_all])
 
 

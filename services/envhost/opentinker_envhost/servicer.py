@@ -21,6 +21,7 @@ import grpc
 
 from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
 from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
+from opentinker.core.job_token_guard import job_token_refusal, require_job_token
 from opentinker.core.server import ServiceBinding
 from opentinker_envhost import convert
 from opentinker_envhost.errors import EnvHostError, InvalidArgument
@@ -63,25 +64,39 @@ class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
     @answers_domain_errors
     async def OpenSession(self, request: pb.OpenSessionRequest,
                           context: grpc.aio.ServicerContext) -> pb.OpenSessionResponse:
+        await require_job_token(context, **self._job_scope("open_session", request))
         return await self.open_session(request)
 
     @answers_domain_errors
     async def Reset(self, request: pb.ResetRequest, context: grpc.aio.ServicerContext) -> pb.ResetResponse:
+        await require_job_token(context, **self._job_scope("reset", request))
         return await self.reset(request)
 
     @answers_domain_errors
     async def Step(self, request: pb.StepRequest, context: grpc.aio.ServicerContext) -> pb.StepResponse:
+        await require_job_token(context, **self._job_scope("step", request))
         return await self.step(request)
 
     @answers_domain_errors
     async def CloseSession(self, request: pb.CloseSessionRequest,
                            context: grpc.aio.ServicerContext) -> pb.CloseSessionResponse:
+        await require_job_token(context, **self._job_scope("close_session", request))
         return await self.close_session(request)
 
     async def Interact(self, request_iterator: AsyncIterable[pb.InteractRequest],
                        context: grpc.aio.ServicerContext) -> AsyncIterator[pb.InteractResponse]:
-        async for response in InteractPump(self.interact_once, request_iterator).responses():
+        async def answer(request: pb.InteractRequest) -> pb.InteractResponse:
+            return await self.interact_once(request, context)
+
+        async for response in InteractPump(answer, request_iterator).responses():
             yield response
+
+    def _job_scope(self, kind: str, request) -> dict[str, str]:  # noqa: ANN001
+        """The job a call acts on (its job token is checked): an opened session's, or the one
+        OpenSession names."""
+        if kind == "open_session":
+            return {"job_id": request.job_id, "field": "job_id"}
+        return {"job_id": self.manager.job_of(request.session_id), "field": "session_id"}
 
     # -- shared by the unary RPCs and Interact ------------------------------------------------
 
@@ -103,14 +118,19 @@ class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
     async def close_session(self, request: pb.CloseSessionRequest) -> pb.CloseSessionResponse:
         return pb.CloseSessionResponse(steps=await self.manager.close(request.session_id))
 
-    async def interact_once(self, request: pb.InteractRequest) -> pb.InteractResponse:
-        """One Interact request -> its response (an ErrorDetail on a domain error)."""
+    async def interact_once(self, request: pb.InteractRequest,
+                            context: grpc.aio.ServicerContext | None = None) -> pb.InteractResponse:
+        """One Interact request -> its response (an ErrorDetail on a domain error or a refused
+        job token: the stream goes on)."""
         handlers = {"open_session": self.open_session, "reset": self.reset, "step": self.step,
                     "close_session": self.close_session}
         kind = request.WhichOneof("action")
         try:
             if kind is None:
                 raise InvalidArgument(f"action: set one of {', '.join(handlers)}")
+            refusal = context and await job_token_refusal(context, **self._job_scope(kind, getattr(request, kind)))
+            if refusal:
+                return pb.InteractResponse(sequence=request.sequence, error=convert.refusal_detail(refusal))
             result = await handlers[kind](getattr(request, kind))
         except EnvHostError as error:
             return pb.InteractResponse(sequence=request.sequence, error=convert.error_detail(error))

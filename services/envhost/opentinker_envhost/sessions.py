@@ -1,13 +1,16 @@
 """Environment sessions: open, reset, step and close games by session id.
 
-A session is one game instance. Its calls are serialised by a per-session lock (in arrival
-order), so one client may pipeline reset and step; different sessions run concurrently, and a
-sync game runs in its own thread so a blocking game never stalls the event loop. A game that
-raises fails that call only (EnvironmentFailure with its traceback; the session then needs a
-reset); a call that times out or is cancelled breaks the session (the game may still be
-running, so only CloseSession is accepted). Sessions idle for longer than the TTL are closed
-by `reap_idle`. Open sessions, steps, step time and game failures are counted
-(`opentinker_envhost.metrics`).
+A session is one game instance, in its own process (isolation "process", the default:
+`sandbox`) or in this one (isolation "thread": `game_hosts.ThreadHost`). Its calls are
+serialised by a per-session lock (in arrival order), so one client may pipeline reset and
+step; different sessions run concurrently, and a blocking game never stalls the event loop. A
+game that raises fails that call only (EnvironmentFailure with its traceback; the session then
+needs a reset); a call that times out or is cancelled breaks the session (a sandboxed game's
+process is killed; a thread may still be running), and so does a game process that dies
+(EnvironmentCrashed: memory or CPU-time limit, a signal, an exit): only CloseSession is
+accepted then. Sessions idle for longer than the TTL are closed by `reap_idle`; `close_all`
+also stops the sandbox. Open sessions, steps, step time and game failures (by kind) are
+counted (`opentinker_envhost.metrics`).
 """
 
 from __future__ import annotations
@@ -15,28 +18,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import inspect
 import json
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
-from opentinker.env import (
-    DEFAULT_MAX_OBSERVATION_CHARS,
-    Game,
-    GameConfigError,
-    StepResult,
-    check_observation,
-    check_step_result,
-)
-from opentinker_envhost.metrics import OPEN_SESSIONS, STEP_SECONDS, STEPS, count_env_error
+from opentinker.env import StepResult
 from opentinker_envhost.catalog import GameCatalog, GameSpec
 from opentinker_envhost.errors import (
     EnvHostError,
+    EnvironmentCrashed,
     EnvironmentFailure,
     EnvironmentTimeout,
     InvalidArgument,
@@ -45,22 +42,16 @@ from opentinker_envhost.errors import (
     SessionLimitReached,
     SessionNotFound,
     WrongSessionState,
+    env_error_kind,
 )
-from opentinker_envhost.game_calls import call_game
+from opentinker_envhost.game_hosts import GameHandle, game_host
+from opentinker_envhost.game_results import ResetOutcome
+from opentinker_envhost.limits import Isolation, SessionLimits
+from opentinker_envhost.metrics import OPEN_SESSIONS, STEP_SECONDS, STEPS, count_env_error
+
+__all__ = ["Isolation", "ResetOutcome", "Session", "SessionLimits", "SessionManager", "SessionState"]
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True)
-class SessionLimits:
-    """Bounds the manager enforces."""
-
-    max_sessions: int = 256
-    call_timeout_s: float = 30.0
-    """Longest a game constructor, reset, step or close may take."""
-    idle_ttl_s: float = 600.0
-    """A session untouched for this long is closed by `reap_idle`."""
-    max_observation_chars: int = DEFAULT_MAX_OBSERVATION_CHARS
 
 
 class SessionState(enum.StrEnum):
@@ -77,7 +68,7 @@ class Session:
 
     session_id: str
     spec: GameSpec
-    game: Game
+    game: GameHandle
     job_id: str
     request_id: str
     request_key: str
@@ -89,16 +80,6 @@ class Session:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
-@dataclass(frozen=True, kw_only=True)
-class ResetOutcome:
-    """What a reset answers: the prompts and reset()'s observation."""
-
-    system_prompt: str
-    initial_user_message: str
-    observation: str
-    info: dict[str, Any] = field(default_factory=dict)
-
-
 class SessionManager:
     """All open sessions of one EnvHost."""
 
@@ -107,6 +88,7 @@ class SessionManager:
         self.catalog = catalog
         self.limits = limits
         self.clock = clock
+        self.host = game_host(catalog, limits)
         self.sessions: dict[str, Session] = {}
         self.by_request_id: dict[str, str] = {}
         self.opening = 0
@@ -123,14 +105,20 @@ class SessionManager:
         if existing is not None:
             return existing
         self._reserve_slot()
+        session_id = uuid.uuid4().hex
         try:
-            game = await self._construct(spec, dict(config))
+            game = await self._construct(spec, dict(config), session_id)
         except (EnvironmentFailure, EnvironmentTimeout, InvalidArgument) as error:
             count_env_error(spec.name, "construct", _error_kind(error))
             raise
         finally:
             self.opening -= 1
-        return await self._register(spec, game, job_id=job_id, request_id=request_id, key=key)
+        return await self._register(spec, game, session_id=session_id, job_id=job_id,
+                                    request_id=request_id, key=key)
+
+    async def start(self) -> None:
+        """Start the sandbox's fork server now rather than at the first open (process mode)."""
+        await self.host.start()
 
     async def close(self, session_id: str) -> int:
         """Close a session (its game's close() runs; errors are logged); the steps it served."""
@@ -140,7 +128,9 @@ class SessionManager:
         self.by_request_id.pop(session.request_id, None)
         OPEN_SESSIONS.labels(env=session.spec.name).dec()
         async with session.lock:
-            if session.state is not SessionState.BROKEN:  # a broken game may still be running
+            if session.state is SessionState.BROKEN:  # never call a broken game again
+                await session.game.discard()
+            else:
                 await self._close_game(session)
             session.state = SessionState.CLOSED
         log.info("session_closed", session_id=session_id, env_name=session.spec.name, steps=session.steps)
@@ -158,8 +148,10 @@ class SessionManager:
         return idle
 
     async def close_all(self) -> None:
+        """Close every session, then stop the sandbox (no game process outlives this)."""
         for session_id in list(self.sessions):
             await self.close(session_id)
+        await self.host.shutdown()
 
     # -- play -------------------------------------------------------------------------------
 
@@ -170,9 +162,8 @@ class SessionManager:
         async with session.lock:
             self._require_not_broken(session)
             arguments = _reset_arguments(session, kwargs, seed)
-            call = _reset_call(session.game, arguments, is_async=session.spec.is_async,
-                               max_chars=self.limits.max_observation_chars)
-            outcome = await self._game_call(session, "reset()", call, invalid=(GameConfigError,))
+            outcome = await self._game_call(session, "reset()",
+                                            functools.partial(session.game.reset, arguments))
             session.state, session.note = SessionState.PLAYING, ""
             return outcome
 
@@ -181,8 +172,7 @@ class SessionManager:
         session = self._get(session_id)
         async with session.lock:
             self._require_playing(session)
-            call = _step_call(session.game, action, _seat_kwargs(session.spec, seat),
-                              is_async=session.spec.is_async, max_chars=self.limits.max_observation_chars)
+            call = functools.partial(session.game.step, action, _seat_kwargs(session.spec, seat))
             with STEP_SECONDS.labels(env=session.spec.name).time():
                 result = await self._game_call(session, "step()", call)
             STEPS.labels(env=session.spec.name).inc()
@@ -191,6 +181,11 @@ class SessionManager:
             return result
 
     # -- internals --------------------------------------------------------------------------
+
+    def job_of(self, session_id: str) -> str:
+        """The job an open session belongs to ("" for none, or no such session)."""
+        session = self.sessions.get(session_id)
+        return session.job_id if session is not None else ""
 
     def _get(self, session_id: str) -> Session:
         session = self.sessions.get(_required("session_id", session_id))
@@ -215,19 +210,17 @@ class SessionManager:
                                       f"{self.limits.max_sessions} sessions open; close some first")
         self.opening += 1
 
-    async def _construct(self, spec: GameSpec, config: dict[str, Any]) -> Game:
+    async def _construct(self, spec: GameSpec, config: dict[str, Any], session_id: str) -> GameHandle:
         _check_arguments(spec.cls, config, "config", f"{spec.cls.__name__}()")
-        return await call_game(lambda: spec.cls(**config), in_thread=not spec.is_async,
-                               timeout=self.limits.call_timeout_s, what=f"{spec.cls.__name__}()",
-                               invalid=(GameConfigError,))
+        return await self.host.open(spec, config, session_id)
 
-    async def _register(self, spec: GameSpec, game: Game, *, job_id: str, request_id: str,
-                        key: str) -> Session:
+    async def _register(self, spec: GameSpec, game: GameHandle, *, session_id: str, job_id: str,
+                        request_id: str, key: str) -> Session:
         if request_id in self.by_request_id:  # a concurrent retry won the race: keep its session
-            await call_game(game.close, in_thread=not spec.is_async, timeout=self.limits.call_timeout_s,
-                            what="close()")
+            with contextlib.suppress(EnvHostError):
+                await game.close()
             return self._session_for_request(request_id, key)  # type: ignore[return-value]
-        session = Session(session_id=uuid.uuid4().hex, spec=spec, game=game, job_id=job_id,
+        session = Session(session_id=session_id, spec=spec, game=game, job_id=job_id,
                           request_id=request_id, request_key=key, last_used=self.clock())
         self.sessions[session.session_id] = session
         OPEN_SESSIONS.labels(env=spec.name).inc()
@@ -236,12 +229,13 @@ class SessionManager:
         log.info("session_opened", session_id=session.session_id, env_name=spec.name, job_id=job_id)
         return session
 
-    async def _game_call(self, session: Session, method: str, fn: Callable[[], Any],
-                         invalid: tuple[type[Exception], ...] = ()) -> Any:
-        what = f"{type(session.game).__name__}.{method}"
+    async def _game_call(self, session: Session, method: str,
+                         call: Callable[[str], Awaitable[Any]]) -> Any:
+        """`call(what)` on the session's game; a failure moves the session to the state it
+        leaves the game in, is counted, and is raised."""
+        what = f"{session.spec.cls.__name__}.{method}"
         try:
-            return await call_game(fn, in_thread=not session.spec.is_async,
-                                   timeout=self.limits.call_timeout_s, what=what, invalid=invalid)
+            return await call(what)
         except NotYourTurnError:
             raise  # the caller's turn order, not the game, was wrong: the episode goes on
         except InvalidArgument as error:
@@ -249,7 +243,13 @@ class SessionManager:
             _count_error(session, method, error)
             raise
         except EnvironmentTimeout as error:
-            _break(session, f"{what} timed out; the game may still be running")
+            _break(session, f"{what} timed out; {self._timeout_note()}")
+            _count_error(session, method, error)
+            raise
+        except EnvironmentCrashed as error:
+            _break(session, error.message)
+            log.warning("environment_crashed", session_id=session.session_id, error=error.message,
+                        kind=error.metric_kind, output=error.traceback)
             _count_error(session, method, error)
             raise
         except EnvironmentFailure as error:
@@ -263,10 +263,14 @@ class SessionManager:
             _count_error(session, method, error)
             raise
 
+    def _timeout_note(self) -> str:
+        if Isolation(self.limits.isolation) is Isolation.THREAD:
+            return "the game may still be running"
+        return "its process was killed"
+
     async def _close_game(self, session: Session) -> None:
         try:
-            await call_game(session.game.close, in_thread=not session.spec.is_async,
-                            timeout=self.limits.call_timeout_s, what="close()")
+            await session.game.close()
         except EnvHostError as error:
             log.warning("session_close_failed", session_id=session.session_id, error=error.message,
                         traceback=error.traceback)
@@ -288,38 +292,14 @@ class SessionManager:
                                     "call Reset to start another")
 
 
-def _reset_call(game: Game, arguments: dict[str, Any], *, is_async: bool,
-                max_chars: int) -> Callable[[], Any]:
-    """reset() then the prompts, as one game call, each checked against the size limit."""
-    def outcome(observation: object) -> ResetOutcome:
-        return ResetOutcome(
-            system_prompt=check_observation(game.get_system_prompt(), "get_system_prompt()", max_chars),
-            initial_user_message=check_observation(game.get_initial_user_message(),
-                                                   "get_initial_user_message()", max_chars),
-            observation=check_observation(observation, "reset()", max_chars))
-
-    async def run_async() -> ResetOutcome:
-        return outcome(await game.reset(**arguments))  # type: ignore[misc]
-
-    return run_async if is_async else lambda: outcome(game.reset(**arguments))
-
-
-def _step_call(game: Game, action: str, seat_kwargs: dict[str, str], *, is_async: bool,
-               max_chars: int) -> Callable[[], Any]:
-    async def run_async() -> StepResult:
-        return check_step_result(await game.step(action, **seat_kwargs), "step()", max_chars)  # type: ignore[misc]
-
-    return run_async if is_async else lambda: check_step_result(
-        game.step(action, **seat_kwargs), "step()", max_chars)
-
-
 def _reset_arguments(session: Session, kwargs: Mapping[str, Any], seed: int | None) -> dict[str, Any]:
     """kwargs plus `seed=` when given and reset() takes it (a seed is a hint: games without
     one ignore it); InvalidArgument when reset() does not accept the kwargs."""
     spec, arguments = session.spec, dict(kwargs)
     if seed is not None and spec.reset_accepts("seed"):
         arguments.setdefault("seed", seed)
-    _check_arguments(session.game.reset, arguments, "kwargs", f"{spec.cls.__name__}.reset()")
+    unbound_reset = functools.partial(spec.cls.reset, None)  # the signature without self
+    _check_arguments(unbound_reset, arguments, "kwargs", f"{spec.cls.__name__}.reset()")
     return arguments
 
 
@@ -354,13 +334,11 @@ def _request_key(env_name: str, config: Mapping[str, Any], job_id: str) -> str:
 
 def _error_kind(error: BaseException) -> str:
     """The `kind` label of opentinker_envhost_env_errors_total for a failed game call."""
-    if isinstance(error, EnvironmentTimeout):
-        return "timeout"
-    if isinstance(error, InvalidArgument):
-        return "invalid_argument"
     if isinstance(error, asyncio.CancelledError):
         return "cancelled"
-    return "failed"
+    if isinstance(error, InvalidArgument):
+        return "invalid_argument"
+    return env_error_kind(error) or "failed"
 
 
 def _count_error(session: Session, method: str, error: BaseException) -> None:

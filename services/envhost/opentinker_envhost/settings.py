@@ -6,6 +6,7 @@ from typing import ClassVar
 from opentinker.core.settings import ServiceSettings, address_setting, port_setting, setting
 from opentinker.env import DEFAULT_MAX_OBSERVATION_CHARS
 from opentinker_envhost.catalog import NO_USER_GAMES, check_games_setting
+from opentinker_envhost.limits import Isolation
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,3 +33,19 @@ class EnvHostSettings(ServiceSettings):
     max_observation_chars: int = setting(
         DEFAULT_MAX_OBSERVATION_CHARS, "Longest observation or prompt a game may return; "
         "a longer one fails the call with ENVIRONMENT_FAILED.", min=1)
+    isolation: str = setting(
+        Isolation.PROCESS.value, "Where game code runs: process (Linux only; elsewhere thread, with a "
+        "warning) = each session's game in its own process (forked from a per-EnvHost fork server with "
+        "the games preloaded) under the memory "
+        "and CPU-time limits below, killed when a call times out, without the OPENTINKER_* variables "
+        "(the API key); thread = in the EnvHost process itself (worker threads, no limits, sees all "
+        "of the EnvHost's memory and environment: for trusted games and benchmarks).",
+        choices=tuple(mode.value for mode in Isolation))
+    memory_limit_mb: int = setting(
+        1024, "Process isolation: memory (address space) a game's process may allocate beyond what it "
+        "maps when forked; past it the game gets MemoryError and the session fails (ENVIRONMENT_FAILED).",
+        min=16)
+    cpu_seconds_per_call: float = setting(
+        30.0, "Process isolation: CPU time one game call may use; past it the kernel ends the game's "
+        "process and the session fails (ENVIRONMENT_FAILED). On a loaded machine it stops a busy game "
+        "before call_timeout_seconds (wall clock) would.", positive=True)

@@ -1,0 +1,32 @@
+"""The bounds a SessionManager enforces on sessions and the games they run."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from opentinker.env import DEFAULT_MAX_OBSERVATION_CHARS
+
+
+class Isolation(enum.StrEnum):
+    """Where game code runs: a process per session (default) or the EnvHost's own threads."""
+
+    PROCESS = "process"
+    THREAD = "thread"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionLimits:
+    """Bounds the manager enforces."""
+
+    max_sessions: int = 256
+    call_timeout_s: float = 30.0
+    """Longest a game constructor, reset, step or close may take."""
+    idle_ttl_s: float = 600.0
+    """A session untouched for this long is closed by `reap_idle`."""
+    max_observation_chars: int = DEFAULT_MAX_OBSERVATION_CHARS
+    isolation: Isolation = Isolation.PROCESS
+    memory_limit_mb: int = 1024
+    """Process isolation: memory a game process may allocate beyond what it starts with."""
+    cpu_seconds_per_call: float = 30.0
+    """Process isolation: CPU time one game call may use (user + system)."""
