@@ -23,8 +23,8 @@ NO_LIMITS = EpisodeLimits()
 
 
 def play(script, outcomes=(), *, limits=NO_LIMITS, context=512, max_new_tokens=16,
-         environment=None, version=0):
-    generator = ScriptedGenerator(script, version=version)
+         environment=None, version=0, generator=None):
+    generator = generator or ScriptedGenerator(script, version=version)
     environment = environment or ScriptedEnvironment(outcomes=list(outcomes))
     config = AgentLoopConfig(sampling=SamplingConfig(max_new_tokens=max_new_tokens),
                              limits=limits, max_context_length=context)
@@ -152,13 +152,28 @@ def test_an_unclosed_action_gets_the_closing_token_in_the_observation():
     assert episode.token_ids[5:8] == [0, 21, 22]
 
 
-def test_the_episode_timeout_stops_a_hanging_environment_and_closes_it():
+def test_the_episode_timeout_stops_a_hanging_environment_fails_the_episode_and_closes_it():
+    """Time that ran out while the game was answering is the game's failure: ENV_ERROR (never
+    trained on), not a TIMEOUT the policy would be blamed for."""
     environment = ScriptedEnvironment(outcomes=[StepOutcome(done=True)], step_delay_s=5.0)
     episode, _, environment = play([([5, EOS], STOP)], environment=environment,
                                    limits=EpisodeLimits(timeout_s=0.05))
-    assert episode.stop_reason is StopReason.TIMEOUT
+    assert episode.stop_reason is StopReason.ENV_ERROR
+    assert "did not answer within the episode's time limit (0.05 s, INTERACTING)" in episode.env_error
     assert episode.loss_mask == [0, 0, 0, 1, 1]
     assert environment.calls[-1] == "close"
+
+
+class SlowGenerator(ScriptedGenerator):
+    async def generate(self, request):  # noqa: ANN001, ANN201
+        await asyncio.sleep(5.0)
+        return await super().generate(request)
+
+
+def test_the_episode_timeout_while_the_policy_generates_is_a_timeout():
+    episode, _, _ = play([([5, EOS], STOP)], generator=SlowGenerator([([5, EOS], STOP)]),
+                         limits=EpisodeLimits(timeout_s=0.05))
+    assert episode.stop_reason is StopReason.TIMEOUT and not episode.env_error
 
 
 def test_an_environment_failure_mid_episode_is_env_error_with_its_message():

@@ -23,7 +23,8 @@ Match episodes (multi-agent) run the same machine over a `match_client.MatchSess
 joins the seat and waits for its first turn, each step submits the action and waits for the
 seat's next turn, so the other seats' moves arrive as (mask 0) observations while they think.
 
-Environment failures end the episode with ENV_ERROR, the wall-clock limit with TIMEOUT.
+Environment failures end the episode with ENV_ERROR, the wall-clock limit with TIMEOUT (ENV_ERROR
+when it runs out while the environment is answering: a hung game).
 The session is closed whatever happened (a match session left unfinished forfeits its seat).
 """
 
@@ -45,6 +46,9 @@ from opentinker_rollout.episode import AgentState, Episode, EpisodeLimits, StopR
 
 log = structlog.get_logger(__name__)
 CLOSE_TIMEOUT_S = 5.0
+WAITING_ON_ENVIRONMENT = (AgentState.PENDING, AgentState.INTERACTING)
+"""States whose time is the environment's (open/reset, step): the time limit running out there
+fails the episode (ENV_ERROR, never trained on) instead of cutting it (TIMEOUT)."""
 
 
 class ChatRenderer(Protocol):
@@ -87,6 +91,7 @@ class AgentLoop:
         self.renderer = renderer
         self.environment = environment
         self.config = config
+        self._state = AgentState.PENDING
         self.handlers: dict[AgentState, Handler] = {
             AgentState.PENDING: self.pending,
             AgentState.GENERATING: self.generating,
@@ -99,7 +104,13 @@ class AgentLoop:
             async with asyncio.timeout(self.config.limits.timeout_s):
                 await self._loop(episode)
         except TimeoutError:
-            episode.finish(StopReason.TIMEOUT)
+            if self._state in WAITING_ON_ENVIRONMENT:  # a hung game: not the policy's doing
+                episode.env_error = (f"the environment did not answer within the episode's time limit "
+                                     f"({self.config.limits.timeout_s:g} s, {self._state.name})")
+                log.warning("episode_env_error", trajectory_id=episode.trajectory_id, error=episode.env_error)
+                episode.finish(StopReason.ENV_ERROR)
+            else:
+                episode.finish(StopReason.TIMEOUT)
         except EnvironmentFailure as failure:
             episode.env_error, episode.env_traceback = str(failure), failure.traceback
             log.warning("episode_env_error", trajectory_id=episode.trajectory_id, error=str(failure))
@@ -109,9 +120,9 @@ class AgentLoop:
         return episode
 
     async def _loop(self, episode: Episode) -> None:
-        state = AgentState.PENDING
-        while state is not AgentState.TERMINATED:
-            state = await self.handlers[state](episode)
+        self._state = AgentState.PENDING
+        while self._state is not AgentState.TERMINATED:
+            self._state = await self.handlers[self._state](episode)
 
     async def pending(self, episode: Episode) -> AgentState:
         await self.environment.open()
