@@ -89,7 +89,7 @@ def test_a_lost_trainer_pauses_every_agent_and_the_job_resumes_both_from_the_com
     # the run (or, past the retry budget, pauses every agent at its barrier)
     told = [message for message in logs if message.startswith("paused: agent")
             or message.startswith("trainer call") and " interrupted (UNAVAILABLE" in message]
-    assert len(told) == 1, logs
+    assert told and len(told) <= 2, logs  # once per agent training on the lost Trainer at most
     resumed = [message for message in logs if message.startswith("resumed every agent")]
     assert len(resumed) == 1, logs
     step = int(resumed[0].rsplit(" ", 1)[-1])

@@ -310,7 +310,7 @@ def test_an_opponent_that_leaves_or_is_lost_ends_the_episode(move_model, tmp_pat
                                             (lost, "white"), (quits, "black")], seed_base=300, max_turns=1)
         played = {t.match_id: t for t in await trajectories(stack, request)}
         last_turn_of_b4 = (await asyncio.gather(*opponents))[-1]
-        # nobody ever sits down opposite A: the episode's own time limit ends the wait
+        # nobody ever sits down opposite A: the episode's own time limit ends the wait (ENV_ERROR)
         alone = await trajectories(stack, seat_request(stack, "A", [(absent, "black")], seed_base=400,
                                                        timeout_s=1))
         return (leaves_early, leaves_later, lost, quits, absent), played, last_turn_of_b4, alone[0]
@@ -338,7 +338,9 @@ def test_an_opponent_that_leaves_or_is_lost_ends_the_episode(move_model, tmp_pat
     assert quits.outcomes_by_seat == {"black": "forfeit", "white": "win"}
     assert last_turn_of_b4.finished and last_turn_of_b4.outcome == "win" and last_turn_of_b4.reward == 1.0
 
-    assert alone.stop_reason == trajectory_pb2.STOP_REASON_TIMEOUT
+    # the wait for an opponent is the environment's time: the episode fails (never trained on)
+    assert alone.stop_reason == trajectory_pb2.STOP_REASON_ENV_ERROR
+    assert "did not answer within the episode's time limit (1 s" in alone.env_error
     assert absent.state is MatchState.ABORTED and "left before the match started" in absent.message
 
 
