@@ -6,10 +6,12 @@ their CI time small."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from opentinker.client import SchedulerClient
 from tests._stack import LocalStack
 
 _STARTED: dict[str, LocalStack] = {}
@@ -22,3 +24,16 @@ def security_stack(tmp_path_factory: pytest.TempPathFactory, config: pytest.Conf
         config.add_cleanup(local.down)
         _STARTED["stack"] = local
     return _STARTED["stack"]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> LocalStack:
+    """The shared security stack (import this fixture into a test module)."""
+    return security_stack(tmp_path_factory, pytestconfig)
+
+
+@pytest.fixture(scope="module")
+def admin(stack: LocalStack) -> Iterator[SchedulerClient]:
+    """A SchedulerClient with the stack's admin key."""
+    with SchedulerClient(stack.address("scheduler"), api_key=stack.api_key, timeout=30) as client:
+        yield client

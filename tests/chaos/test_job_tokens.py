@@ -35,7 +35,7 @@ from opentinker.core.server import ServerPlan, ServiceBinding, start_server, sto
 from opentinker.core.settings import ServiceSettings
 from opentinker_rollout.envhost_client import EnvHostSession, EnvironmentTarget
 from tests._stack import LocalStack
-from tests.chaos._security_stack import security_stack
+from tests.chaos._security_stack import admin, stack  # noqa: F401 - the shared fixtures
 from tests.e2e.test_rl_job import tiny_rl_spec
 
 pytestmark = pytest.mark.timeout(180)
@@ -47,14 +47,8 @@ Call = Callable[[list[tuple[str, str]]], Any]
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> LocalStack:
-    return security_stack(tmp_path_factory, pytestconfig)
-
-
-@pytest.fixture(scope="module")
-def scheduler(stack: LocalStack) -> Iterator[SchedulerClient]:
-    with SchedulerClient(stack.address("scheduler"), api_key=stack.api_key, timeout=30) as client:
-        yield client
+def scheduler(admin: SchedulerClient) -> SchedulerClient:
+    return admin
 
 
 @pytest.fixture(scope="module")

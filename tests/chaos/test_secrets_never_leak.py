@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,24 +26,13 @@ from opentinker.core.auth import parse_api_key
 from opentinker.core.job_tokens import HASH_FIELD, JOB_TOKEN_PATTERN, hash_job_token, job_token_of
 from opentinker.core.redis_store import Keys
 from tests._stack import LocalStack
-from tests.chaos._security_stack import security_stack
+from tests.chaos._security_stack import admin, stack  # noqa: F401 - the shared fixtures
 from tests.e2e.test_rl_job import tiny_rl_spec
 
 pytestmark = pytest.mark.timeout(180)
 TENANT = "secrets-tenant"
 LEGITIMATE_FILES = ("admin.key",)
 """Files under the state dir that hold a secret by design (mode 0600)."""
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> LocalStack:
-    return security_stack(tmp_path_factory, pytestconfig)
-
-
-@pytest.fixture(scope="module")
-def admin(stack: LocalStack) -> Iterator[SchedulerClient]:
-    with SchedulerClient(stack.address("scheduler"), api_key=stack.api_key, timeout=30) as client:
-        yield client
 
 
 def secret_forms(text: str) -> list[str]:

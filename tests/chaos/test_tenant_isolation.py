@@ -18,7 +18,7 @@ import json
 import pkgutil
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +34,7 @@ from opentinker.client import SchedulerClient
 from opentinker.client.spec import job_spec_from_dict
 from opentinker.dashboard.routes import ROUTES
 from tests._stack import LocalStack
-from tests.chaos._security_stack import security_stack
+from tests.chaos._security_stack import admin, stack  # noqa: F401 - the shared fixtures
 from tests.e2e.test_rl_job import tiny_rl_spec
 
 pytestmark = pytest.mark.timeout(180)
@@ -169,17 +169,6 @@ def call(channel: grpc.Channel, path: str, request: Any, metadata: list[tuple[st
                 response_deserializer=response_type.FromString)
     response = stub(iter([request]) if method.client_streaming else request, metadata=metadata, timeout=30)
     return list(response) if method.server_streaming else response
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> LocalStack:
-    return security_stack(tmp_path_factory, pytestconfig)
-
-
-@pytest.fixture(scope="module")
-def admin(stack: LocalStack) -> Iterator[SchedulerClient]:
-    with SchedulerClient(stack.address("scheduler"), api_key=stack.api_key, timeout=30) as client:
-        yield client
 
 
 @pytest.fixture(scope="module")
