@@ -19,6 +19,8 @@ import grpc
 import pytest
 
 from opentinker.api.common.v1 import algorithm_pb2, datum_pb2, model_pb2, resources_pb2
+from opentinker.api.coordinator.v1 import coordinator_service_pb2 as coordinator_pb
+from opentinker.api.coordinator.v1 import coordinator_service_pb2_grpc as coordinator_grpc
 from opentinker.api.envhost.v1 import envhost_service_pb2 as env_pb
 from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as env_grpc
 from opentinker.api.rollout.v1 import rollout_service_pb2 as rollout_pb
@@ -219,7 +221,7 @@ def test_the_previous_attempts_token_is_refused_after_a_requeue(stack: LocalStac
     assert final.state == job_pb2.Job.STATE_SUCCEEDED and final.attempt == 2, final.status_message
 
 
-def test_the_envhost_refuses_a_jobs_session_without_its_token(stack: LocalStack, scheduler) -> None:  # noqa: ANN001
+def test_the_envhost_and_the_coordinator_refuse_a_jobs_calls_without_its_token(stack: LocalStack, scheduler) -> None:  # noqa: ANN001
     job = scheduler.submit_job(tiny_rl_spec(total_steps=4))  # queued or running: its token is required
     try:
         with keyed_channel(stack.address("envhost"), stack.api_key) as channel:
@@ -237,6 +239,15 @@ def test_the_envhost_refuses_a_jobs_session_without_its_token(stack: LocalStack,
                 assert [a.sequence for a in answers] == [1, 2]
                 assert answers[0].error.code == REFUSED.value[0] and "job token" in answers[0].error.message
                 assert answers[1].WhichOneof("result") == "open_session"  # not job-scoped: admin key suffices
+        with keyed_channel(stack.address("coordinator"), stack.api_key) as channel:
+            coordinator = coordinator_grpc.CoordinatorServiceStub(channel)
+            calls = [lambda md: coordinator.OpenMatch(coordinator_pb.OpenMatchRequest(job_id=job.job_id), metadata=md),
+                     lambda md: coordinator.ArriveAtBarrier(coordinator_pb.ArriveAtBarrierRequest(
+                         job_id=job.job_id, agent_id="a", step=1), metadata=md, timeout=10)]
+            for call in calls:
+                for metadata in ([], with_token(forged_token())):
+                    error = refusal(call, metadata)
+                    assert error.code() == REFUSED, error.details()
     finally:
         scheduler.cancel_job(job.job_id)
 

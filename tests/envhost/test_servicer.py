@@ -309,3 +309,18 @@ def test_text_utf8_cannot_carry_is_an_error_and_the_stream_goes_on(isolation: st
         assert answers[2].error.reason == errors_pb2.ERROR_REASON_ENVIRONMENT_FAILED
         assert answers[5].step.observation == "ok"
     run(scenario, isolation=isolation)
+
+
+
+def test_nan_in_a_config_is_invalid_argument_naming_the_field_unary_and_in_stream() -> None:
+    """NaN has no JSON form: the EnvHost answered UNKNOWN (unary) or nothing at all (Interact)."""
+    async def scenario(stub: Stub) -> None:
+        bad = struct(a=float("nan"))
+        error = await rpc_error(stub.OpenSession(pb.OpenSessionRequest(env_name="math", config=bad)))
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and error.details().startswith("config: ")
+
+        async def requests():
+            yield pb.InteractRequest(sequence=7, open_session=pb.OpenSessionRequest(env_name="math", config=bad))
+        answers = [answer async for answer in stub.Interact(requests())]
+        assert [a.sequence for a in answers] == [7] and answers[0].error.message.startswith("config: ")
+    run(scenario)

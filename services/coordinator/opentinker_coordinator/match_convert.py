@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 import grpc
-from google.protobuf import json_format
+from google.protobuf import json_format, struct_pb2
 
 from opentinker.api.common.v1 import environment_pb2, progress_pb2
 from opentinker.api.coordinator.v1 import coordinator_service_pb2 as pb
@@ -32,9 +34,28 @@ BARRIER_PHASES = {
 }
 
 
+ADDRESS = re.compile(r"^[\x21-\x7e]{1,255}:[0-9]{1,5}$")
+"""host:port (any printable ASCII host, a dns:/// or ipv4: target included); empty = the default."""
+ENVHOST_FIELDS = {"env_name": "environment.env_name", "config": "environment.config", "kwargs": "reset_kwargs"}
+"""The EnvHost's field names in its INVALID_ARGUMENT / NOT_FOUND messages -> OpenMatch's."""
+CALLERS_CODES = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND)
+
+
 def environment_ref(message: environment_pb2.EnvironmentReference) -> MatchEnvironmentRef:
-    return MatchEnvironmentRef(env_name=message.env_name, config=json_format.MessageToDict(message.config),
+    if message.envhost_address and not ADDRESS.match(message.envhost_address):
+        raise InvalidProtocolRequest("environment.envhost_address: must be host:port (printable ASCII), "
+                                     f"got {message.envhost_address[:80]!r}")
+    return MatchEnvironmentRef(env_name=message.env_name, config=struct_dict(message.config, "environment.config"),
                                envhost_address=message.envhost_address)
+
+
+def struct_dict(struct: struct_pb2.Struct, field: str) -> dict:
+    """A Struct (config, kwargs) as a dict; NaN and Infinity have no JSON form: INVALID_ARGUMENT."""
+    try:
+        return json_format.MessageToDict(struct)
+    except ValueError as error:
+        raise InvalidProtocolRequest(f"{field}: numbers must be finite (NaN and Infinity have no JSON "
+                                     f"form): {error}") from error
 
 
 def environment_message(environment: MatchEnvironmentRef) -> environment_pb2.EnvironmentReference:
@@ -73,6 +94,29 @@ def barrier_phase(phase: int) -> str:
         raise InvalidProtocolRequest("phase: barriers are at the end of PHASE_ROLLOUT, PHASE_UPDATE or "
                                      "PHASE_WEIGHT_SYNC")
     return BARRIER_PHASES[phase]
+
+
+def open_failure(error: MatchEnvironmentFailed, envhost_address: str) -> tuple[grpc.StatusCode, str, str] | None:
+    """(code, message, ErrorReason name) of an OpenMatch whose environment did not start because
+    of the request: the EnvHost refused its env_name, config or reset kwargs (INVALID_ARGUMENT
+    naming our field), has no session left (RESOURCE_EXHAUSTED), or no EnvHost answers at the
+    address the caller named (FAILED_PRECONDITION). None: a failure of the environment itself
+    (the game raised, the default EnvHost is down): UNAVAILABLE as ever."""
+    cause = error.__cause__.__cause__ if error.__cause__ is not None else None
+    if not isinstance(cause, grpc.aio.AioRpcError):
+        return None
+    details = cause.details() or ""
+    if cause.code() in CALLERS_CODES:
+        field, _, problem = details.partition(": ")
+        return (grpc.StatusCode.INVALID_ARGUMENT, f"{ENVHOST_FIELDS.get(field, 'environment')}: {problem or details}",
+                "ERROR_REASON_INVALID_FIELD")
+    if cause.code() is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, f"environment: {details}", "ERROR_REASON_QUOTA_EXCEEDED"
+    if cause.code() is grpc.StatusCode.UNAVAILABLE and envhost_address:
+        return (grpc.StatusCode.FAILED_PRECONDITION,
+                f"environment.envhost_address: no EnvHost answers at {envhost_address!r} ({details[:200]})",
+                "ERROR_REASON_ENVIRONMENT_FAILED")
+    return None
 
 
 def status_code(error: ProtocolError) -> grpc.StatusCode:

@@ -13,13 +13,14 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-from google.protobuf import json_format, timestamp_pb2
+from google.protobuf import timestamp_pb2
 
 from opentinker.api.common.v1 import progress_pb2
 from opentinker.api.coordinator.v1 import coordinator_service_pb2 as pb
 from opentinker.api.coordinator.v1 import coordinator_service_pb2_grpc as pb_grpc
 from opentinker.core.errors import REASON_METADATA_KEY, TRACEBACK_METADATA_KEY
 from opentinker.core.server import ServiceBinding
+from opentinker.core.job_token_guard import require_job_token
 from opentinker.core.unimplemented import unimplemented_base
 from opentinker_coordinator import match_convert
 from opentinker_coordinator.agent_protocol import AgentProtocol
@@ -96,14 +97,24 @@ class CoordinatorServicer(unimplemented_base(pb_grpc.CoordinatorServiceServicer,
 
     @answers_protocol_errors
     async def OpenMatch(self, request: pb.OpenMatchRequest, context: grpc.aio.ServicerContext) -> pb.OpenMatchResponse:
-        match = await self.protocol.open_match(
-            job_id=request.job_id, environment=match_convert.environment_ref(request.environment),
-            seats=list(request.seats), reset_kwargs=json_format.MessageToDict(request.reset_kwargs),
-            seed=request.seed, request_id=request.request_id)
+        await require_job_token(context, job_id=request.job_id, field="job_id")
+        try:
+            match = await self.protocol.open_match(
+                job_id=request.job_id, environment=match_convert.environment_ref(request.environment),
+                seats=list(request.seats),
+                reset_kwargs=match_convert.struct_dict(request.reset_kwargs, "reset_kwargs"),
+                seed=request.seed, request_id=request.request_id)
+        except MatchEnvironmentFailed as error:
+            refused = match_convert.open_failure(error, request.environment.envhost_address)
+            if refused is None:
+                raise
+            code, message, reason = refused
+            await context.abort(code, message, trailing_metadata=((REASON_METADATA_KEY, reason),))
         return pb.OpenMatchResponse(match=self._match(match))
 
     @answers_protocol_errors
     async def JoinMatch(self, request: pb.JoinMatchRequest, context: grpc.aio.ServicerContext) -> pb.JoinMatchResponse:
+        await self._match_token(request.match_id, context)
         match = self.protocol.join(request.match_id, request.agent_id, request.seat)
         return pb.JoinMatchResponse(match=self._match(match), system_prompt=match.system_prompt,
                                     initial_user_message=match.initial_user_message)
@@ -114,27 +125,38 @@ class CoordinatorServicer(unimplemented_base(pb_grpc.CoordinatorServiceServicer,
 
     @answers_protocol_errors
     async def AwaitTurn(self, request: pb.AwaitTurnRequest, context: grpc.aio.ServicerContext) -> pb.AwaitTurnResponse:
+        await self._match_token(request.match_id, context)
         return match_convert.turn_response(await self.protocol.await_turn(request.match_id, request.agent_id))
 
     @answers_protocol_errors
     async def SubmitAction(self, request: pb.SubmitActionRequest,
                            context: grpc.aio.ServicerContext) -> pb.SubmitActionResponse:
+        await self._match_token(request.match_id, context)
         result = await self.protocol.submit(request.match_id, request.agent_id, request.turn_index,
                                             request.action, request.request_id)
         return match_convert.action_response(result)
 
     @answers_protocol_errors
     async def LeaveMatch(self, request: pb.LeaveMatchRequest, context: grpc.aio.ServicerContext) -> pb.LeaveMatchResponse:
+        await self._match_token(request.match_id, context)
         return pb.LeaveMatchResponse(match=self._match(await self.protocol.leave(request.match_id, request.agent_id)))
 
     @answers_protocol_errors
     async def ArriveAtBarrier(self, request: pb.ArriveAtBarrierRequest,
                               context: grpc.aio.ServicerContext) -> pb.ArriveAtBarrierResponse:
+        await require_job_token(context, job_id=request.job_id, field="job_id")
         remaining = context.time_remaining()
         arrival = await self.protocol.arrive(request.job_id, request.agent_id,
                                              match_convert.barrier_phase(request.phase), request.step,
                                              timeout_s=remaining)
         return pb.ArriveAtBarrierResponse(agents_arrived=arrival.arrived, agents_expected=arrival.expected)
+
+    async def _match_token(self, match_id: str, context: grpc.aio.ServicerContext) -> None:
+        """The job token check of a call on a match: its job's (an unknown match is checked by
+        the call itself: NOT_FOUND)."""
+        match = self.protocol.matches.get(match_id)
+        if match is not None:
+            await require_job_token(context, job_id=match.job_id, field="match_id")
 
     def _match(self, match) -> pb.Match:
         return match_convert.match_message(match)

@@ -11,7 +11,7 @@ from opentinker.api.common.v1 import errors_pb2
 from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
 from opentinker.env import StepResult
 from opentinker_envhost.catalog import GameSpec
-from opentinker_envhost.errors import EnvHostError, clip_middle, env_error_kind
+from opentinker_envhost.errors import EnvHostError, InvalidArgument, clip_middle, env_error_kind
 from opentinker_envhost.sessions import ResetOutcome
 from opentinker.core.errors import REASON_METADATA_KEY, TRACEBACK_METADATA_KEY
 from opentinker.core.job_token_guard import JobTokenRefusal
@@ -22,9 +22,13 @@ ENV_ERROR_KIND_METADATA_KEY = "opentinker-env-error-kind"
 memory_limit, cpu_limit), for callers that count environment failures by kind."""
 
 
-def struct_to_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
-    """A Struct as a dict; JSON numbers that are whole become ints (3.0 -> 3)."""
-    return _whole_numbers_as_ints(json_format.MessageToDict(struct))
+def struct_to_dict(struct: struct_pb2.Struct, field: str = "config") -> dict[str, Any]:
+    """A Struct as a dict; JSON numbers that are whole become ints (3.0 -> 3). NaN or Infinity
+    (no JSON form) is the caller's error, naming `field`."""
+    try:
+        return _whole_numbers_as_ints(json_format.MessageToDict(struct))
+    except ValueError as error:
+        raise InvalidArgument(f"{field}: {error} (NaN and Infinity have no JSON form)") from None
 
 
 def dict_to_struct(values: dict[str, Any]) -> struct_pb2.Struct:

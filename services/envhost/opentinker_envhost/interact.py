@@ -12,7 +12,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 
+import grpc
+import structlog
+
+from opentinker.api.common.v1 import errors_pb2
 from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
+
+log = structlog.get_logger(__name__)
 
 Handler = Callable[[pb.InteractRequest], Awaitable[pb.InteractResponse]]
 _END = object()
@@ -49,4 +55,10 @@ class InteractPump:
             self.queue.put_nowait(_END)
 
     async def _answer(self, request: pb.InteractRequest) -> None:
-        self.queue.put_nowait(await self.handle(request))
+        try:
+            answer = await self.handle(request)
+        except Exception as error:  # noqa: BLE001 - a bug of ours still gets its request an answer
+            log.exception("interact_request_failed", sequence=request.sequence)
+            answer = pb.InteractResponse(sequence=request.sequence, error=errors_pb2.ErrorDetail(
+                code=grpc.StatusCode.INTERNAL.value[0], message=f"internal error: {type(error).__name__}"))
+        self.queue.put_nowait(answer)

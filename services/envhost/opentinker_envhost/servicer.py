@@ -107,7 +107,7 @@ class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
                                       environment=convert.environment(session.spec))
 
     async def reset(self, request: pb.ResetRequest) -> pb.ResetResponse:
-        outcome = await self.manager.reset(request.session_id, convert.struct_to_dict(request.kwargs),
+        outcome = await self.manager.reset(request.session_id, convert.struct_to_dict(request.kwargs, "kwargs"),
                                            seed=request.seed or None)
         return convert.reset_response(outcome)
 

@@ -3,7 +3,10 @@
 Request messages become validated domain objects (InvalidArgument names the field); domain
 results become response messages. Zero values follow the protos: sampling.n 0 = 1,
 sampling.max_new_tokens 0 = DEFAULT_MAX_NEW_TOKENS, temperature 0 = greedy, group_size 0 = 1,
-a zero limit = no limit of that kind.
+a zero limit = no limit of that kind. Bounds (work queued at once must not exhaust memory):
+sampling.n <= 1024, <= 4096 prompts and prompts x n <= 65,536 per Sample; group_size <= 1024
+and <= 4096 EpisodeSpecs per RunEpisodes (the Scheduler's own bounds). Struct configs and
+kwargs must hold finite numbers (they travel on as JSON).
 
 Match episodes (EpisodeSpec.match_id): a call plays matches or single-agent episodes, never
 both; every match spec names its seat, the call names `coordinator_address` and `agent_id`,
@@ -13,6 +16,7 @@ takes one seat of a match).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2
@@ -38,6 +42,14 @@ from opentinker_rollout.runner import EpisodeError, EpisodeSpec
 from opentinker_rollout.sampler import Completion, Prompt, PromptCompletions
 
 DEFAULT_MAX_NEW_TOKENS = 256
+MAX_SAMPLES_PER_PROMPT = 1024  # sampling.n, like the Scheduler's group_size bound
+MAX_PROMPTS = 4096             # prompts of one Sample call, like the Scheduler's batch_size bound
+MAX_SAMPLE_ROWS = 65536        # prompts x n of one Sample call: every row is queued at once
+MAX_GROUP_SIZE = 1024          # RunEpisodes.group_size (the Scheduler's bound)
+MAX_EPISODE_SPECS = 4096       # RunEpisodes.episodes (the Scheduler's batch_size bound)
+MAX_PATH_BYTES, MAX_NAME_BYTES = 4096, 255  # PATH_MAX, NAME_MAX: longer paths are OSErrors
+MAX_LORA_RANK = 1024           # a rank of 2^20 allocated gigabytes per layer before any check
+MAX_BATCH_SIZE = 4096          # LoadModel.max_batch_size, like OPENTINKER_ROLLOUT_MAX_BATCH_SIZE
 INTERNAL = 13  # google.rpc.Code.INTERNAL
 PRECISIONS = {model_pb2.PRECISION_UNSPECIFIED: "default", model_pb2.PRECISION_FLOAT32: "float32",
               model_pb2.PRECISION_BFLOAT16: "bfloat16", model_pb2.PRECISION_FLOAT16: "float16"}
@@ -60,8 +72,8 @@ def lease(message: resources_pb2.LeaseContext) -> Lease:
 def load_request(request: rollout_pb2.LoadModelRequest) -> LoadRequest:
     if request.engine not in (rollout_pb2.ENGINE_UNSPECIFIED, rollout_pb2.ENGINE_TRANSFORMERS):
         raise InvalidArgument("engine", "only ENGINE_TRANSFORMERS is available on this worker")
-    if request.max_batch_size < 0:
-        raise InvalidArgument("max_batch_size", "must be >= 0 (0 = the worker's default)")
+    if not 0 <= request.max_batch_size <= MAX_BATCH_SIZE:
+        raise InvalidArgument("max_batch_size", f"must be in [0, {MAX_BATCH_SIZE}] (0 = the worker's default)")
     return LoadRequest(request_id=request.request_id, lease=lease(request.lease),
                        source=model_source(request.model), lora=lora_spec(request.adaptation),
                        max_batch_size=request.max_batch_size)
@@ -69,25 +81,42 @@ def load_request(request: rollout_pb2.LoadModelRequest) -> LoadRequest:
 
 def model_source(message: model_pb2.ModelReference) -> ModelSource:
     try:
-        return model_refs.model_source(message, "model")
+        source = model_refs.model_source(message, "model")
     except model_refs.ModelRefError as error:
         raise InvalidArgument(error.field, error.message) from error
+    if message.WhichOneof("source") == "local":
+        check_path(message.local.path, "model.local.path")
+        check_path(message.local.tokenizer_path, "model.local.tokenizer_path")
+    return source
+
+
+def check_path(path: str, field: str) -> None:
+    """A path the filesystem can look up (else os.stat raises OSError, not "not found")."""
+    encoded = path.encode("utf-8", "surrogateescape")
+    if len(encoded) > MAX_PATH_BYTES or any(len(part) > MAX_NAME_BYTES for part in encoded.split(b"/")):
+        raise InvalidArgument(field, f"must be at most {MAX_PATH_BYTES} bytes, each name at most "
+                              f"{MAX_NAME_BYTES}")
 
 
 def lora_spec(message: model_pb2.Adaptation) -> LoraSpec | None:
     """The LoRA adapter to add, or None for full weights (defaults shared with the Trainer)."""
     try:
-        return model_refs.lora_spec(message)
+        lora = model_refs.lora_spec(message)
     except model_refs.ModelRefError as error:
         raise InvalidArgument(error.field, error.message) from error
+    if lora is not None and lora.rank > MAX_LORA_RANK:
+        raise InvalidArgument("adaptation.lora.rank", f"must be at most {MAX_LORA_RANK}, got {lora.rank} (the "
+                              "adapter's matrices are allocated at once)")
+    return lora
 
 
 def sampling_config(message: sampling_pb2.SamplingParams) -> SamplingConfig:
     checks = ((message.max_new_tokens < 0, "max_new_tokens", "must be >= 0"),
-              (message.temperature < 0, "temperature", "must be >= 0 (0 = greedy)"),
+              (not 0 <= message.temperature < math.inf, "temperature", "must be a finite number >= 0 (0 = greedy)"),
               (not 0 <= message.top_p <= 1, "top_p", "must be in [0, 1]"),
               (message.top_k < 0, "top_k", "must be >= 0"),
-              (message.n < 0, "n", "must be >= 0 (0 = 1)"))
+              (not 0 <= message.n <= MAX_SAMPLES_PER_PROMPT, "n",
+               f"must be in [0, {MAX_SAMPLES_PER_PROMPT}] (0 = 1)"))
     for bad, field, problem in checks:
         if bad:
             raise InvalidArgument(f"sampling.{field}", problem)
@@ -113,13 +142,16 @@ def episode_limits(message: sampling_pb2.AgentLoopLimits) -> EpisodeLimits:
 def episode_specs(request: rollout_pb2.RunEpisodesRequest) -> tuple[EpisodeSpec, ...]:
     if not request.episodes:
         raise InvalidArgument("episodes", "at least one EpisodeSpec is required")
-    if request.group_size < 0:
-        raise InvalidArgument("group_size", "must be >= 0 (0 = 1)")
+    if not 0 <= request.group_size <= MAX_GROUP_SIZE:
+        raise InvalidArgument("group_size", f"must be in [0, {MAX_GROUP_SIZE}] (0 = 1)")
+    if len(request.episodes) > MAX_EPISODE_SPECS:
+        raise InvalidArgument("episodes", f"at most {MAX_EPISODE_SPECS} EpisodeSpecs per call")
     if plays_matches(request):
         _check_match_request(request)
-    return tuple(EpisodeSpec(group_id=spec.group_id, reset_kwargs=from_struct(spec.reset_kwargs),
-                             seed=spec.seed, match_id=spec.match_id, seat=spec.seat)
-                 for spec in request.episodes)
+    from_struct(request.environment.config, "environment.config")  # the EnvHost gets it as JSON
+    return tuple(EpisodeSpec(group_id=spec.group_id, seed=spec.seed, match_id=spec.match_id, seat=spec.seat,
+                             reset_kwargs=from_struct(spec.reset_kwargs, f"episodes[{i}].reset_kwargs"))
+                 for i, spec in enumerate(request.episodes))
 
 
 def plays_matches(request: rollout_pb2.RunEpisodesRequest) -> bool:
@@ -157,6 +189,10 @@ def _check_match_request(request: rollout_pb2.RunEpisodesRequest) -> None:
 
 
 def prompts(request: rollout_pb2.SampleRequest) -> list[Prompt]:
+    if len(request.prompts) > MAX_PROMPTS:
+        raise InvalidArgument("prompts", f"at most {MAX_PROMPTS} prompts per call")
+    if len(request.prompts) * max(request.sampling.n, 1) > MAX_SAMPLE_ROWS:
+        raise InvalidArgument("sampling.n", f"prompts x n must be at most {MAX_SAMPLE_ROWS} completions per call")
     converted = []
     for prompt in request.prompts:
         if prompt.WhichOneof("input") == "messages":
@@ -259,5 +295,10 @@ def to_struct(values: Any) -> struct_pb2.Struct:
     return struct
 
 
-def from_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
-    return json_format.MessageToDict(struct)
+def from_struct(struct: struct_pb2.Struct, field: str = "struct") -> dict[str, Any]:
+    """A Struct (config, kwargs) as a dict; NaN and Infinity have no JSON form: InvalidArgument."""
+    try:
+        return json_format.MessageToDict(struct)
+    except ValueError as error:
+        raise InvalidArgument(field, "numbers must be finite (NaN and Infinity have no JSON form): "
+                              f"{error}") from error

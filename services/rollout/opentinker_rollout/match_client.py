@@ -28,6 +28,7 @@ import grpc
 from opentinker.api.coordinator.v1 import coordinator_service_pb2 as coordinator_pb2
 from opentinker.api.coordinator.v1 import coordinator_service_pb2_grpc as coordinator_grpc
 from opentinker.core.errors import reason_from_metadata, traceback_from_metadata
+from opentinker.core.job_tokens import JOB_TOKEN_METADATA_KEY
 from opentinker.core.channel_pool import ChannelPool
 from opentinker_rollout.environment import (
     EnvironmentFactory,
@@ -53,13 +54,16 @@ class CoordinatorChannels(ChannelPool):
 
 def match_environments(channels: CoordinatorChannels, coordinator_address: str, *,
                        call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
-                       await_timeout_s: float = AWAIT_TURN_TIMEOUT_S) -> EnvironmentFactory:
+                       await_timeout_s: float = AWAIT_TURN_TIMEOUT_S, job_token: str = "") -> EnvironmentFactory:
     """A factory of sessions for match episodes: each plays its episode's match and seat as
-    the episode's agent, on the Coordinator at `coordinator_address`."""
+    the episode's agent, on the Coordinator at `coordinator_address`; every call carries the
+    job's token (the one RunEpisodes came with) when there is one."""
+    metadata = ((JOB_TOKEN_METADATA_KEY, job_token),) if job_token else ()
+
     def make(episode: Episode) -> MatchSession:
         return MatchSession(channels.stub(coordinator_address), address=coordinator_address,
                             match_id=episode.match_id, seat=episode.seat, agent_id=episode.agent_id,
-                            call_timeout_s=call_timeout_s, await_timeout_s=await_timeout_s)
+                            call_timeout_s=call_timeout_s, await_timeout_s=await_timeout_s, metadata=metadata)
     return make
 
 
@@ -73,8 +77,9 @@ class MatchSession:
 
     def __init__(self, stub: coordinator_grpc.CoordinatorServiceStub, *, address: str, match_id: str,
                  seat: str, agent_id: str, call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
-                 await_timeout_s: float = AWAIT_TURN_TIMEOUT_S) -> None:
+                 await_timeout_s: float = AWAIT_TURN_TIMEOUT_S, metadata: tuple[tuple[str, str], ...] = ()) -> None:
         self.stub = stub
+        self.metadata = metadata
         self.address = address
         self.match_id, self.seat, self.agent_id = match_id, seat, agent_id
         self.call_timeout_s = call_timeout_s
@@ -139,7 +144,7 @@ class MatchSession:
 
     async def _call(self, method: str, request: Any, timeout_s: float) -> Any:
         try:
-            return await getattr(self.stub, method)(request, timeout=timeout_s)
+            return await getattr(self.stub, method)(request, timeout=timeout_s, metadata=self.metadata)
         except grpc.aio.AioRpcError as error:
             metadata = error.trailing_metadata()
             reason = reason_from_metadata(metadata).removeprefix("ERROR_REASON_")

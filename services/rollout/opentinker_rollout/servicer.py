@@ -78,12 +78,15 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         self.max_concurrent_episodes = max_concurrent_episodes
 
     async def _job_token(self, context: grpc.aio.ServicerContext, *,
-                         lease: resources_pb2.LeaseContext | None = None, policy_id: str = "") -> None:
-        """The job token check: of the lease's job and attempt, else of the policy's job."""
+                         lease: resources_pb2.LeaseContext | None = None, policy_id: str = "",
+                         prefix: str = "") -> None:
+        """The job token check: of the lease's job and attempt, else of the policy's job.
+        `prefix` is where the lease and policy_id sit in the request ("target." for UpdateWeights)."""
         if lease is not None and lease.job_id:
-            await require_job_token(context, job_id=lease.job_id, fencing_token=lease.fencing_token)
+            await require_job_token(context, job_id=lease.job_id, fencing_token=lease.fencing_token,
+                                    field=f"{prefix}lease.job_id")
         elif policy_id:
-            await require_job_token(context, job_id=self.registry.get(policy_id).job_id, field="policy_id")
+            await require_job_token(context, job_id=self.registry.get(policy_id).job_id, field=f"{prefix}policy_id")
 
     @answers_domain_errors
     async def LoadModel(self, request: pb.LoadModelRequest,
@@ -106,7 +109,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         target = await _expect(stream, "target", "the first message must be a target")
         if not target.policy_id:
             raise InvalidArgument("target.policy_id", "is required")
-        await self._job_token(context, lease=target.lease, policy_id=target.policy_id)
+        await self._job_token(context, lease=target.lease, policy_id=target.policy_id, prefix="target.")
         header = await _expect(stream, "header", "the second message must be a header")
         info, received = await self.registry.update_weights(
             target.policy_id, convert.lease(target.lease), convert.weights_header(header),
@@ -162,7 +165,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         """Seats of Coordinator matches, or sessions of the EnvHost game `environment` names
         (called with the job's token)."""
         if convert.plays_matches(request):
-            return match_environments(self.coordinator_channels, request.coordinator_address)
+            return match_environments(self.coordinator_channels, request.coordinator_address, job_token=job_token)
         environment = request.environment
         if not environment.env_name:
             raise InvalidArgument("environment.env_name", "is required (unless the episodes play "

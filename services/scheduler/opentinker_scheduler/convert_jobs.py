@@ -6,9 +6,11 @@ schedules on) and as its deterministic serialization (`spec_blob`, stored and re
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
+from google.protobuf import struct_pb2
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
@@ -16,6 +18,7 @@ from opentinker.api.common.v1 import progress_pb2, resources_pb2
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker_scheduler.convert_common import enum_from_proto, enum_to_proto, timestamp
 from opentinker_scheduler.convert_workers import assignment_to_proto, role_from_proto, role_to_proto
+from opentinker_scheduler.errors import InvalidArgument
 from opentinker_scheduler.events import (
     CheckpointSaved,
     JobEvent,
@@ -50,6 +53,9 @@ def spec_blob(spec: job_pb2.JobSpec) -> bytes:
 
 
 def facts_from_spec(spec: job_pb2.JobSpec) -> JobSpecFacts:
+    for path in non_finite_struct_numbers(spec, "spec"):
+        raise InvalidArgument(path, "must be a finite number: NaN and Infinity have no JSON form (the "
+                              "Coordinator and the games read configs as JSON)")
     training = spec.training
     return JobSpecFacts(
         type=job_type_from_proto(spec.type, field="spec.type"), priority=spec.priority,
@@ -93,6 +99,33 @@ def scalar_fields(message: Message, path: str) -> Iterator[tuple[FieldDescriptor
             elif not (descriptor.message_type.GetOptions().map_entry
                       or descriptor.message_type.full_name in OPAQUE_MESSAGES):
                 yield from scalar_fields(item, item_path)  # type: ignore[arg-type]
+
+
+def non_finite_struct_numbers(message: Message, path: str) -> Iterator[str]:
+    """Paths of NaN and +-Infinity numbers inside the Structs (user configs) below `message`, keys
+    in brackets as spec.labels' are: spec.environment.config['levels'][0]['penalty']."""
+    if message.DESCRIPTOR.full_name in OPAQUE_MESSAGES:
+        for key, value in message.fields.items():  # type: ignore[attr-defined]
+            yield from _non_finite_values(value, f"{path}[{key!r}]")
+        return
+    for descriptor, value in message.ListFields():
+        if descriptor.cpp_type != FieldDescriptor.CPPTYPE_MESSAGE or descriptor.message_type.GetOptions().map_entry:
+            continue
+        items = value if descriptor.is_repeated else [value]
+        for index, item in enumerate(items):
+            name = f"{path}.{descriptor.name}" + (f"[{index}]" if descriptor.is_repeated else "")
+            yield from non_finite_struct_numbers(item, name)  # type: ignore[arg-type]
+
+
+def _non_finite_values(value: struct_pb2.Value, path: str) -> Iterator[str]:
+    kind = value.WhichOneof("kind")
+    if kind == "number_value" and not math.isfinite(value.number_value):
+        yield path
+    elif kind == "struct_value":
+        yield from non_finite_struct_numbers(value.struct_value, path)
+    elif kind == "list_value":
+        for index, item in enumerate(value.list_value.values):
+            yield from _non_finite_values(item, f"{path}[{index}]")
 
 
 def numeric_fields(message: Message, path: str) -> Iterator[NumericField]:

@@ -91,6 +91,7 @@ class TenantAdmin:
                             token: str) -> Page[ApiKeyRecord]:
         """Public parts only; a tenant key lists its own tenant's keys."""
         tenant_id = tenant_id or caller.tenant_id
+        check_tenant_id(tenant_id)
         if not (caller.admin or caller.tenant_id == tenant_id):
             raise NotFound(f"tenant {tenant_id} not found", reason="UNSPECIFIED")
         limit = page_size(size)

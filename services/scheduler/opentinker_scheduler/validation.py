@@ -23,8 +23,10 @@ DEFAULT_MAX_RETRIES = 2
 MODEL_JOB_TYPES = (JobType.RL, JobType.SFT, JobType.INFERENCE)
 TRAINING_JOB_TYPES = (JobType.RL, JobType.SFT)
 LEASABLE_ROLES = (Role.TRAINER, Role.ROLLOUT)
+MAX_LORA_RANK = 1024  # the Trainer's and Rollout's bound: a larger adapter is gigabytes per layer
 # Fields named so must not exceed the bound (AdamW betas < 1 are checked by the Trainer).
-UNIT_INTERVAL_FIELDS = {"top_p": 1.0, "dropout": 1.0, "beta1": 1.0, "beta2": 1.0, "gamma": 1.0}
+UNIT_INTERVAL_FIELDS = {"top_p": 1.0, "dropout": 1.0, "beta1": 1.0, "beta2": 1.0, "gamma": 1.0,
+                        "rank": MAX_LORA_RANK}
 
 
 def validate_spec(facts: JobSpecFacts) -> None:

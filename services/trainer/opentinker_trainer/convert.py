@@ -66,6 +66,8 @@ CHECKPOINT_FORMATS = {pb.CHECKPOINT_FORMAT_UNSPECIFIED: CheckpointFormat.TRAININ
 WEIGHTS_FORMATS = {weights_pb2.WEIGHTS_FORMAT_UNSPECIFIED: None,
                    weights_pb2.WEIGHTS_FORMAT_LORA_ADAPTER: WeightsFormat.LORA_ADAPTER,
                    weights_pb2.WEIGHTS_FORMAT_FULL: WeightsFormat.FULL}
+MAX_PATH_BYTES, MAX_NAME_BYTES = 4096, 255  # PATH_MAX, NAME_MAX: longer paths are OSErrors
+MAX_LORA_RANK = 1024  # a rank of 2^20 allocated gigabytes per layer before any check
 TENSOR_DTYPES = {"float32": weights_pb2.TENSOR_DTYPE_FLOAT32,
                  "bfloat16": weights_pb2.TENSOR_DTYPE_BFLOAT16,
                  "float16": weights_pb2.TENSOR_DTYPE_FLOAT16}
@@ -117,9 +119,21 @@ def session_spec(request: pb.CreateSessionRequest) -> SessionSpec:
 
 def model_source(reference: model_pb2.ModelReference) -> ModelSource:
     try:
-        return model_refs.model_source(reference, "base_model")
+        source = model_refs.model_source(reference, "base_model")
     except model_refs.ModelRefError as error:
         raise ValidationError(error.field, error.message) from error
+    if reference.WhichOneof("source") == "local":
+        check_path(reference.local.path, "base_model.local.path")
+        check_path(reference.local.tokenizer_path, "base_model.local.tokenizer_path")
+    return source
+
+
+def check_path(path: str, field: str) -> None:
+    """A path the filesystem can look up (else os.stat raises OSError, not "not found")."""
+    encoded = path.encode("utf-8", "surrogateescape")
+    if len(encoded) > MAX_PATH_BYTES or any(len(part) > MAX_NAME_BYTES for part in encoded.split(b"/")):
+        raise ValidationError(field, f"must be at most {MAX_PATH_BYTES} bytes, each name at most "
+                              f"{MAX_NAME_BYTES}")
 
 
 def adaptation(message: model_pb2.Adaptation) -> tuple[LoraSpec | None, bool]:
@@ -128,9 +142,13 @@ def adaptation(message: model_pb2.Adaptation) -> tuple[LoraSpec | None, bool]:
     if kind not in ("full", "lora"):
         raise ValidationError("adaptation", "set lora or full")
     try:
-        return model_refs.lora_spec(message), kind == "full" and message.full.keep_reference
+        lora = model_refs.lora_spec(message)
     except model_refs.ModelRefError as error:
         raise ValidationError(error.field, error.message) from error
+    if lora is not None and lora.rank > MAX_LORA_RANK:
+        raise ValidationError("adaptation.lora.rank", f"must be at most {MAX_LORA_RANK}, got {lora.rank} (the "
+                              "adapter's matrices are allocated at once)")
+    return lora, kind == "full" and message.full.keep_reference
 
 
 def optimizer(message: algo_pb.OptimizerConfig) -> OptimizerConfig:

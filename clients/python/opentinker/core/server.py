@@ -28,6 +28,7 @@ from opentinker.core.errors import PortInUseError
 from opentinker.core.metrics_http import MetricsEndpoint
 from opentinker.core.metrics_interceptor import MetricsInterceptor
 from opentinker.core.settings import ServiceSettings
+from opentinker.core.wire_guard import WireGuardInterceptor
 
 log = structlog.get_logger(__name__)
 
@@ -126,10 +127,11 @@ async def start_server(settings: ServiceSettings, plan: ServerPlan) -> StartedSe
     """Build the server, bind host:port (PortInUseError if taken), start it and its hooks.
 
     With OPENTINKER_AUTH=api_keys every call (but health and reflection) needs an API key.
+    Undecodable requests are INVALID_ARGUMENT and status messages are clipped (`wire_guard`).
     With `metrics_port` set, /metrics is served too (PortInUseError naming its variable if taken)."""
     interceptors, closers = auth_interceptors(settings, plan)
     server = grpc.aio.server(options=[*SERVER_OPTIONS, *plan.options],
-                             interceptors=[MetricsInterceptor(), *interceptors])
+                             interceptors=[MetricsInterceptor(), *interceptors, WireGuardInterceptor()])
     reporter = HealthReporter([binding.full_name for binding in plan.services])
     register_services(server, plan.services, reporter)
     port = bind_port(server, settings.host, settings.port, port_env_var(settings))

@@ -1,0 +1,139 @@
+"""Hypothesis fuzzing of every RPC of the five services against a live stack (issue 10, full form).
+
+    .venv/bin/python bench/fuzz_rpcs.py                          # 500 cases per RPC, 50 RPCs (25,051 calls, ~7 min on 2 cores)
+    .venv/bin/python bench/fuzz_rpcs.py --examples 50 --seed 7   # a quicker pass with another seed
+    .venv/bin/python bench/fuzz_rpcs.py --only Sample --only OpenMatch --examples 2000
+
+What runs, all on this machine: `opentinker up` in a private state directory on free ports
+(tests/_stack.py `LocalStack`: embedded Redis, the five services, auth on; this process calls
+with the stack's admin key), the fixtures of tests/chaos/_fuzz_targets.py (a tenant, a queued job,
+a Trainer session, a Rollout policy, an EnvHost session, Coordinator matches), then, RPC after
+RPC in the order of tests/chaos/_fuzz_targets.rpcs_in_order, the valid examples and --examples
+Hypothesis cases (tests/chaos/_fuzz.py: random messages from the descriptors, raw bytes, one-field
+mutations of a valid request), each one real call. The oracle is the CI test's
+(tests/chaos/test_fuzz_rpcs.py, 20 cases per RPC): only OK or canonical user codes,
+INVALID_ARGUMENT naming a field of the request, and after each RPC's batch the service SERVING,
+answering a known-good request, its process alive.
+
+Prints a table (RPC, cases, failures, seconds, responses by code), then every failure with a
+reproducer (protobuf text, hex for raw bytes); JSON in bench/results/fuzz_rpcs.json (--out).
+Failures in code this work may not change (tests/chaos/_fuzz.py KNOWN_FINDINGS, e.g. the EnvHost)
+are listed as KNOWN. Exit status 1 on any oracle failure, KNOWN ones included unless
+--ignore-known. Times are printed, never judged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests/ holds the stack helper and the fuzzing library
+
+from tests._stack import SERVICES, LocalStack, port_args, run_cli  # noqa: E402
+from tests.chaos._fuzz import RpcTally, all_rpcs, fuzz_rpc, summary_table  # noqa: E402
+from tests.chaos._fuzz_targets import LiveTarget, pids_of, rpcs_in_order  # noqa: E402
+
+DEFAULT_OUT = ROOT / "bench" / "results" / "fuzz_rpcs.json"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--examples", type=int, default=500, help="Hypothesis cases per RPC (default 500)")
+    p.add_argument("--seed", type=int, default=20261122, help="Hypothesis seed (default: the CI test's)")
+    p.add_argument("--only", action="append", default=[],
+                   help="fuzz only RPCs whose name contains this (repeatable), e.g. Sample or TrainerService")
+    p.add_argument("--ignore-known", action="store_true",
+                   help="exit 0 when the only failures are KNOWN_FINDINGS (reported, in code not changed here)")
+    p.add_argument("--up-timeout", type=float, default=120.0,
+                   help="seconds `opentinker up` waits for every service to be SERVING (default 120)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results file")
+    args = p.parse_args(argv)
+    if args.examples < 0:
+        p.error("--examples must be >= 0")
+    return args
+
+
+class PrivateStack(LocalStack):
+    """LocalStack whose `opentinker up` waits `up_timeout` s (a busy machine imports torch slowly)."""
+
+    def __init__(self, state_dir: Path, up_timeout: float) -> None:
+        super().__init__(state_dir)
+        self.up_timeout = up_timeout
+
+    def up(self, timeout: float = 0) -> None:
+        result = run_cli("up", "--state-dir", str(self.state_dir), "--redis-port", str(self.redis_port),
+                         "--no-dashboard", *port_args(self.ports), "--timeout", str(self.up_timeout), "--json",
+                         timeout=self.up_timeout + 60)
+        if result.returncode != 0:
+            raise RuntimeError(f"opentinker up failed ({result.returncode}):\n{result.stderr}\n{self.logs()}")
+        self.status = json.loads(result.stdout)
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def fuzz(target: LiveTarget, args: argparse.Namespace) -> list[RpcTally]:
+    rpcs = [rpc for rpc in rpcs_in_order(all_rpcs()) if not args.only or any(o in rpc.name for o in args.only)]
+    tallies = []
+    for index, rpc in enumerate(rpcs, 1):
+        tally = fuzz_rpc(target, rpc, max_examples=args.examples, seed=args.seed)
+        codes = ", ".join(f"{code} {count}" for code, count in tally.codes.most_common())
+        log(f"[{index}/{len(rpcs)}] {rpc.name}: {tally.total} cases, {len(tally.failures)} failures, "
+            f"{len(tally.known)} known, "
+            f"{tally.seconds:.1f} s ({codes})")
+        for failure in tally.failures:
+            log(f"    FAIL [{failure.case_kind}] {failure.problem}: {failure.details[:300]!r}")
+        tallies.append(tally)
+    return tallies
+
+
+def report(tallies: list[RpcTally], target: LiveTarget, args: argparse.Namespace, seconds: float) -> int:
+    print(summary_table(tallies))
+    failures = [failure for tally in tallies for failure in tally.failures]
+    known = [failure for tally in tallies for failure in tally.known]
+    final_health = target.all_health_problems()
+    for label, listed in (("FAIL", failures), ("KNOWN", known)):
+        for failure in listed:
+            print(f"\n{label} {failure.rpc} [{failure.case_kind}] {failure.problem}\n  details: {failure.details!r}"
+                  f"\n  request: {failure.reproducer}")
+    for problem in final_health:
+        print(f"\nUNHEALTHY at the end: {problem}")
+    print(f"\n{sum(t.total for t in tallies)} cases over {len(tallies)} RPCs in {seconds:.0f} s "
+          f"(seed {args.seed}, {args.examples} generated per RPC): {len(failures)} oracle failures, "
+          f"{len(known)} known (reported, in code not changed here)")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "seed": args.seed, "examples_per_rpc": args.examples, "seconds": round(seconds, 1),
+        "rpcs": [{"rpc": t.rpc, "cases": dict(t.cases), "codes": dict(t.codes), "seconds": round(t.seconds, 2),
+                  "failures": [asdict(f) for f in t.failures], "known": [asdict(f) for f in t.known]}
+                 for t in tallies],
+        "final_health_problems": final_health}, indent=2) + "\n")
+    return 1 if failures or final_health or (known and not args.ignore_known) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-fuzz-") as state_dir:
+        stack = PrivateStack(Path(state_dir), args.up_timeout)
+        log(f"starting a private stack in {state_dir} ...")
+        stack.up()
+        target = LiveTarget({name: stack.address(name) for name in SERVICES}, stack.api_key, pids_of(stack.status))
+        try:
+            target.setup()
+            started = time.monotonic()
+            tallies = fuzz(target, args)
+            return report(tallies, target, args, time.monotonic() - started)
+        finally:
+            target.close()
+            stack.down()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
