@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests/ holds the stack helper and the fuzzing library
 
-from tests._stack import SERVICES, LocalStack, port_args, run_cli  # noqa: E402
+from tests._stack import SERVICES, LocalStack  # noqa: E402
 from tests.chaos._fuzz import RpcTally, all_rpcs, fuzz_rpc, summary_table  # noqa: E402
 from tests.chaos._fuzz_targets import LiveTarget, pids_of, rpcs_in_order  # noqa: E402
 
@@ -57,22 +57,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.examples < 0:
         p.error("--examples must be >= 0")
     return args
-
-
-class PrivateStack(LocalStack):
-    """LocalStack whose `opentinker up` waits `up_timeout` s (a busy machine imports torch slowly)."""
-
-    def __init__(self, state_dir: Path, up_timeout: float) -> None:
-        super().__init__(state_dir)
-        self.up_timeout = up_timeout
-
-    def up(self, timeout: float = 0) -> None:
-        result = run_cli("up", "--state-dir", str(self.state_dir), "--redis-port", str(self.redis_port),
-                         "--no-dashboard", *port_args(self.ports), "--timeout", str(self.up_timeout), "--json",
-                         timeout=self.up_timeout + 60)
-        if result.returncode != 0:
-            raise RuntimeError(f"opentinker up failed ({result.returncode}):\n{result.stderr}\n{self.logs()}")
-        self.status = json.loads(result.stdout)
 
 
 def log(message: str) -> None:
@@ -121,9 +105,9 @@ def report(tallies: list[RpcTally], target: LiveTarget, args: argparse.Namespace
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-fuzz-") as state_dir:
-        stack = PrivateStack(Path(state_dir), args.up_timeout)
+        stack = LocalStack(Path(state_dir), dashboard=False)
         log(f"starting a private stack in {state_dir} ...")
-        stack.up()
+        stack.up(timeout=args.up_timeout + 60)
         target = LiveTarget({name: stack.address(name) for name in SERVICES}, stack.api_key, pids_of(stack.status))
         try:
             target.setup()

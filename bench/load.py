@@ -52,7 +52,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests/ holds the stack helper and the load library
 
-from tests._stack import SERVICES, LocalStack, port_args, run_cli  # noqa: E402
+from tests._stack import SERVICES, LocalStack  # noqa: E402
 from tests.chaos._load import (  # noqa: E402
     RSS_BOUND_MIB,
     JobsReport,
@@ -142,23 +142,6 @@ class Run:
     config: BenchConfig
     rounds: list[Round] = field(default_factory=list)
     trends: dict[str, MemoryTrend] = field(default_factory=dict)
-
-
-class BenchStack(LocalStack):
-    """LocalStack whose `opentinker up` waits `up_timeout` s for SERVING (a busy machine
-    imports torch slowly)."""
-
-    def __init__(self, state_dir: Path, up_timeout: float) -> None:
-        super().__init__(state_dir)
-        self.up_timeout = up_timeout
-
-    def up(self, timeout: float = 0) -> None:
-        result = run_cli("up", "--state-dir", str(self.state_dir), "--redis-port", str(self.redis_port),
-                         "--no-dashboard", *port_args(self.ports), "--timeout", str(self.up_timeout), "--json",
-                         timeout=self.up_timeout + 60)
-        if result.returncode != 0:
-            raise RuntimeError(f"opentinker up failed ({result.returncode}):\n{result.stderr}\n{self.logs()}")
-        self.status = json.loads(result.stdout)
 
 
 def log(message: str) -> None:
@@ -291,9 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in [n for n in os.environ if n.startswith("OPENTINKER_")]:
         del os.environ[name]  # the stack gets its own key and settings, not the caller's
     with tempfile.TemporaryDirectory(prefix="opentinker-load-") as state_dir:
-        stack = BenchStack(Path(state_dir), config.up_timeout)
+        stack = LocalStack(Path(state_dir), dashboard=False)
         log("starting the local stack ...")
-        stack.up()
+        stack.up(timeout=config.up_timeout + 60)
         try:
             run = asyncio.run(run_rounds(stack, config))
         finally:

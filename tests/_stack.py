@@ -40,16 +40,19 @@ def port_args(ports: dict[str, int]) -> list[str]:
 class LocalStack:
     """`opentinker up` in a private state dir; `address(name)` of each service; `down()`."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, *, dashboard: bool = True) -> None:
         self.state_dir = state_dir
         ports = free_ports(len(SERVICES) + 2)
         self.ports = dict(zip(SERVICES, ports, strict=False))
         self.redis_port, self.dashboard_port = ports[-2:]
+        self.dashboard = dashboard
 
     def up(self, timeout: float = 120) -> None:
+        """`opentinker up`, allowed `timeout` s in all (a busy machine imports torch slowly)."""
+        dashboard = ["--dashboard-port", str(self.dashboard_port)] if self.dashboard else ["--no-dashboard"]
         result = run_cli("up", "--state-dir", str(self.state_dir), "--redis-port", str(self.redis_port),
-                         "--dashboard-port", str(self.dashboard_port), *port_args(self.ports), "--json",
-                         "--timeout", str(timeout - 10), timeout=timeout)
+                         *dashboard, *port_args(self.ports), "--json", "--timeout", str(timeout - 10),
+                         timeout=timeout)
         if result.returncode != 0:
             raise RuntimeError(f"opentinker up failed ({result.returncode}):\n{result.stderr}\n{self.logs()}")
         self.status = json.loads(result.stdout)

@@ -47,7 +47,6 @@ MAX_PROMPTS = 4096             # prompts of one Sample call, like the Scheduler'
 MAX_SAMPLE_ROWS = 65536        # prompts x n of one Sample call: every row is queued at once
 MAX_GROUP_SIZE = 1024          # RunEpisodes.group_size (the Scheduler's bound)
 MAX_EPISODE_SPECS = 4096       # RunEpisodes.episodes (the Scheduler's batch_size bound)
-MAX_PATH_BYTES, MAX_NAME_BYTES = 4096, 255  # PATH_MAX, NAME_MAX: longer paths are OSErrors
 MAX_LORA_RANK = 1024           # a rank of 2^20 allocated gigabytes per layer before any check
 MAX_BATCH_SIZE = 4096          # LoadModel.max_batch_size, like OPENTINKER_ROLLOUT_MAX_BATCH_SIZE
 INTERNAL = 13  # google.rpc.Code.INTERNAL
@@ -81,21 +80,9 @@ def load_request(request: rollout_pb2.LoadModelRequest) -> LoadRequest:
 
 def model_source(message: model_pb2.ModelReference) -> ModelSource:
     try:
-        source = model_refs.model_source(message, "model")
+        return model_refs.model_source(message, "model")
     except model_refs.ModelRefError as error:
         raise InvalidArgument(error.field, error.message) from error
-    if message.WhichOneof("source") == "local":
-        check_path(message.local.path, "model.local.path")
-        check_path(message.local.tokenizer_path, "model.local.tokenizer_path")
-    return source
-
-
-def check_path(path: str, field: str) -> None:
-    """A path the filesystem can look up (else os.stat raises OSError, not "not found")."""
-    encoded = path.encode("utf-8", "surrogateescape")
-    if len(encoded) > MAX_PATH_BYTES or any(len(part) > MAX_NAME_BYTES for part in encoded.split(b"/")):
-        raise InvalidArgument(field, f"must be at most {MAX_PATH_BYTES} bytes, each name at most "
-                              f"{MAX_NAME_BYTES}")
 
 
 def lora_spec(message: model_pb2.Adaptation) -> LoraSpec | None:

@@ -66,7 +66,6 @@ CHECKPOINT_FORMATS = {pb.CHECKPOINT_FORMAT_UNSPECIFIED: CheckpointFormat.TRAININ
 WEIGHTS_FORMATS = {weights_pb2.WEIGHTS_FORMAT_UNSPECIFIED: None,
                    weights_pb2.WEIGHTS_FORMAT_LORA_ADAPTER: WeightsFormat.LORA_ADAPTER,
                    weights_pb2.WEIGHTS_FORMAT_FULL: WeightsFormat.FULL}
-MAX_PATH_BYTES, MAX_NAME_BYTES = 4096, 255  # PATH_MAX, NAME_MAX: longer paths are OSErrors
 MAX_LORA_RANK = 1024  # a rank of 2^20 allocated gigabytes per layer before any check
 TENSOR_DTYPES = {"float32": weights_pb2.TENSOR_DTYPE_FLOAT32,
                  "bfloat16": weights_pb2.TENSOR_DTYPE_BFLOAT16,
@@ -119,21 +118,9 @@ def session_spec(request: pb.CreateSessionRequest) -> SessionSpec:
 
 def model_source(reference: model_pb2.ModelReference) -> ModelSource:
     try:
-        source = model_refs.model_source(reference, "base_model")
+        return model_refs.model_source(reference, "base_model")
     except model_refs.ModelRefError as error:
         raise ValidationError(error.field, error.message) from error
-    if reference.WhichOneof("source") == "local":
-        check_path(reference.local.path, "base_model.local.path")
-        check_path(reference.local.tokenizer_path, "base_model.local.tokenizer_path")
-    return source
-
-
-def check_path(path: str, field: str) -> None:
-    """A path the filesystem can look up (else os.stat raises OSError, not "not found")."""
-    encoded = path.encode("utf-8", "surrogateescape")
-    if len(encoded) > MAX_PATH_BYTES or any(len(part) > MAX_NAME_BYTES for part in encoded.split(b"/")):
-        raise ValidationError(field, f"must be at most {MAX_PATH_BYTES} bytes, each name at most "
-                              f"{MAX_NAME_BYTES}")
 
 
 def adaptation(message: model_pb2.Adaptation) -> tuple[LoraSpec | None, bool]:

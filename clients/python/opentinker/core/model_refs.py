@@ -26,8 +26,21 @@ class ModelRefError(ValueError):
         self.field, self.message = field, message
 
 
+MAX_PATH_BYTES, MAX_NAME_BYTES = 4096, 255  # PATH_MAX, NAME_MAX: longer paths are OSErrors
+
+
+def check_path(path: str, field: str) -> None:
+    """A path the filesystem can look up (else os.stat raises OSError, not "not found")."""
+    encoded = path.encode("utf-8", "surrogateescape")
+    if len(encoded) > MAX_PATH_BYTES or any(len(part) > MAX_NAME_BYTES for part in encoded.split(b"/")):
+        raise ModelRefError(field, f"must be at most {MAX_PATH_BYTES} bytes, each name at most {MAX_NAME_BYTES}")
+
+
 def model_source(reference: model_pb2.ModelReference, field: str = "model") -> ModelSource:
     kind = reference.WhichOneof("source")
+    if kind == "local":
+        check_path(reference.local.path, f"{field}.local.path")
+        check_path(reference.local.tokenizer_path, f"{field}.local.tokenizer_path")
     precision = PRECISIONS.get(reference.precision)
     if precision is None:
         raise ModelRefError(f"{field}.precision", f"unknown value {reference.precision}")
