@@ -106,7 +106,7 @@ class JobLauncher:
                 return
             message = _failure_message(error)
             log.exception("run_failed", job_id=job.job_id, error=message)
-            with contextlib.suppress(grpc.RpcError):
+            with contextlib.suppress(grpc.RpcError, StopRequested):  # stopped while retrying: nothing to tell
                 await reporter.log("error", message)
                 await reporter.finish(succeeded=False, message=message)
             run.end(RunStatus.FAILED, message)
