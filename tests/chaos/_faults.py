@@ -1,9 +1,10 @@
 """Fault injection during a running RL job, and what the run must prove afterwards.
 
 `run_with_faults` submits a job to a `ChaosStack`, records its events from a watcher thread,
-and injects the planned faults one by one: each waits until the job trained a step beyond the
-previous fault (so every fault hits a running job), then a random delay, so kills land in
-different phases (rollout, update, weight sync, checkpoint). A kill is SIGKILL followed by a
+and injects the planned faults one by one: each waits until the job trained two steps beyond the
+previous fault's recovery (so every fault hits a running job), then a random fraction of a step
+(measured from the job's own metrics, so the pace holds on a fast or a slow machine), so kills
+land in different phases (rollout, update, weight sync, checkpoint). A kill is SIGKILL followed by a
 restart of the same command after a short random delay, like a supervisor; a Redis fault is a
 SIGKILL of redis-server and a restart that reloads the append-only file; a drop resets every
 open connection through the proxies in front of the named services.
@@ -80,6 +81,12 @@ class EventRecorder:
         """The highest step with training metrics so far."""
         return max((e.metrics.step for e in self.events if is_training_metrics(e)), default=0)
 
+    def step_seconds(self) -> float:
+        """How long a training step takes lately (from the last metrics events' times)."""
+        times = [e.time.seconds + e.time.nanos / 1e9 for e in self.events if is_training_metrics(e)][-4:]
+        gaps = [b - a for a, b in zip(times, times[1:]) if b > a]
+        return sorted(gaps)[len(gaps) // 2] if gaps else 0.5
+
     def state(self) -> int:
         states = [e.state_changed.to_state for e in self.events if e.WhichOneof("payload") == "state_changed"]
         return states[-1] if states else S.STATE_UNSPECIFIED
@@ -123,8 +130,9 @@ def plan_faults(rng: random.Random, *, kills_per_service: int, redis_restarts: i
 
 def steps_for(faults: list[Fault]) -> int:
     """Enough steps for every fault to hit a running job: a fault waits for two steps beyond the
-    previous fault's recovery, and training goes on while an EnvHost restarts."""
-    return 3 * len(faults) + 4
+    previous fault's recovery and lands within the step after; a restart that does not stop the
+    job (EnvHost, Redis, Scheduler: reports are retried) lets it train on a little."""
+    return 5 * len(faults) + 6
 
 
 def run_with_faults(stack: ChaosStack, spec: dict, faults: list[Fault], rng: random.Random, *,
@@ -142,7 +150,7 @@ def run_with_faults(stack: ChaosStack, spec: dict, faults: list[Fault], rng: ran
             beyond = injected[-1].recovered_step + 1 if injected else 0
             recorder.wait_for(lambda beyond=beyond: recorder.trained_step() > beyond and recorder.state() == S.STATE_RUNNING,
                               step_timeout, f"a step beyond {beyond} before fault {number} ({fault})")
-            time.sleep(rng.uniform(0.0, 1.5))
+            time.sleep(rng.uniform(0.0, 1.0) * recorder.step_seconds())  # somewhere in the next step
             done = inject(stack, fault, rng, step=recorder.trained_step())
             done.recovered_step = recorder.trained_step()
             injected.append(done)
