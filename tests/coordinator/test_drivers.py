@@ -185,3 +185,15 @@ def test_a_step_whose_episodes_keep_failing_fails_the_job_instead_of_an_empty_up
     with pytest.raises(NoTrainableEpisodes, match="step 1: none of the 2 episodes can be trained on"):
         asyncio.run(run_rl(RlPlan(job_id="j", total_steps=2, batch_size=1, group_size=2), ports))
     assert ports.trainer.steps == []
+
+
+def test_a_steps_metrics_are_reported_before_its_checkpoint():
+    """A run that dies between the two resumes from the previous checkpoint and reports the step
+    again; the other order would lose the step's metrics for good (seen under fault injection)."""
+    ports = rl_ports()
+    asyncio.run(run_rl(RlPlan(job_id="j", total_steps=3, batch_size=1, group_size=2, checkpoint_every_steps=1), ports))
+    order = [(e[0], e[2] if e[0] == "checkpoint" else e[1]) for e in ports.reporter.events
+             if e[0] == "checkpoint" or (e[0] == "metrics" and "reward/mean" in e[2])]
+    assert [step for kind, step in order if kind == "metrics"] == [1, 2, 3]
+    for step in (1, 2, 3):
+        assert order.index(("metrics", step)) < order.index(("checkpoint", step)), order

@@ -191,10 +191,12 @@ class AgentPipeline:
         metrics["elo"] = self.league.ratings[self.agent.agent_id]
         if _due(self.plan.eval_every_steps, step + 1) and step + 1 < self.plan.total_steps:
             metrics |= await evaluate_alone(self.plan, self.own, step + 1)
+        # metrics before the checkpoint: an attempt that dies in between resumes from the previous
+        # checkpoint and reports this step again, instead of skipping a step it never reported
+        await self.ports.reporter.metrics(step + 1, metrics, agent_id=self.agent.agent_id)
         if _due(self.plan.checkpoint_every_steps, step + 1) and self.own.trainer is not None:
             ref = await self.own.trainer.save_checkpoint(f"step-{step + 1}-{self.agent.agent_id}", final=False)
             await self.league.add_checkpoint(step + 1, self.agent.agent_id, ref)
-        await self.ports.reporter.metrics(step + 1, metrics, agent_id=self.agent.agent_id)
         log.info("agent_step", job_id=self.plan.job_id, agent_id=self.agent.agent_id, step=step + 1,
                  win_rate=round(metrics["match/win_rate"], 3),
                  invalid_move_rate=round(metrics["match/invalid_move_rate"], 3), elo=round(metrics["elo"], 1))

@@ -145,8 +145,6 @@ async def rl_step(plan: RlPlan, ports: RlPorts, step: int) -> dict:
     metrics |= await weight_sync_phase(plan, ports, step)
     if due(plan.eval_every_steps, step + 1) and step + 1 < plan.total_steps:
         metrics |= await evaluate(plan, ports, step + 1)
-    if due(plan.checkpoint_every_steps, step + 1):
-        await ports.reporter.checkpoint(await ports.trainer.save_checkpoint(f"step-{step + 1}", final=False))
     return metrics
 
 
@@ -164,8 +162,12 @@ async def run_rl(plan: RlPlan, ports: RlPorts) -> None:
         started = time.perf_counter()
         metrics = await rl_step(plan, ports, step)
         count_step("rl", time.perf_counter() - started)
+        # metrics before the checkpoint: an attempt that dies in between resumes from the previous
+        # checkpoint and reports this step again, instead of skipping a step it never reported
         await ports.reporter.metrics(step + 1, metrics)
         log.info("rl_step", job_id=plan.job_id, step=step + 1, **_headline(metrics))
+        if due(plan.checkpoint_every_steps, step + 1):
+            await ports.reporter.checkpoint(await ports.trainer.save_checkpoint(f"step-{step + 1}", final=False))
     final = await evaluate(plan, ports, plan.total_steps)
     await ports.reporter.metrics(plan.total_steps, final)
     await ports.reporter.checkpoint(await ports.trainer.save_checkpoint("final", final=True))
