@@ -45,8 +45,6 @@ StopCallback = Callable[[str], Awaitable[None]]
 DEFAULT_BACKOFF = Backoff(initial_seconds=0.2, factor=2.0, max_seconds=5.0)
 # gRPC's default reconnect backoff grows to ~10 s after a few failures: a scheduler restarted
 # within the worker TTL would then see the heartbeat too late and the worker's leases expire.
-RECONNECT_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
-                     ("grpc.max_reconnect_backoff_ms", 500)]
 DEVICE_KINDS = {"cpu": resources_pb2.DEVICE_KIND_CPU, "cuda": resources_pb2.DEVICE_KIND_CUDA}
 
 
@@ -100,7 +98,7 @@ class WorkerAgent:
         """Start the background register + heartbeat task (returns at once)."""
         if self._task is not None:
             raise RuntimeError("WorkerAgent.start() was already called")
-        self._channel = authenticated_channel(self.scheduler_address, self._api_key, options=RECONNECT_OPTIONS)
+        self._channel = authenticated_channel(self.scheduler_address, self._api_key)
         self._stub = pb_grpc.SchedulerServiceStub(self._channel)
         self._task = asyncio.create_task(self._run(), name=f"worker-agent-{self.worker_id}")
 
