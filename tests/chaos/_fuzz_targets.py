@@ -211,6 +211,7 @@ class LiveTarget:
             "Heartbeat": [sc.HeartbeatRequest(worker_id="fuzz-worker", load={"gpu_memory_used_bytes": 1.0})],
             "DeregisterWorker": [sc.DeregisterWorkerRequest(worker_id="fuzz-worker-victim", drain=True)],
             "ListWorkers": [sc.ListWorkersRequest(page_size=5, role=resources_pb2.ROLE_TRAINER)],
+            "CheckJobToken": [sc.CheckJobTokenRequest(job_id=ids["job"], job_token="otj_" + "x" * 43)],
             "ReportJobEvents": [sc.ReportJobEventsRequest(lease=job_lease, events=[metrics], request_id="r")],
             "FinishJob": [sc.FinishJobRequest(lease=job_lease, final_state=job_pb2.Job.STATE_FAILED, message="m")],
             "CreateTenant": [sc.CreateTenantRequest(tenant_id="fuzz-other", display_name="x", quota=quota)],

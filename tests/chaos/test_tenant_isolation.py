@@ -88,6 +88,8 @@ SCHEDULER_ROWS: dict[str, tuple[Expect, Request]] = {
     "DeregisterWorker": (Expect.DENIED, lambda w: pb.DeregisterWorkerRequest(
         worker_id=w.a_worker(resources_pb2.ROLE_TRAINER))),
     "ListWorkers": (Expect.DENIED, lambda w: pb.ListWorkersRequest()),
+    "CheckJobToken": (Expect.NOT_FOUND, lambda w: pb.CheckJobTokenRequest(job_id=w.a_job.job_id,
+                                                                           job_token=w.a_secrets()[-1])),
     "ReportJobEvents": (Expect.DENIED, lambda w: pb.ReportJobEventsRequest(lease=w.a_lease())),
     "FinishJob": (Expect.DENIED, lambda w: pb.FinishJobRequest(lease=w.a_lease(),
                                                                 final_state=job_pb2.Job.STATE_FAILED)),

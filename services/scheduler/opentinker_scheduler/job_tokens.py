@@ -10,9 +10,11 @@ tokens, and none are issued.
 
 from __future__ import annotations
 
+import hmac
 from dataclasses import dataclass
 
 from opentinker.core.job_tokens import derive_job_token, hash_job_token, job_token_key, new_nonce
+from opentinker_scheduler.errors import PermissionDenied
 from opentinker_scheduler.model import Caller, Job, JobState
 
 
@@ -45,6 +47,14 @@ class JobTokenIssuer:
         if self.key is None or job.state is not JobState.RUNNING or not job.job_token_nonce:
             return ""
         return derive_job_token(self.key, job.job_id, job.job_token_nonce)
+
+    def require_current(self, job: Job, token: str) -> None:
+        """Return when `token` is the running attempt's token of `job`; PermissionDenied otherwise
+        (CheckJobToken: how an EnvHost a tenant serves itself checks the jobs that call it)."""
+        expected = self.token_for(job)
+        if not expected or not hmac.compare_digest(expected.encode(), token.encode()):
+            raise PermissionDenied(f"job_token: not the current attempt's token of job {job.job_id} (forged, "
+                                   "from an earlier attempt, or the job runs no attempt)", reason="JOB_TOKEN_INVALID")
 
     def token_shown_to(self, caller: Caller, job: Job) -> str:
         """GetJob shows the token to admin (service) keys only: the Coordinator learns it there."""

@@ -118,6 +118,12 @@ class SchedulerServicer(_Base):  # type: ignore[misc, valid-type]
                                       next_page_token=page.next_page_token)
 
     @grpc_errors.unary
+    async def CheckJobToken(self, request: pb.CheckJobTokenRequest, context: Context) -> pb.CheckJobTokenResponse:
+        job = await self.jobs.get(request.job_id, caller())
+        self.tokens.require_current(job, request.job_token)
+        return pb.CheckJobTokenResponse(tenant_id=job.tenant_id)
+
+    @grpc_errors.unary
     async def ReportJobEvents(self, request: pb.ReportJobEventsRequest,
                               context: Context) -> pb.ReportJobEventsResponse:
         payloads = [payload_from_proto(e, field=f"events[{i}]") for i, e in enumerate(request.events)]

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&opentinker/common/v1/environment.proto\x12\x14opentinker.common.v1\x1a\x1cgoogle/protobuf/struct.proto\"j\n\x14\x45nvironmentReference\x12\x17\n\x0f\x65nvhost_address\x18\x01 \x01(\t\x12\x10\n\x08\x65nv_name\x18\x02 \x01(\t\x12\'\n\x06\x63onfig\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Structb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&opentinker/common/v1/environment.proto\x12\x14opentinker.common.v1\x1a\x1cgoogle/protobuf/struct.proto\"{\n\x14\x45nvironmentReference\x12\x17\n\x0f\x65nvhost_address\x18\x01 \x01(\t\x12\x10\n\x08\x65nv_name\x18\x02 \x01(\t\x12\'\n\x06\x63onfig\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0f\n\x07\x65nvhost\x18\x04 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,5 +33,5 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'opentinker.common.v1.enviro
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ENVIRONMENTREFERENCE']._serialized_start=94
-  _globals['_ENVIRONMENTREFERENCE']._serialized_end=200
+  _globals['_ENVIRONMENTREFERENCE']._serialized_end=217
 # @@protoc_insertion_point(module_scope)

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!opentinker/common/v1/errors.proto\x12\x14opentinker.common.v1\"r\n\x0b\x45rrorDetail\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x31\n\x06reason\x18\x03 \x01(\x0e\x32!.opentinker.common.v1.ErrorReason\x12\x11\n\ttraceback\x18\x04 \x01(\t*\xc6\x05\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x45RROR_REASON_INVALID_FIELD\x10\x01\x12\x1e\n\x1a\x45RROR_REASON_JOB_NOT_FOUND\x10\x02\x12\"\n\x1e\x45RROR_REASON_SESSION_NOT_FOUND\x10\x03\x12)\n%ERROR_REASON_DEVICE_LEASE_UNAVAILABLE\x10\x04\x12$\n ERROR_REASON_STALE_FENCING_TOKEN\x10\x05\x12\x1f\n\x1b\x45RROR_REASON_QUOTA_EXCEEDED\x10\x06\x12$\n ERROR_REASON_JOB_NOT_CANCELLABLE\x10\x07\x12\x1e\n\x1a\x45RROR_REASON_NOT_YOUR_TURN\x10\x08\x12#\n\x1f\x45RROR_REASON_ENVIRONMENT_FAILED\x10\t\x12$\n ERROR_REASON_ENVIRONMENT_TIMEOUT\x10\n\x12)\n%ERROR_REASON_WEIGHTS_VERSION_CONFLICT\x10\x0b\x12 \n\x1c\x45RROR_REASON_WEIGHTS_CORRUPT\x10\x0c\x12\"\n\x1e\x45RROR_REASON_REQUEST_ID_REUSED\x10\r\x12 \n\x1c\x45RROR_REASON_UNAUTHENTICATED\x10\x0e\x12 \n\x1c\x45RROR_REASON_MATCH_NOT_FOUND\x10\x0f\x12\x1f\n\x1b\x45RROR_REASON_MATCH_FINISHED\x10\x10\x12\x1b\n\x17\x45RROR_REASON_SEAT_TAKEN\x10\x11\x12\x1b\n\x17\x45RROR_REASON_AGENT_LOST\x10\x12\x12\"\n\x1e\x45RROR_REASON_JOB_TOKEN_INVALID\x10\x13\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!opentinker/common/v1/errors.proto\x12\x14opentinker.common.v1\"r\n\x0b\x45rrorDetail\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x31\n\x06reason\x18\x03 \x01(\x0e\x32!.opentinker.common.v1.ErrorReason\x12\x11\n\ttraceback\x18\x04 \x01(\t*\xcf\x06\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x45RROR_REASON_INVALID_FIELD\x10\x01\x12\x1e\n\x1a\x45RROR_REASON_JOB_NOT_FOUND\x10\x02\x12\"\n\x1e\x45RROR_REASON_SESSION_NOT_FOUND\x10\x03\x12)\n%ERROR_REASON_DEVICE_LEASE_UNAVAILABLE\x10\x04\x12$\n ERROR_REASON_STALE_FENCING_TOKEN\x10\x05\x12\x1f\n\x1b\x45RROR_REASON_QUOTA_EXCEEDED\x10\x06\x12$\n ERROR_REASON_JOB_NOT_CANCELLABLE\x10\x07\x12\x1e\n\x1a\x45RROR_REASON_NOT_YOUR_TURN\x10\x08\x12#\n\x1f\x45RROR_REASON_ENVIRONMENT_FAILED\x10\t\x12$\n ERROR_REASON_ENVIRONMENT_TIMEOUT\x10\n\x12)\n%ERROR_REASON_WEIGHTS_VERSION_CONFLICT\x10\x0b\x12 \n\x1c\x45RROR_REASON_WEIGHTS_CORRUPT\x10\x0c\x12\"\n\x1e\x45RROR_REASON_REQUEST_ID_REUSED\x10\r\x12 \n\x1c\x45RROR_REASON_UNAUTHENTICATED\x10\x0e\x12 \n\x1c\x45RROR_REASON_MATCH_NOT_FOUND\x10\x0f\x12\x1f\n\x1b\x45RROR_REASON_MATCH_FINISHED\x10\x10\x12\x1b\n\x17\x45RROR_REASON_SEAT_TAKEN\x10\x11\x12\x1b\n\x17\x45RROR_REASON_AGENT_LOST\x10\x12\x12\"\n\x1e\x45RROR_REASON_JOB_TOKEN_INVALID\x10\x13\x12!\n\x1d\x45RROR_REASON_ADMIN_ONLY_FIELD\x10\x14\x12\"\n\x1e\x45RROR_REASON_ENVHOST_NOT_FOUND\x10\x15\x12\x1d\n\x19\x45RROR_REASON_STREAM_LIMIT\x10\x16\x12!\n\x1d\x45RROR_REASON_PATH_NOT_ALLOWED\x10\x17\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,7 +32,7 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'opentinker.common.v1.errors
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ERRORREASON']._serialized_start=176
-  _globals['_ERRORREASON']._serialized_end=886
+  _globals['_ERRORREASON']._serialized_end=1023
   _globals['_ERRORDETAIL']._serialized_start=59
   _globals['_ERRORDETAIL']._serialized_end=173
 # @@protoc_insertion_point(module_scope)

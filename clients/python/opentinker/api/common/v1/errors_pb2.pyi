@@ -27,6 +27,10 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_SEAT_TAKEN: _ClassVar[ErrorReason]
     ERROR_REASON_AGENT_LOST: _ClassVar[ErrorReason]
     ERROR_REASON_JOB_TOKEN_INVALID: _ClassVar[ErrorReason]
+    ERROR_REASON_ADMIN_ONLY_FIELD: _ClassVar[ErrorReason]
+    ERROR_REASON_ENVHOST_NOT_FOUND: _ClassVar[ErrorReason]
+    ERROR_REASON_STREAM_LIMIT: _ClassVar[ErrorReason]
+    ERROR_REASON_PATH_NOT_ALLOWED: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 ERROR_REASON_INVALID_FIELD: ErrorReason
 ERROR_REASON_JOB_NOT_FOUND: ErrorReason
@@ -47,6 +51,10 @@ ERROR_REASON_MATCH_FINISHED: ErrorReason
 ERROR_REASON_SEAT_TAKEN: ErrorReason
 ERROR_REASON_AGENT_LOST: ErrorReason
 ERROR_REASON_JOB_TOKEN_INVALID: ErrorReason
+ERROR_REASON_ADMIN_ONLY_FIELD: ErrorReason
+ERROR_REASON_ENVHOST_NOT_FOUND: ErrorReason
+ERROR_REASON_STREAM_LIMIT: ErrorReason
+ERROR_REASON_PATH_NOT_ALLOWED: ErrorReason
 
 class ErrorDetail(_message.Message):
     __slots__ = ("code", "message", "reason", "traceback")

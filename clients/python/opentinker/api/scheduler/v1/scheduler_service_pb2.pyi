@@ -96,7 +96,7 @@ class WatchJobResponse(_message.Message):
     def __init__(self, event: _Optional[_Union[_job_pb2.JobEvent, _Mapping]] = ...) -> None: ...
 
 class RegisterWorkerRequest(_message.Message):
-    __slots__ = ("request_id", "worker_id", "role", "address", "devices", "labels", "version")
+    __slots__ = ("request_id", "worker_id", "role", "address", "devices", "labels", "version", "name")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -111,6 +111,7 @@ class RegisterWorkerRequest(_message.Message):
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     worker_id: str
     role: _resources_pb2.Role
@@ -118,7 +119,8 @@ class RegisterWorkerRequest(_message.Message):
     devices: _containers.RepeatedCompositeFieldContainer[_resources_pb2.Device]
     labels: _containers.ScalarMap[str, str]
     version: str
-    def __init__(self, request_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., role: _Optional[_Union[_resources_pb2.Role, str]] = ..., address: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[_resources_pb2.Device, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., version: _Optional[str] = ...) -> None: ...
+    name: str
+    def __init__(self, request_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., role: _Optional[_Union[_resources_pb2.Role, str]] = ..., address: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[_resources_pb2.Device, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., version: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class RegisterWorkerResponse(_message.Message):
     __slots__ = ("worker", "heartbeat_interval")
@@ -186,6 +188,20 @@ class ListWorkersResponse(_message.Message):
     workers: _containers.RepeatedCompositeFieldContainer[_worker_pb2.Worker]
     next_page_token: str
     def __init__(self, workers: _Optional[_Iterable[_Union[_worker_pb2.Worker, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class CheckJobTokenRequest(_message.Message):
+    __slots__ = ("job_id", "job_token")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    job_token: str
+    def __init__(self, job_id: _Optional[str] = ..., job_token: _Optional[str] = ...) -> None: ...
+
+class CheckJobTokenResponse(_message.Message):
+    __slots__ = ("tenant_id",)
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    def __init__(self, tenant_id: _Optional[str] = ...) -> None: ...
 
 class ReportJobEventsRequest(_message.Message):
     __slots__ = ("lease", "events", "request_id")

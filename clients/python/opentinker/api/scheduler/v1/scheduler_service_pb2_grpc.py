@@ -81,6 +81,11 @@ class SchedulerServiceStub:
                 request_serializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListWorkersRequest.SerializeToString,
                 response_deserializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListWorkersResponse.FromString,
                 _registered_method=True)
+        self.CheckJobToken = channel.unary_unary(
+                '/opentinker.scheduler.v1.SchedulerService/CheckJobToken',
+                request_serializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.CheckJobTokenRequest.SerializeToString,
+                response_deserializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.CheckJobTokenResponse.FromString,
+                _registered_method=True)
         self.ReportJobEvents = channel.unary_unary(
                 '/opentinker.scheduler.v1.SchedulerService/ReportJobEvents',
                 request_serializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ReportJobEventsRequest.SerializeToString,
@@ -190,7 +195,18 @@ class SchedulerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListWorkers(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Admin keys see every worker; a tenant key sees the EnvHosts it registered.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CheckJobToken(self, request, context):
+        """Whether a job token is the current attempt's token of one of the caller's
+        jobs: how an EnvHost a tenant serves itself (with no access to the stack's
+        Redis) checks the calls jobs make to it. OK, or PERMISSION_DENIED with reason
+        JOB_TOKEN_INVALID; another tenant's job is NOT_FOUND.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -300,6 +316,11 @@ def add_SchedulerServiceServicer_to_server(servicer, server):
                     servicer.ListWorkers,
                     request_deserializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListWorkersRequest.FromString,
                     response_serializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListWorkersResponse.SerializeToString,
+            ),
+            'CheckJobToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckJobToken,
+                    request_deserializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.CheckJobTokenRequest.FromString,
+                    response_serializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.CheckJobTokenResponse.SerializeToString,
             ),
             'ReportJobEvents': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportJobEvents,
@@ -592,6 +613,33 @@ class SchedulerService:
             '/opentinker.scheduler.v1.SchedulerService/ListWorkers',
             opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListWorkersRequest.SerializeToString,
             opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListWorkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckJobToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opentinker.scheduler.v1.SchedulerService/CheckJobToken',
+            opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.CheckJobTokenRequest.SerializeToString,
+            opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.CheckJobTokenResponse.FromString,
             options,
             channel_credentials,
             insecure,

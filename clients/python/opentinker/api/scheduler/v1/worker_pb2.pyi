@@ -13,7 +13,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Worker(_message.Message):
-    __slots__ = ("worker_id", "role", "address", "devices", "state", "register_time", "last_heartbeat_time", "heartbeat_ttl", "leases", "labels", "version")
+    __slots__ = ("worker_id", "role", "address", "devices", "state", "register_time", "last_heartbeat_time", "heartbeat_ttl", "leases", "labels", "version", "name", "tenant_id")
     class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATE_UNSPECIFIED: _ClassVar[Worker.State]
@@ -42,6 +42,8 @@ class Worker(_message.Message):
     LEASES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     role: _resources_pb2.Role
     address: str
@@ -53,7 +55,9 @@ class Worker(_message.Message):
     leases: _containers.RepeatedCompositeFieldContainer[Lease]
     labels: _containers.ScalarMap[str, str]
     version: str
-    def __init__(self, worker_id: _Optional[str] = ..., role: _Optional[_Union[_resources_pb2.Role, str]] = ..., address: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[_resources_pb2.Device, _Mapping]]] = ..., state: _Optional[_Union[Worker.State, str]] = ..., register_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_heartbeat_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., heartbeat_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., version: _Optional[str] = ...) -> None: ...
+    name: str
+    tenant_id: str
+    def __init__(self, worker_id: _Optional[str] = ..., role: _Optional[_Union[_resources_pb2.Role, str]] = ..., address: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[_resources_pb2.Device, _Mapping]]] = ..., state: _Optional[_Union[Worker.State, str]] = ..., register_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_heartbeat_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., heartbeat_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., version: _Optional[str] = ..., name: _Optional[str] = ..., tenant_id: _Optional[str] = ...) -> None: ...
 
 class Lease(_message.Message):
     __slots__ = ("lease_id", "job_id", "worker_id", "device_ids", "fencing_token", "expire_time")
