@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from opentinker_coordinator.env_outages import EnvironmentBroken, OutageBudget
 from opentinker_coordinator.inference_driver import InferencePorts, InOrderWriter, run_inference
 from opentinker_coordinator.plans import InferencePlan, RlPlan, SftPlan
 from opentinker_coordinator.rl_driver import RlPorts, StopRequested, run_rl
@@ -165,10 +166,12 @@ def outage_ports(outages: int) -> RlPorts:
                    reporter=RecordingReporter(), stop=asyncio.Event())
 
 
-def test_a_batch_whose_episodes_all_failed_is_collected_again_and_the_step_is_taken_once(monkeypatch):
-    monkeypatch.setattr("opentinker_coordinator.rl_driver.ROLLOUT_RETRY_DELAY_S", 0.01)
+QUICK_RETRIES = OutageBudget(seconds=5.0, initial_delay=0.01, max_delay=0.01, broken_game_delay=0.01)
+
+
+def test_a_batch_whose_episodes_all_failed_is_collected_again_and_the_step_is_taken_once():
     ports = outage_ports(outages=2)
-    asyncio.run(run_rl(RlPlan(job_id="j", total_steps=2, batch_size=1, group_size=2), ports))
+    asyncio.run(run_rl(RlPlan(job_id="j", total_steps=2, batch_size=1, group_size=2, env_outage=QUICK_RETRIES), ports))
     assert ports.trainer.steps == [1, 2]
     assert [len(b) for b in ports.trainer.batches] == [2, 2]  # trained on the good batch only
     warnings = [e[2] for e in ports.reporter.events if e[0] == "log" and e[1] == "warning"]
@@ -177,13 +180,11 @@ def test_a_batch_whose_episodes_all_failed_is_collected_again_and_the_step_is_ta
     assert step_1["env_errors"] == 4 and step_1["rollout_retries"] == 2
 
 
-def test_a_step_whose_episodes_keep_failing_fails_the_job_instead_of_an_empty_update(monkeypatch):
-    from opentinker_coordinator.rl_driver import NoTrainableEpisodes
-
-    monkeypatch.setattr("opentinker_coordinator.rl_driver.ROLLOUT_RETRY_DELAY_S", 0.01)
+def test_a_step_whose_episodes_keep_failing_fails_the_job_instead_of_an_empty_update():
     ports = outage_ports(outages=10)
-    with pytest.raises(NoTrainableEpisodes, match="step 1: none of the 2 episodes can be trained on"):
-        asyncio.run(run_rl(RlPlan(job_id="j", total_steps=2, batch_size=1, group_size=2), ports))
+    with pytest.raises(EnvironmentBroken, match="step 1: no usable episode with the environment up, 3 times"):
+        asyncio.run(run_rl(RlPlan(job_id="j", total_steps=2, batch_size=1, group_size=2, env_outage=QUICK_RETRIES),
+                           ports))
     assert ports.trainer.steps == []
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,8 +17,11 @@ from opentinker.api.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
 from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as scheduler_grpc
 from opentinker.core.auth_interceptor import JobTokenSlot, authenticated_channel
 from opentinker.core.job_tokens import job_token_of
+from opentinker.core.tenant_paths import DEFAULT_TENANT_DATA_DIR, TenantAreas
 from opentinker_coordinator import job_plans
 from opentinker_coordinator.agent_protocol import AgentProtocol
+from opentinker_coordinator.env_outages import OutageBudget
+from opentinker_coordinator.job_paths import confine_job_paths
 from opentinker_coordinator.inference_driver import InferencePorts, run_inference
 from opentinker_coordinator.ma_driver import AgentFailed, AgentPorts, MultiAgentPorts, run_multi_agent
 from opentinker_coordinator.remote import RemoteRollout, RemoteTrainer, RemoteWeightSync, SchedulerReporter
@@ -49,6 +53,10 @@ class LaunchConfig:
     """Retries of reports to the Scheduler through UNAVAILABLE (its or Redis's restart)."""
     requeue_wait_seconds: float = 60.0
     """After a worker is lost, how long to wait for the Scheduler to re-queue the job."""
+    tenant_areas: TenantAreas = TenantAreas(root=Path(DEFAULT_TENANT_DATA_DIR))
+    """Where a job's relative paths resolve (its tenant's area) and the shared model directory."""
+    env_outage: OutageBudget = OutageBudget()
+    """How long a batch or evaluation waits out an unreachable EnvHost."""
 
 
 def assignment_for(job: job_pb2.Job, role: int) -> job_pb2.Assignment | None:
@@ -92,6 +100,7 @@ class JobLauncher:
     async def _drive_reporting_failure(self, job: job_pb2.Job, run: RunState, reporter: SchedulerReporter) -> None:
         try:
             try:
+                job = confine_job_paths(job, self.config.tenant_areas)  # before anything opens a path
                 await self._drive(job, run, reporter)
             except WorkerLost as lost:
                 await _pause_until_requeued(run, reporter, lost.role, lost, self.config.requeue_wait_seconds)
@@ -126,7 +135,8 @@ class JobLauncher:
                 if kind == job_pb2.JOB_TYPE_RL:
                     ports = RlPorts(trainer=trainer, rollout=rollout, weights=RemoteWeightSync(trainer, rollout),
                                     reporter=reporter, stop=run.stop)
-                    await run_rl(job_plans.rl_plan(job), ports)
+                    plan = dataclasses.replace(job_plans.rl_plan(job), env_outage=self.config.env_outage)
+                    await run_rl(plan, ports)
                 elif kind == job_pb2.JOB_TYPE_SFT:
                     from opentinker_coordinator.sft_data import load_sft_datums  # torch-free but heavy import
 
@@ -145,7 +155,8 @@ class JobLauncher:
     async def _drive_multi_agent(self, job: job_pb2.Job, run: RunState, reporter: SchedulerReporter) -> None:
         if self.protocol is None:
             raise job_plans.UnsupportedJob("this Coordinator hosts no Agent Protocol; multi-agent jobs need one")
-        plan = job_plans.multi_agent_plan(job, run.fencing_token)
+        plan = dataclasses.replace(job_plans.multi_agent_plan(job, run.fencing_token),
+                                   env_outage=self.config.env_outage)
         if token := job_token_of(job):
             self.job_tokens[job.job_id] = token  # the matches' EnvHost calls carry it
         async with self._channel(job, resources_pb2.ROLE_TRAINER, self.config.trainer_address) as trainer_channel, \

@@ -21,6 +21,7 @@ instead of waiting forever, and the run ends with `AgentFailed` naming the agent
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ import structlog
 from opentinker_coordinator import elo, episodes
 from opentinker_coordinator.agent_protocol import AgentProtocol
 from opentinker_coordinator.datums import rl_datums
+from opentinker_coordinator.env_outages import score_or_skip
 from opentinker_coordinator.episode_metrics import episode_metrics
 from opentinker_coordinator.match_metrics import MatchRecord, agent_match_metrics
 from opentinker_coordinator.metrics import count_step, observe_phase
@@ -190,7 +192,7 @@ class AgentPipeline:
         metrics |= agent_match_metrics(self.agent.agent_id, records)
         metrics["elo"] = self.league.ratings[self.agent.agent_id]
         if _due(self.plan.eval_every_steps, step + 1) and step + 1 < self.plan.total_steps:
-            metrics |= await evaluate_alone(self.plan, self.own, step + 1)
+            metrics |= await evaluate_alone(self.plan, self.ports, self.agent.agent_id, step + 1)
         # metrics before the checkpoint: an attempt that dies in between resumes from the previous
         # checkpoint and reports this step again, instead of skipping a step it never reported
         await self.ports.reporter.metrics(step + 1, metrics, agent_id=self.agent.agent_id)
@@ -254,14 +256,28 @@ def _due(every: int, step: int) -> bool:
     return every > 0 and step % every == 0
 
 
-async def evaluate_alone(plan: MultiAgentPlan, own: AgentPorts, step: int) -> dict[str, float]:
+async def evaluate_alone(plan: MultiAgentPlan, ports: MultiAgentPorts, agent_id: str, step: int) -> dict[str, float]:
+    """The agent's eval metrics alone in the eval environment at `step`; none (an event says why)
+    when its episodes stayed unusable through the outage budget (as a single-agent evaluation)."""
     if not plan.evaluates_alone:
         return {}
     started = time.perf_counter()
-    trajectories = await _collect(own.rollout.evaluate_alone(episodes.eval_requests(plan.eval_episodes, plan.seed)))
+    requests = episodes.eval_requests(plan.eval_episodes, plan.seed)
+    trajectories = await score_or_skip(
+        lambda: _collect(ports.agents[agent_id].rollout.evaluate_alone(requests)),
+        what=f"agent {agent_id!r}'s evaluation at step {step}", budget=plan.env_outage,
+        tell=ports.reporter.log, pause=lambda seconds: _sleep_unless_stopped(ports, seconds))
+    if trajectories is None:
+        return {}
     seconds = time.perf_counter() - started
     observe_phase("eval", seconds)
     return episode_metrics(trajectories, prefix="eval/") | {"time/eval_s": seconds}
+
+
+async def _sleep_unless_stopped(ports: MultiAgentPorts, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(ports.stop.wait(), seconds)
+    check_stop(ports)
 
 
 async def _guarded(pipeline: AgentPipeline, start: int) -> None:
@@ -304,8 +320,7 @@ async def _resume(plan: MultiAgentPlan, ports: MultiAgentPorts) -> int:
 
 async def _final(plan: MultiAgentPlan, ports: MultiAgentPorts, league: League) -> str:
     for agent in plan.agents:
-        own = ports.agents[agent.agent_id]
-        final = await evaluate_alone(plan, own, plan.total_steps)
+        final = await evaluate_alone(plan, ports, agent.agent_id, plan.total_steps)
         if final:
             await ports.reporter.metrics(plan.total_steps, final, agent_id=agent.agent_id)
     refs = {a.agent_id: await ports.agents[a.agent_id].trainer.save_checkpoint(f"final-{a.agent_id}", final=True)
@@ -332,7 +347,7 @@ async def run_multi_agent(plan: MultiAgentPlan, ports: MultiAgentPorts) -> None:
         start = await _resume(plan, ports)
         if not start:
             for agent in plan.agents:
-                initial = await evaluate_alone(plan, ports.agents[agent.agent_id], 0)
+                initial = await evaluate_alone(plan, ports, agent.agent_id, 0)
                 if initial:
                     await ports.reporter.metrics(0, initial, agent_id=agent.agent_id)
         await run_pipelines(league, start)

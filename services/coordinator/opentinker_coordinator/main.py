@@ -11,8 +11,10 @@ from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.core.entrypoint import run_service
 from opentinker.core.memory import keep_freed_memory
 from opentinker.core.server import ServerPlan
+from opentinker.core.tenant_paths import TenantAreas, shared_model_dir
 from opentinker.core.worker_registration import WorkerRegistration
 from opentinker_coordinator.agent_protocol import AgentProtocol
+from opentinker_coordinator.env_outages import OutageBudget
 from opentinker_coordinator.envhost_seats import EnvHostChannels
 from opentinker_coordinator.launch import JobLauncher, LaunchConfig
 from opentinker_coordinator.retries import RetryBudget
@@ -45,7 +47,9 @@ async def build_plan(settings: CoordinatorSettings) -> ServerPlan:
         coordinator_address=settings.reachable_address,
         worker_retry=RetryBudget(seconds=settings.worker_retry_seconds),
         scheduler_retry=RetryBudget(seconds=settings.scheduler_retry_seconds),
-        requeue_wait_seconds=settings.requeue_wait_seconds), protocol, job_tokens=envhosts.job_tokens)
+        requeue_wait_seconds=settings.requeue_wait_seconds,
+        tenant_areas=TenantAreas(root=settings.tenant_data_dir, shared_model_dir=shared_model_dir(settings.shared_model_dir)),
+        env_outage=OutageBudget(seconds=settings.env_outage_seconds)), protocol, job_tokens=envhosts.job_tokens)
     registry = RunRegistry(launcher)
     worker = registration(settings, registry)
     return ServerPlan(services=[coordinator_service_binding(registry, protocol)], start_hooks=[worker.start],

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from opentinker_coordinator.advantages import Estimator
+from opentinker_coordinator.env_outages import OutageBudget
 from opentinker_coordinator.pairings import Pairing
 from opentinker_coordinator.seated_environment import MatchEnvironmentRef
 from opentinker_coordinator.types import CheckpointRef
@@ -29,6 +30,8 @@ class RlPlan:
     """Per-turn discount of DISCOUNTED_RETURN."""
     resume: CheckpointRef | None = None
     """An earlier attempt's checkpoint to continue from (the job was re-queued)."""
+    env_outage: OutageBudget = OutageBudget()
+    """How long a batch waits out an unreachable environment (the Coordinator's setting)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,3 +100,5 @@ class MultiAgentPlan:
     elo_k: float = 16.0
     barrier_timeout_s: float = 300.0
     resume: MultiAgentResume | None = None
+    env_outage: OutageBudget = OutageBudget()
+    """How long an evaluation waits out an unreachable environment (the Coordinator's setting)."""

@@ -6,6 +6,7 @@ converts responses into domain objects; the drivers never see protobuf.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Sequence
 
 import grpc
@@ -174,6 +175,12 @@ def _verdict(message: trajectory_pb2.Trajectory) -> bool | None:
     return bool(info["correct"]) if "correct" in info else None
 
 
+UNREACHABLE_ENVIRONMENT = re.compile(r"\bfailed: UNAVAILABLE: ")
+"""How the Rollout words an episode whose EnvHost could not be reached ("EnvHost <address> Step
+failed: UNAVAILABLE: ..."), as opposed to a game that raised (INTERNAL), ran past its time limit
+(DEADLINE_EXCEEDED: the EnvHost answers that for a slow game too) or was given bad input."""
+
+
 def trajectory_from_message(message: trajectory_pb2.Trajectory) -> Trajectory:
     reason = trajectory_pb2.StopReason.Name(message.stop_reason).removeprefix("STOP_REASON_")
     return Trajectory(
@@ -182,6 +189,7 @@ def trajectory_from_message(message: trajectory_pb2.Trajectory) -> Trajectory:
         sampling_logprobs=list(message.sampling_logprobs), total_reward=message.total_reward,
         stop_reason=StopReason(reason), policy_version=message.policy_version, correct=_verdict(message),
         prompt_text=message.prompt_text, token_rewards=list(message.token_rewards),
+        env_error=message.env_error, env_unreachable=bool(UNREACHABLE_ENVIRONMENT.search(message.env_error)),
         transcript=[{"action": t.action_text, "observation": t.observation_text, "reward": t.reward}
                     for t in message.turns])
 

@@ -16,6 +16,7 @@ import structlog
 
 from opentinker_coordinator import episodes
 from opentinker_coordinator.datums import rl_datums
+from opentinker_coordinator.env_outages import collect_until_usable, score_or_skip, trainable
 from opentinker_coordinator.episode_metrics import episode_metrics
 from opentinker_coordinator.metrics import count_step, observe_phase
 from opentinker_coordinator.plans import RlPlan
@@ -24,10 +25,6 @@ from opentinker_coordinator.resume import resume_step
 from opentinker_coordinator.types import Trajectory
 
 log = structlog.get_logger(__name__)
-
-ROLLOUT_TRIES = 3
-ROLLOUT_RETRY_DELAY_S = 2.0
-
 
 class StopRequested(Exception):
     """The job was cancelled or its lease lost; the driver stops at a phase boundary."""
@@ -54,42 +51,27 @@ def check_stop(ports: RlPorts) -> None:
         raise StopRequested()
 
 
-class NoTrainableEpisodes(Exception):
-    """Every episode of a step failed, again and again: there is nothing to train on."""
-
-
-def trainable(trajectories: Sequence[Trajectory]) -> bool:
-    return any(not t.failed and t.sampled_tokens > 0 for t in trajectories)
-
-
 async def rollout_phase(plan: RlPlan, ports: RlPorts, step: int) -> tuple[list[Trajectory], dict]:
-    """The step's episodes. A batch in which every episode failed (an environment outage) is
-    collected again, up to ROLLOUT_TRIES times: an optimizer step is never taken, nor skipped,
-    for want of data. Failed episodes of every try are counted in `env_errors`."""
+    """The step's episodes. A batch with nothing to train on is collected again (env_outages.py:
+    an outage is waited out within the job's outage budget, a broken game tried a few times):
+    an optimizer step is never taken, nor skipped, for want of data. Failed episodes of every
+    collection are counted in `env_errors`."""
     await ports.reporter.progress(phase="ROLLOUT", step=step, total_steps=plan.total_steps)
     started = time.perf_counter()
     requests = episodes.train_requests(step, plan.batch_size, plan.seed)
-    failed = 0
-    for attempt in range(1, ROLLOUT_TRIES + 1):
-        trajectories = await collect(ports, requests, plan.group_size, evaluation=False)
-        if trainable(trajectories):
-            break
-        failed += sum(t.failed for t in trajectories)
-        episodes_wanted = len(requests) * plan.group_size
-        message = (f"step {step + 1}: none of the {episodes_wanted} episodes can be trained on "
-                   f"({len(trajectories)} finished, {sum(t.failed for t in trajectories)} with environment errors)")
-        if attempt == ROLLOUT_TRIES:
-            raise NoTrainableEpisodes(f"{message}, {ROLLOUT_TRIES} times; giving up")
-        await ports.reporter.log("warning", f"{message}; collecting them again ({attempt + 1}/{ROLLOUT_TRIES})")
-        await _sleep_unless_stopped(ports, ROLLOUT_RETRY_DELAY_S * attempt)
+    collected = await collect_until_usable(
+        lambda: collect(ports, requests, plan.group_size, evaluation=False), usable=trainable,
+        what=f"step {step + 1}", budget=plan.env_outage, tell=ports.reporter.log,
+        pause=lambda seconds: _sleep_unless_stopped(ports, seconds))
+    trajectories = collected.trajectories
     seconds = time.perf_counter() - started
     observe_phase("rollout", seconds)
     sampled = sum(t.sampled_tokens for t in trajectories)
     metrics = episode_metrics(trajectories) | {
         "time/rollout_s": seconds, "tokens_per_second": sampled / seconds if seconds > 0 else 0.0}
-    metrics["env_errors"] += failed
-    if attempt > 1:
-        metrics["rollout_retries"] = float(attempt - 1)
+    metrics["env_errors"] += collected.failed_before
+    if collected.retries:
+        metrics["rollout_retries"] = float(collected.retries)
     return trajectories, metrics
 
 
@@ -123,10 +105,15 @@ async def weight_sync_phase(plan: RlPlan, ports: RlPorts, step: int) -> dict:
 
 
 async def evaluate(plan: RlPlan, ports: RlPorts, step: int) -> dict:
+    """The eval metrics at `step`; none (an event says why) when its episodes stayed unusable."""
     await ports.reporter.progress(phase="EVAL", step=step, total_steps=plan.total_steps)
     started = time.perf_counter()
     requests = episodes.eval_requests(plan.eval_episodes, plan.seed)
-    trajectories = await collect(ports, requests, 1, evaluation=True)
+    trajectories = await score_or_skip(
+        lambda: collect(ports, requests, 1, evaluation=True), what=f"the evaluation at step {step}",
+        budget=plan.env_outage, tell=ports.reporter.log, pause=lambda seconds: _sleep_unless_stopped(ports, seconds))
+    if trajectories is None:
+        return {}
     seconds = time.perf_counter() - started
     observe_phase("eval", seconds)
     return episode_metrics(trajectories, prefix="eval/") | {"time/eval_s": seconds}
@@ -155,8 +142,8 @@ async def run_rl(plan: RlPlan, ports: RlPorts) -> None:
     start = await resume_step(plan.resume, ports.trainer, ports.reporter)
     if start:
         await ports.weights.sync()  # Rollout samples from the restored policy
-    else:
-        await ports.reporter.metrics(0, await evaluate(plan, ports, 0))
+    elif initial := await evaluate(plan, ports, 0):
+        await ports.reporter.metrics(0, initial)
     for step in range(start, plan.total_steps):
         check_stop(ports)
         started = time.perf_counter()
@@ -168,8 +155,8 @@ async def run_rl(plan: RlPlan, ports: RlPorts) -> None:
         log.info("rl_step", job_id=plan.job_id, step=step + 1, **_headline(metrics))
         if due(plan.checkpoint_every_steps, step + 1):
             await ports.reporter.checkpoint(await ports.trainer.save_checkpoint(f"step-{step + 1}", final=False))
-    final = await evaluate(plan, ports, plan.total_steps)
-    await ports.reporter.metrics(plan.total_steps, final)
+    if final := await evaluate(plan, ports, plan.total_steps):
+        await ports.reporter.metrics(plan.total_steps, final)
     await ports.reporter.checkpoint(await ports.trainer.save_checkpoint("final", final=True))
     await ports.reporter.progress(phase="FINISHED", step=plan.total_steps, total_steps=plan.total_steps)
     await ports.reporter.finish(succeeded=True, message=_summary(final))

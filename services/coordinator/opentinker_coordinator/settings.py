@@ -6,6 +6,7 @@ from typing import ClassVar
 from pathlib import Path
 
 from opentinker.core.settings import ServiceSettings, address_setting, port_setting, setting
+from opentinker.core.tenant_paths import shared_model_dir_setting, tenant_data_dir_setting
 from opentinker.ml.checkpoints import checkpoint_dir_setting
 
 
@@ -35,5 +36,11 @@ class CoordinatorSettings(ServiceSettings):
     requeue_wait_seconds: float = setting(
         60.0, "After losing a worker, how long a run waits for the Scheduler to re-queue the job "
         "(the new attempt resumes from the last checkpoint) before it fails the job.", positive=True)
+    env_outage_seconds: float = setting(
+        300.0, "How long a job waits out an unreachable EnvHost (a batch or evaluation whose episodes "
+        "failed with UNAVAILABLE is collected again, with pauses of up to 5 s, each told in the job's "
+        "events) before the job fails (an evaluation: is reported without a score).", positive=True)
     checkpoint_dir: Path = checkpoint_dir_setting(
         "Directory of checkpoints shared with Trainer and Rollout (read for tokenizers of SFT data).")
+    tenant_data_dir: Path = tenant_data_dir_setting()
+    shared_model_dir: str = shared_model_dir_setting()

@@ -46,6 +46,10 @@ class Trajectory:
     """Multi-agent: the match this trajectory played, its seat there and the seat's result."""
     seat: str = ""
     outcome: str = ""
+    env_error: str = ""
+    """Why the environment failed (stop reason ENV_ERROR), as the Rollout told it."""
+    env_unreachable: bool = False
+    """The failure was the environment's host not answering (down, restarting), not the game."""
 
     @property
     def failed(self) -> bool:
