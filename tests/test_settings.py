@@ -248,3 +248,44 @@ def test_the_api_key_never_shows_in_repr_logs_or_errors() -> None:
     error = error_of(OPENTINKER_API_KEY=wrong)
     assert "OPENTINKER_API_KEY='***' is invalid: not an OpenTinker API key" in error
     assert wrong not in error
+
+
+def test_the_redis_password_comes_from_a_file_and_never_shows(tmp_path: Path) -> None:
+    secret = tmp_path / "redis_password"
+    secret.write_text("s3cret-from-a-docker-secret\n")
+    settings = load(OPENTINKER_REDIS_PASSWORD_FILE=str(secret))
+    assert settings.redis_password == "s3cret-from-a-docker-secret"  # the trailing newline dropped
+    assert "s3cret" not in repr(settings) and "s3cret" not in str(settings.loggable())
+    assert load().redis_password is None  # unset: no password (the embedded redis of `opentinker up`)
+    missing = error_of(OPENTINKER_REDIS_PASSWORD_FILE=str(tmp_path / "absent"))
+    assert "OPENTINKER_REDIS_PASSWORD_FILE=" in missing and "cannot read the file" in missing
+    secret.write_text("\n")
+    assert "the file is empty" in error_of(OPENTINKER_REDIS_PASSWORD_FILE=str(secret))
+
+
+def test_a_client_with_the_password_file_reaches_a_redis_that_requires_it(tmp_path: Path) -> None:
+    import asyncio
+
+    import redis
+
+    from opentinker.core.embedded_redis import EmbeddedRedis
+    from opentinker.core.redis_store import connect, ping
+
+    secret = tmp_path / "redis_password"
+    secret.write_text("correct horse\n")
+    settings = load(OPENTINKER_REDIS_PASSWORD_FILE=str(secret))
+
+    async def scenario(url: str) -> None:
+        without = connect(url)
+        with_file = connect(url, password=settings.redis_password)
+        try:
+            with pytest.raises(redis.AuthenticationError):
+                await without.ping()
+            assert await ping(with_file)
+        finally:
+            await without.aclose()
+            await with_file.aclose()
+
+    with EmbeddedRedis(data_dir=tmp_path / "redis") as server:
+        redis.Redis.from_url(server.url).config_set("requirepass", "correct horse")
+        asyncio.run(scenario(server.url))

@@ -28,15 +28,16 @@ log = structlog.get_logger(__name__)
 async def build_plan(settings: SchedulerSettings) -> ServerPlan:
     """Host the SchedulerService and its allocator; report SERVING only while Redis answers.
     /metrics reads the queue, leases and workers from Redis when scraped (ClusterGauges)."""
-    client = connect(settings.redis_url)
-    blocking_client = connect(settings.redis_url, socket_timeout=None)  # WatchJob's XREAD BLOCK
+    password = settings.redis_password
+    client = connect(settings.redis_url, password=password)
+    blocking_client = connect(settings.redis_url, socket_timeout=None, password=password)  # XREAD BLOCK
     scheduler = build_scheduler(client, blocking_client, config=settings.domain_config(),
                                 service_key=settings.api_key)
     watch_redis = partial(track_redis_health, client, check_seconds=settings.redis_check_seconds)
     hooks = [watch_redis, partial(run_allocator, scheduler.allocator, blocking_client)]
     if settings.auth_enabled:
         hooks.append(partial(install_service_key, client, settings.api_key))
-    gauges = ClusterGauges(settings.redis_url)
+    gauges = ClusterGauges(settings.redis_url, password=password)
     return ServerPlan(services=[scheduler_service_binding(scheduler)], serving_at_start=False,
                       start_hooks=hooks, close_hooks=[client.aclose, blocking_client.aclose, gauges.aclose],
                       admin_only=False, collectors=[gauges])

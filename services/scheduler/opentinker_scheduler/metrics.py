@@ -55,8 +55,9 @@ class ClusterGauges:
     """A collector: the queue, jobs by live state, leases and workers, read from Redis when
     Prometheus scrapes (with its own blocking client: scrapes run in the HTTP thread)."""
 
-    def __init__(self, redis_url: str, keys: Keys | None = None) -> None:
+    def __init__(self, redis_url: str, keys: Keys | None = None, *, password: str | None = None) -> None:
         self.redis_url = redis_url
+        self._password = password
         self.keys = keys or Keys()
         self._client: redis.Redis | None = None
 
@@ -97,7 +98,8 @@ class ClusterGauges:
 
     def _redis(self) -> redis.Redis:
         if self._client is None:
-            self._client = redis.Redis.from_url(self.redis_url, socket_timeout=SCRAPE_TIMEOUT_S,
+            self._client = redis.Redis.from_url(self.redis_url, password=self._password,
+                                                socket_timeout=SCRAPE_TIMEOUT_S,
                                                 socket_connect_timeout=SCRAPE_TIMEOUT_S)
         return self._client
 

@@ -97,12 +97,14 @@ CHECKPOINT_USERS = ("trainer", "rollout", "coordinator")
 def service_env(
     service: ServiceDef, *, host: str, ports: dict[str, int], redis_url: str, checkpoint_dir: str,
     api_key: str, advertise_host: str | None = None, metrics_ports: Mapping[str, int] | None = None,
+    redis_password_file: str | None = None,
 ) -> dict[str, str]:
     """The OPENTINKER_* variables one service process needs.
 
     Workers (every service that talks to the scheduler) advertise `advertise_host:port`, the
     address the coordinator dials for them; it defaults to the address peers use here. With
-    `metrics_ports` (resolved: no AUTO_PORT) the service serves /metrics on its port.
+    `metrics_ports` (resolved: no AUTO_PORT) the service serves /metrics on its port. With
+    `redis_password_file` (docker-compose: the secret's path) it sends the password in that file.
     """
     peer_host = connect_host(host)
     env = {
@@ -111,6 +113,8 @@ def service_env(
         f"{service.env_prefix}HOST": host,
         f"{service.env_prefix}PORT": str(ports[service.name]),
     }
+    if redis_password_file:
+        env["OPENTINKER_REDIS_PASSWORD_FILE"] = redis_password_file
     for peer in service.peers:
         env[f"{service.env_prefix}{peer.upper()}_ADDRESS"] = f"{peer_host}:{ports[peer]}"
     if "scheduler" in service.peers:

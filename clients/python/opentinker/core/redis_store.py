@@ -25,13 +25,16 @@ log = structlog.get_logger(__name__)
 REDIS_DOWN_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
 
 
-def connect(url: str, *, socket_timeout: float | None = 5.0) -> redis.asyncio.Redis:
+def connect(url: str, *, socket_timeout: float | None = 5.0,
+            password: str | None = None) -> redis.asyncio.Redis:
     """A lazily connecting client for `url` (OPENTINKER_REDIS_URL) that returns bytes.
 
     `socket_timeout` bounds every command; pass None (or more than the BLOCK time) for clients
-    that issue blocking reads such as XREAD BLOCK.
+    that issue blocking reads such as XREAD BLOCK. `password` (settings.redis_password, from
+    OPENTINKER_REDIS_PASSWORD_FILE) is used when the URL carries none.
     """
     return redis.asyncio.Redis.from_url(url, decode_responses=False, socket_timeout=socket_timeout,
+                                        password=password,
                                         socket_connect_timeout=5.0, retry=reconnecting_retry(),
                                         retry_on_error=[redis.exceptions.ConnectionError,
                                                         redis.exceptions.TimeoutError])

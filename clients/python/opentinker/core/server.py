@@ -164,7 +164,7 @@ def auth_interceptors(settings: ServiceSettings, plan: ServerPlan) -> tuple[list
     from opentinker.core.auth_interceptor import AuthInterceptor
     from opentinker.core.redis_store import connect
 
-    client = connect(settings.redis_url)
+    client = connect(settings.redis_url, password=settings.redis_password)
     verifier = CachingVerifier(ApiKeyStore(client=client), ttl_seconds=settings.auth_cache_seconds)
     label = plan.services[0].full_name.rsplit(".", 1)[-1] if plan.services else "service"
     return [AuthInterceptor(verifier.verify, service_label=label, admin_only=plan.admin_only)], [client.aclose]

@@ -29,6 +29,7 @@ LOG_FORMATS = ("json", "console")
 SHARED_REDIS_URL_ENV = "OPENTINKER_REDIS_URL"
 SHARED_AUTH_ENV = "OPENTINKER_AUTH"
 SHARED_API_KEY_ENV = "OPENTINKER_API_KEY"
+SHARED_REDIS_PASSWORD_FILE_ENV = "OPENTINKER_REDIS_PASSWORD_FILE"
 AUTH_MODES = ("api_keys", "disabled")
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6390/0"
 BOOL_WORDS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
@@ -50,16 +51,18 @@ def setting(
     check: Check | None = None,
     type_name: str | None = None,
     secret: bool = False,
+    optional: bool = False,
 ) -> Any:
     """Declare a documented settings field; the keyword arguments become validation rules.
 
     `env` replaces the prefixed variable name (shared settings); `check` returns a problem
     description or None; `type_name` is what docs/settings.md shows as the type. A `secret`
-    may be empty (unset), is left out of repr() and shows as *** in logs and error messages.
+    may be empty (unset), is left out of repr() and shows as *** in logs and error messages; an
+    `optional` string may be empty too (unset).
     """
     metadata = {"doc": doc, "choices": tuple(choices) if choices else None, "min": min,
                 "max": max, "positive": positive, "env": env, "check": check,
-                "type_name": type_name, "secret": secret}
+                "type_name": type_name, "secret": secret, "optional": optional}
     return dataclasses.field(default=default, metadata=metadata, repr=not secret)
 
 
@@ -102,6 +105,22 @@ def check_api_key(value: str) -> str | None:
     return None
 
 
+def check_password_file(value: str) -> str | None:
+    """Accept nothing, or a readable file holding a password on its first line."""
+    if not value:
+        return None
+    try:
+        password = read_password_file(value)
+    except OSError as error:
+        return f"cannot read the file: {error.strerror or error}"
+    return None if password else "the file is empty; write the password into it"
+
+
+def read_password_file(path: str) -> str:
+    """The password in `path`: its text without the trailing newline(s) an editor or `echo` adds."""
+    return Path(path).read_text().rstrip("\r\n")
+
+
 def port_setting(default: int) -> Any:
     """The `port` field with a service-specific default."""
     return setting(default, "TCP port the gRPC server listens on (0 picks a free port).",
@@ -140,6 +159,12 @@ class ServiceSettings:
     redis_url: str = redis_url_setting(
         "Redis holding the API keys every call is checked against (and, for the Scheduler, all "
         "state), e.g. redis://:password@host:6379/0.")
+    redis_password_file: str = setting(
+        "", "File holding the Redis password (e.g. the Docker secret /run/secrets/redis_password), "
+        "sent when connecting to OPENTINKER_REDIS_URL unless that URL carries a password itself; "
+        "read at start, never logged. Empty: no password (or the URL's).",
+        env=SHARED_REDIS_PASSWORD_FILE_ENV, check=check_password_file, type_name="path",
+        optional=True)
     auth: str = setting(
         "api_keys", "How callers authenticate: api_keys (every call carries 'authorization: Bearer "
         "<api key>') or disabled (anyone who reaches the port may call: for a local machine only).",
@@ -163,6 +188,11 @@ class ServiceSettings:
             return self.advertise_address
         host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::", "[::]") else self.host
         return f"{host}:{self.port}"
+
+    @property
+    def redis_password(self) -> str | None:
+        """The password in OPENTINKER_REDIS_PASSWORD_FILE, or None when no file is set."""
+        return read_password_file(self.redis_password_file) if self.redis_password_file else None
 
     @property
     def auth_enabled(self) -> bool:
@@ -337,7 +367,7 @@ def _value_problem(kind: type, f: dataclasses.Field[Any], value: Any) -> str | N
         return type_problem
     meta = f.metadata
     if isinstance(value, str) and not value.strip():
-        return None if meta.get("secret") else "must not be empty"
+        return None if meta.get("secret") or meta.get("optional") else "must not be empty"
     if isinstance(value, float) and not math.isfinite(value):
         return "must be a finite number"
     if meta.get("choices") and value not in meta["choices"]:
