@@ -37,6 +37,15 @@ def timestamp(ms: int) -> timestamp_pb2.Timestamp | None:
     return stamp
 
 
+def milliseconds_from_proto(stamp: timestamp_pb2.Timestamp, *, field: str) -> int:
+    """A reported Timestamp in ms since the epoch; InvalidArgument naming `field` when it is out of
+    the range a Timestamp allows (years 1 to 9999, nanos 0 to 999,999,999)."""
+    try:
+        return stamp.ToMilliseconds()
+    except ValueError as error:
+        raise InvalidArgument(field, str(error).removeprefix("Timestamp is not valid: ")) from None
+
+
 def duration(ms: int) -> duration_pb2.Duration:
     span = duration_pb2.Duration()
     span.FromMilliseconds(ms)

@@ -16,7 +16,7 @@ from google.protobuf.message import Message
 
 from opentinker.api.common.v1 import progress_pb2, resources_pb2
 from opentinker.api.scheduler.v1 import job_pb2
-from opentinker_scheduler.convert_common import enum_from_proto, enum_to_proto, timestamp
+from opentinker_scheduler.convert_common import enum_from_proto, enum_to_proto, milliseconds_from_proto, timestamp
 from opentinker_scheduler.convert_workers import assignment_to_proto, role_from_proto, role_to_proto
 from opentinker_scheduler.errors import InvalidArgument
 from opentinker_scheduler.events import (
@@ -192,12 +192,13 @@ def _name_or(enum_type: Any, value: int, prefix: str, default: str) -> str:
     return default if name == "UNSPECIFIED" else name
 
 
-def progress_from_proto(progress: progress_pb2.JobProgress) -> Progress:
+def progress_from_proto(progress: progress_pb2.JobProgress, *, field: str = "progress") -> Progress:
     phase = _name_or(progress_pb2.Phase, progress.phase, "PHASE_", "UNSPECIFIED")
+    update_time_ms = (milliseconds_from_proto(progress.update_time, field=f"{field}.update_time")
+                      if progress.HasField("update_time") else 0)
     return Progress(phase=phase, step=progress.step, total_steps=progress.total_steps,
                     phase_done=progress.phase_done, phase_total=progress.phase_total,
-                    last_checkpoint_id=progress.last_checkpoint_id,
-                    update_time_ms=progress.update_time.ToMilliseconds() if progress.HasField("update_time") else 0,
+                    last_checkpoint_id=progress.last_checkpoint_id, update_time_ms=update_time_ms,
                     latest_metrics=dict(progress.latest_metrics))
 
 
@@ -242,7 +243,8 @@ def payload_from_proto(event: job_pb2.JobEvent, *, field: str) -> Payload | None
         return LogLine(level=level, source=event.log.source,
                        message=event.log.message)
     if kind == "progress":
-        return ProgressUpdated(progress=progress_from_proto(event.progress.progress))
+        return ProgressUpdated(progress=progress_from_proto(event.progress.progress,
+                                                            field=f"{field}.progress.progress"))
     if kind == "checkpoint":
         return CheckpointSaved(checkpoint_id=event.checkpoint.checkpoint_id, step=event.checkpoint.step,
                                agent_checkpoint_ids=dict(event.checkpoint.agent_checkpoint_ids),

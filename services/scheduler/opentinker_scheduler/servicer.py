@@ -126,10 +126,10 @@ class SchedulerServicer(_Base):  # type: ignore[misc, valid-type]
     @grpc_errors.unary
     async def ReportJobEvents(self, request: pb.ReportJobEventsRequest,
                               context: Context) -> pb.ReportJobEventsResponse:
-        payloads = [payload_from_proto(e, field=f"events[{i}]") for i, e in enumerate(request.events)]
         who = caller()
         who.require_admin("ReportJobEvents (a worker's call)")  # before the token: no hint a job exists
         await require_job_token(context, job_id=request.lease.job_id, fencing_token=request.lease.fencing_token)
+        payloads = [payload_from_proto(e, field=f"events[{i}]") for i, e in enumerate(request.events)]
         sequence = await self.jobs.report(lease_context_from_proto(request.lease), payloads,
                                           caller=who, request_id=request.request_id)
         return pb.ReportJobEventsResponse(last_sequence=sequence)
