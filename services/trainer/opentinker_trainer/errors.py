@@ -16,11 +16,12 @@ class ValidationError(TrainerError, ValueError):
 
 
 class SessionNotFoundError(TrainerError, LookupError):
-    """No open session with this id."""
+    """No open session with this id (`closed_because`: why it was closed, when it was)."""
 
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, *, closed_because: str = "") -> None:
         self.session_id = session_id
-        super().__init__(f"session_id: no open session {session_id!r} on this trainer")
+        why = f"; it was closed because {closed_because}" if closed_because else ""
+        super().__init__(f"session_id: no open session {session_id!r} on this trainer{why}")
 
 
 class CheckpointNotFoundError(TrainerError, LookupError):

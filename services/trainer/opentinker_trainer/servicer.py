@@ -33,7 +33,7 @@ from opentinker_trainer.errors import (CheckpointNotFoundError, NoGradientsError
                                        RequestIdReusedError, SessionNotFoundError, StaleFencingError,
                                        TrainerError, ValidationError)
 from opentinker_trainer.export import export_weights
-from opentinker_trainer.sessions import SessionRegistry
+from opentinker_trainer.sessions import DEFAULT_IDLE_TTL_S, SessionRegistry
 from opentinker.core.errors import REASON_METADATA_KEY
 
 log = structlog.get_logger(__name__)
@@ -203,13 +203,15 @@ def trainer_service_binding(registry: SessionRegistry) -> ServiceBinding:
 
 
 def build_registry(checkpoint_dir: Path, device: str = "auto",
-                   device_ids: Sequence[str] = ()) -> SessionRegistry:
+                   device_ids: Sequence[str] = (), *,
+                   idle_ttl_s: float = DEFAULT_IDLE_TTL_S) -> SessionRegistry:
     """A registry writing checkpoints under `checkpoint_dir` (created on the first save),
-    offering sessions `device_ids` (default: one, "<device>:0").
+    offering sessions `device_ids` (default: one, "<device>:0"), closing sessions idle for
+    `idle_ttl_s` when its `reap_idle` runs.
 
     device "auto" = the first CUDA device when torch sees one, else the CPU.
     """
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     return SessionRegistry(checkpoint_root=Path(checkpoint_dir).resolve(), device=device,
-                           device_ids=tuple(device_ids) or (f"{device}:0",))
+                           device_ids=tuple(device_ids) or (f"{device}:0",), idle_ttl_s=idle_ttl_s)

@@ -6,6 +6,7 @@ session (the registry's lock) and run them off the event loop.
 from __future__ import annotations
 
 import copy
+import gc
 import hashlib
 import math
 import threading
@@ -37,6 +38,14 @@ from opentinker_trainer.training import (ForwardBackwardResult, ShardResult, acc
                                          batch_norm, combine)
 
 _RNG_LOCK = threading.Lock()
+
+
+def release_freed_memory(device: str) -> None:
+    """Collect what a closed session left (reference cycles of a model included) and hand the
+    CUDA allocator's cached blocks back, so the next session finds the device memory free."""
+    gc.collect()
+    if device.startswith("cuda") and torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -247,10 +256,13 @@ class TrainingSession:
         return self.replicas.call_all("rng_state") if self.replicas else []
 
     def close(self) -> None:
-        """Stop the replica processes of a data-parallel session."""
+        """Stop the replica processes of a data-parallel session and free the model, the
+        reference and the optimizer state (the session answers only `view` afterwards)."""
         if self.replicas:
             self.replicas.close()
             self.replicas = None
+        self.model = self.reference_model = self.optimizer = None
+        release_freed_memory(self.device)
 
     def _require_reference(self, why: str) -> None:
         if not self.has_reference:

@@ -6,11 +6,18 @@ caller gives up. Per job the highest fencing token seen is kept: a lower one is 
 (StaleFencingError). A request_id makes a call apply once: its result is remembered (per
 session, per kind of call) and a retry gets the same result; the same id with a different
 request is refused (RequestIdReusedError).
+
+No session outlives its attempt: a session of a job whose newer attempt (higher fencing token)
+opens a session here or is assigned this worker is closed, so is every session of a job the
+Scheduler stopped or moved away (`job_stopped`), and `reap_idle` closes sessions without calls
+for `idle_ttl_s`. Closing frees the model and optimizer (and stops data-parallel replicas); a
+later call on the session is SessionNotFoundError saying why it was closed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -18,14 +25,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import structlog
+
 from opentinker_trainer.metrics import ACTIVE_SESSIONS
 from opentinker_trainer.config import Lease, SessionSpec
 from opentinker_trainer.errors import (RequestIdReusedError, SessionNotFoundError,
                                        StaleFencingError, ValidationError)
 from opentinker_trainer.session import SessionView, TrainingSession, create_session
 
+log = structlog.get_logger(__name__)
+
 T = TypeVar("T")
 REMEMBERED_REQUESTS = 32  # per session; results may hold a whole batch of logprobs
+REMEMBERED_CLOSES = 1024  # why a session was closed, for the NOT_FOUND of a late call
+DEFAULT_IDLE_TTL_S = 1800.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,26 +76,38 @@ class RequestMemory:
 
 
 class _Entry:
-    """A session plus what the registry keeps for it."""
+    """A session plus what the registry keeps for it: the fencing token of the attempt that
+    opened it, when it was last used, and whether it is closed."""
 
-    def __init__(self, session: TrainingSession) -> None:
+    def __init__(self, session: TrainingSession, *, fencing_token: int, now: float) -> None:
         self.session = session
+        self.fencing_token = fencing_token
+        self.last_used = now
+        self.closed = False
         self.lock = asyncio.Lock()
         self.requests = RequestMemory()
+
+    @property
+    def job_id(self) -> str:
+        return self.session.spec.job_id
 
 
 class SessionRegistry:
     """Sessions keyed by session_id; fencing tokens keyed by job_id."""
 
     def __init__(self, *, checkpoint_root: Path, device: str = "cpu",
-                 device_ids: tuple[str, ...] = ("cpu:0",)) -> None:
+                 device_ids: tuple[str, ...] = ("cpu:0",), idle_ttl_s: float = DEFAULT_IDLE_TTL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.checkpoint_root = Path(checkpoint_root)
         self.device = device
         self.device_ids = device_ids
+        self.idle_ttl_s = idle_ttl_s
+        self.clock = clock
         self._entries: dict[str, _Entry] = {}
         self._highest_token: dict[str, int] = {}
         self._create_lock = asyncio.Lock()
         self._created = RequestMemory()
+        self._closed: OrderedDict[str, str] = OrderedDict()
 
     async def create(self, spec: SessionSpec, *, lease: Lease, device_ids: Sequence[str] = (),
                      request: RequestKey | None = None) -> SessionView:
@@ -92,6 +117,7 @@ class SessionRegistry:
         """
         self.check_fencing(lease)
         devices = self.session_devices(device_ids)
+        await self.close_older_attempts(lease.job_id, lease.fencing_token)  # free memory first
         async with self._create_lock:
             seen, session_id = self._created.lookup(request)
             if seen and session_id in self._entries:
@@ -99,7 +125,8 @@ class SessionRegistry:
             session = await _in_thread(lambda: create_session(
                 f"sess-{uuid.uuid4().hex[:12]}", spec, checkpoint_root=self.checkpoint_root,
                 device=self.device, device_ids=devices))
-            self._entries[session.session_id] = _Entry(session)
+            self._entries[session.session_id] = _Entry(session, fencing_token=lease.fencing_token,
+                                                       now=self.clock())
             ACTIVE_SESSIONS.inc()
             self._created.remember(request, session.session_id)
             return session.view()
@@ -124,27 +151,62 @@ class SessionRegistry:
         """Run `work(session)` in a thread under the session's lock, after the lease checks."""
         entry = self._entry(session_id)
         async with entry.lock:
+            self._require_open(entry)
             if lease is not None:
                 self.check_lease(entry.session, lease)
-            return await _in_thread(lambda: self._once(entry, work, request))
+            try:
+                return await _in_thread(lambda: self._once(entry, work, request))
+            finally:
+                entry.last_used = self.clock()
 
     async def close(self, session_id: str, lease: Lease) -> SessionView:
         """Remove the session (after any call in flight) and report its final state."""
         entry = self._entry(session_id)
         async with entry.lock:
+            self._require_open(entry)
             self.check_lease(entry.session, lease)
-            if self._entries.pop(session_id, None) is not None:
-                ACTIVE_SESSIONS.dec()
-            await _in_thread(entry.session.close)
+            await self._release(entry, "its client closed it (CloseSession)")
             return entry.session.view()
 
     async def close_all(self) -> None:
-        """Stop every session's replica processes (server shutdown)."""
+        """Close every session (server shutdown)."""
         for session_id in list(self._entries):
-            entry = self._entries.pop(session_id)
-            ACTIVE_SESSIONS.dec()
-            async with entry.lock:
-                await _in_thread(entry.session.close)
+            await self._close_entry(self._entries[session_id], "the trainer shut down")
+
+    async def close_older_attempts(self, job_id: str, fencing_token: int) -> list[str]:
+        """Close the sessions of `job_id` opened by an attempt older than `fencing_token`."""
+        stale = [entry for entry in self._entries.values()
+                 if job_id and entry.job_id == job_id and entry.fencing_token < fencing_token]
+        for entry in stale:
+            await self._close_entry(entry, f"a newer attempt of job {job_id!r} (fencing token "
+                                           f"{fencing_token}) replaced the one that opened it "
+                                           f"(fencing token {entry.fencing_token})")
+        return [entry.session.session_id for entry in stale]
+
+    async def attempt_assigned(self, job_id: str, fencing_token: int) -> None:
+        """The Scheduler assigned this worker an attempt of `job_id`: its token becomes the
+        job's floor, and older attempts' sessions are closed."""
+        if job_id and fencing_token > self._highest_token.get(job_id, 0):
+            self._highest_token[job_id] = fencing_token
+        await self.close_older_attempts(job_id, fencing_token)
+
+    async def job_stopped(self, job_id: str) -> list[str]:
+        """The Scheduler no longer runs `job_id` here (cancelled, ended, or its lease moved to
+        another worker; a WorkerAgent callback): close its sessions."""
+        ended = [entry for entry in self._entries.values() if job_id and entry.job_id == job_id]
+        for entry in ended:
+            await self._close_entry(entry, f"the scheduler no longer runs job {job_id!r} on this trainer")
+        return [entry.session.session_id for entry in ended]
+
+    async def reap_idle(self) -> list[str]:
+        """Close the sessions without calls for `idle_ttl_s` (not those in a call); their ids."""
+        cutoff = self.clock() - self.idle_ttl_s
+        idle = [entry for entry in self._entries.values()
+                if entry.last_used < cutoff and not entry.lock.locked()]
+        for entry in idle:
+            await self._close_entry(entry, f"it had no calls for {self.idle_ttl_s:g} s (the "
+                                           "trainer's session_idle_ttl_seconds)")
+        return [entry.session.session_id for entry in idle]
 
     def check_lease(self, session: TrainingSession, lease: Lease) -> None:
         """The lease must belong to the session's job and carry a current fencing token."""
@@ -167,8 +229,34 @@ class SessionRegistry:
             raise ValidationError("session_id", "is required")
         entry = self._entries.get(session_id)
         if entry is None:
-            raise SessionNotFoundError(session_id)
+            raise SessionNotFoundError(session_id, closed_because=self._closed.get(session_id, ""))
+        entry.last_used = self.clock()
         return entry
+
+    def _require_open(self, entry: _Entry) -> None:
+        """A call that waited for the lock of a session closed meanwhile fails."""
+        if entry.closed:
+            session_id = entry.session.session_id
+            raise SessionNotFoundError(session_id, closed_because=self._closed.get(session_id, "another call closed it"))
+
+    async def _close_entry(self, entry: _Entry, why: str) -> None:
+        """Close `entry` for `why` once the call it runs (if any) ends."""
+        async with entry.lock:
+            if not entry.closed:
+                await self._release(entry, why)
+
+    async def _release(self, entry: _Entry, why: str) -> None:
+        """Forget the session (a later call learns `why`) and free what it holds; under its lock."""
+        session_id = entry.session.session_id
+        entry.closed = True
+        if self._entries.pop(session_id, None) is not None:
+            ACTIVE_SESSIONS.dec()
+        self._closed[session_id] = why
+        while len(self._closed) > REMEMBERED_CLOSES:
+            self._closed.popitem(last=False)
+        entry.requests = RequestMemory()
+        await _in_thread(entry.session.close)
+        log.info("session_released", session_id=session_id, job_id=entry.job_id[:128], why=why)
 
     @staticmethod
     def _once(entry: _Entry, work: Callable[[TrainingSession], T], request: RequestKey | None) -> T:

@@ -25,3 +25,7 @@ class TrainerSettings(ServiceSettings):
         "else cpu), cpu or cuda.", choices=("auto", "cpu", "cuda"))
     checkpoint_dir: Path = checkpoint_dir_setting(
         "Directory the Trainer writes checkpoints to and loads them from; shared with Rollout.")
+    session_idle_ttl_seconds: float = setting(
+        1800.0, "A session without calls for this long is closed and its model and optimizer "
+        "state freed (a job's Coordinator calls at every step; sessions of an attempt that a newer "
+        "attempt replaced, or of a job the Scheduler stopped, are closed at once).", positive=True)

@@ -1,0 +1,143 @@
+"""No Trainer session outlives its attempt: a new attempt's CreateSession closes the sessions of
+the job's older attempts (their fencing tokens are lower), the Scheduler's word that a job stopped
+or moved on closes its sessions, and an idle session expires after the TTL. A closed session's
+model and optimizer are freed, and calls on it are NOT_FOUND saying why it was closed."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import grpc
+import pytest
+
+from opentinker.api.trainer.v1 import trainer_service_pb2 as pb
+from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
+from opentinker.api.scheduler.v1 import job_pb2
+from opentinker.core.server import ServerPlan, start_server, stop_server
+from opentinker_trainer.main import build_plan, scheduler_registration
+from opentinker_trainer.servicer import build_registry, trainer_service_binding
+from opentinker_trainer.sessions import SessionRegistry
+from opentinker_trainer.settings import TrainerSettings
+from tests.trainer.test_servicer import create_request, lease
+
+Code = grpc.StatusCode
+
+
+@asynccontextmanager
+async def trainer(tmp_path: Path, **settings) -> AsyncIterator[tuple[pb_grpc.TrainerServiceStub, SessionRegistry]]:
+    """A Trainer (its registry over a real gRPC server on a free port) and a stub to it."""
+    registry = build_registry(tmp_path, "cpu", **settings)
+    plan = ServerPlan(services=[trainer_service_binding(registry)], close_hooks=[registry.close_all])
+    started = await start_server(TrainerSettings(auth="disabled", port=0, checkpoint_dir=tmp_path), plan)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{started.port}") as channel:
+            yield pb_grpc.TrainerServiceStub(channel), registry
+    finally:
+        await stop_server(started, grace_seconds=1)
+
+
+async def create(stub: pb_grpc.TrainerServiceStub, *, token: int, job: str = "job-1") -> str:
+    request = create_request(job=job, lease=lease(token=token, job=job))
+    return (await stub.CreateSession(request)).session.session_id
+
+
+async def not_found(stub: pb_grpc.TrainerServiceStub, session_id: str) -> str:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.GetSession(pb.GetSessionRequest(session_id=session_id))
+    assert caught.value.code() == Code.NOT_FOUND
+    return caught.value.details()
+
+
+def model_of(registry: SessionRegistry, session_id: str) -> weakref.ref:
+    return weakref.ref(registry._entries[session_id].session.model)
+
+
+def assert_freed(model: weakref.ref) -> None:
+    gc.collect()
+    assert model() is None, "the closed session's model is still referenced"
+
+
+def test_a_new_attempt_closes_the_sessions_of_older_attempts_of_its_job(tmp_path) -> None:
+    async def scenario() -> None:
+        async with trainer(tmp_path) as (stub, registry):
+            old = await create(stub, token=1)
+            other_job = await create(stub, token=1, job="job-2")
+            old_model = model_of(registry, old)
+            new = await create(stub, token=2)
+            message = await not_found(stub, old)
+            assert old in message and "newer attempt" in message and "fencing token 2" in message
+            assert_freed(old_model)
+            assert (await stub.GetSession(pb.GetSessionRequest(session_id=new))).session.session_id == new
+            assert (await stub.GetSession(pb.GetSessionRequest(session_id=other_job))).session.job_id == "job-2"
+            assert set(registry._entries) == {new, other_job}
+            with pytest.raises(grpc.aio.AioRpcError) as caught:  # the old attempt cannot close it either
+                await stub.CloseSession(pb.CloseSessionRequest(session_id=old, lease=lease(token=1)))
+            assert caught.value.code() == Code.NOT_FOUND
+    asyncio.run(scenario())
+
+
+def test_sessions_of_the_same_attempt_stay_open(tmp_path) -> None:
+    async def scenario() -> None:
+        async with trainer(tmp_path) as (stub, registry):
+            first = await create(stub, token=3)
+            second = await create(stub, token=3)  # a multi-agent job: one session per agent
+            assert set(registry._entries) == {first, second}
+    asyncio.run(scenario())
+
+
+def test_an_idle_session_expires_after_the_ttl_and_a_used_one_does_not(tmp_path) -> None:
+    async def scenario() -> None:
+        async with trainer(tmp_path, idle_ttl_s=0.6) as (stub, registry):
+            idle, used = await create(stub, token=1), await create(stub, token=1, job="job-2")
+            idle_model = model_of(registry, idle)
+            deadline = time.monotonic() + 1.5
+            while time.monotonic() < deadline:
+                await stub.GetSession(pb.GetSessionRequest(session_id=used))
+                await registry.reap_idle()
+                await asyncio.sleep(0.1)
+            assert "idle" in await not_found(stub, idle)
+            assert_freed(idle_model)
+            assert list(registry._entries) == [used]
+    asyncio.run(scenario())
+
+
+def test_the_reaper_of_a_trainer_built_from_settings_closes_idle_sessions(tmp_path) -> None:
+    async def scenario() -> None:
+        settings = TrainerSettings(auth="disabled", port=0, checkpoint_dir=tmp_path, device="cpu",
+                                   scheduler_address="127.0.0.1:1", session_idle_ttl_seconds=0.4)
+        started = await start_server(settings, await build_plan(settings))
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{started.port}") as channel:
+                stub = pb_grpc.TrainerServiceStub(channel)
+                session_id = await create(stub, token=1)
+                await asyncio.sleep(1.2)
+                assert "idle" in await not_found(stub, session_id)
+        finally:
+            await stop_server(started, grace_seconds=1)
+    asyncio.run(scenario())
+
+
+def test_the_schedulers_word_closes_stale_and_stopped_jobs_sessions(tmp_path) -> None:
+    """What the Trainer's WorkerAgent learns from heartbeats: a new assignment, a stopped job."""
+    async def scenario() -> None:
+        async with trainer(tmp_path) as (stub, registry):
+            settings = TrainerSettings(auth="disabled", port=0, checkpoint_dir=tmp_path)
+            agent = scheduler_registration(settings, registry, devices=[]).agent
+            stale, stopped, kept = (await create(stub, token=1), await create(stub, token=1, job="job-2"),
+                                    await create(stub, token=1, job="job-3"))
+            await agent.on_assignment(job_pb2.Assignment(lease=lease(token=2)))  # re-queued here
+            assert "newer attempt" in await not_found(stub, stale)
+            with pytest.raises(grpc.aio.AioRpcError) as caught:  # and its old lease is stale now
+                await stub.CreateSession(create_request(lease=lease(token=1)))
+            assert caught.value.code() == Code.FAILED_PRECONDITION
+            await agent.on_stop("job-2")  # cancelled, ended, or its lease moved away
+            assert "job-2" in await not_found(stub, stopped)
+            await agent.on_stop("job-unknown")
+            assert list(registry._entries) == [kept]
+    asyncio.run(scenario())
