@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:
     """Times in milliseconds unless named otherwise."""
+
+    shared_model_dir: Path | None = None
+    """Where tenant keys may name local models by absolute path (None: nowhere)."""
 
     heartbeat_interval_ms: int = 2_000
     worker_ttl_ms: int = 10_000

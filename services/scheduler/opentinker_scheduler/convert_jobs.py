@@ -19,6 +19,7 @@ from opentinker.api.scheduler.v1 import job_pb2
 from opentinker_scheduler.convert_common import enum_from_proto, enum_to_proto, milliseconds_from_proto, timestamp
 from opentinker_scheduler.convert_workers import assignment_to_proto, role_from_proto, role_to_proto
 from opentinker_scheduler.errors import InvalidArgument
+from opentinker_scheduler import convert_spec_paths as spec_paths
 from opentinker_scheduler.events import (
     CheckpointSaved,
     JobEvent,
@@ -62,6 +63,7 @@ def facts_from_spec(spec: job_pb2.JobSpec) -> JobSpecFacts:
         policy=agent_facts(spec.policy, "spec.policy") if spec.HasField("policy") else None,
         agents=tuple(agent_facts(a, f"spec.agents[{i}]") for i, a in enumerate(spec.agents)),
         env_name=spec.environment.env_name, dataset_path=spec.dataset.path,
+        path_fields=tuple(spec_paths.path_fields(spec)), checkpoint_refs=tuple(spec_paths.checkpoint_refs(spec)),
         total_steps=training.total_steps, batch_size=training.batch_size,
         group_size=training.group_size, target_loss=training.target_loss,
         max_retries=training.max_retries if training.HasField("max_retries") else None,

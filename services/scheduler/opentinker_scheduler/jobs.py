@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from opentinker_scheduler.config import SchedulerConfig
 from opentinker_scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, OutOfRange, QuotaExceeded, StaleLease
 from opentinker_scheduler.event_log import EventLog
-from opentinker_scheduler.events import JobEvent, LogLine, Payload
+from opentinker_scheduler.events import CheckpointSaved, JobEvent, LogLine, Payload
 from opentinker_scheduler.job_store import AppendStatus, Created, JobStore, SubmitRefused
 from opentinker_scheduler.leases import LeaseTable
 from opentinker_scheduler.lifecycle import Lifecycle
 from opentinker_scheduler.model import Caller, Job, JobSpecFacts, JobState, JobType, LeaseContext, Page
 from opentinker_scheduler.paging import decode_token, encode_token, page_size
 from opentinker_scheduler.reports import build_report
+from opentinker_scheduler.spec_paths import CheckpointOwners, check_tenant_paths
 from opentinker_scheduler.validation import default_resources, effective_priority, retries_allowed, validate_spec
 
 MAX_REQUEST_ID_LENGTH = 128
@@ -42,6 +43,11 @@ class JobService:
     leases: LeaseTable
     lifecycle: Lifecycle
 
+    @property
+    def checkpoints(self) -> CheckpointOwners:
+        """Who owns which checkpoint (recorded from CheckpointSaved reports, checked at SubmitJob)."""
+        return CheckpointOwners(client=self.store.client, keys=self.store.keys)
+
     async def submit(self, facts: JobSpecFacts, spec_blob: bytes, *, caller: Caller, request_id: str,
                      validate_only: bool = False) -> tuple[Job, bool]:
         """Validate and queue for the caller's tenant; (job, created). A reused request_id
@@ -49,6 +55,8 @@ class JobService:
         check_id("request_id", request_id, required=False)
         validate_spec(facts)
         job = self._new_job(facts, spec_blob, caller.tenant_id)
+        check_tenant_paths(facts.path_fields, caller, self.config.shared_model_dir)
+        await self.checkpoints.check_spec(facts.checkpoint_refs, caller)
         if validate_only:
             return dataclasses.replace(job, job_id=""), False
         try:
@@ -181,6 +189,8 @@ class JobService:
             raise stale_lease(lease)
         if status is AppendStatus.MISSING:
             raise NotFound(f"job {lease.job_id} not found")
+        if any(isinstance(p, CheckpointSaved) for p in report.payloads) and (job := await self.store.get(lease.job_id)):
+            await self.checkpoints.record(job.tenant_id, report.payloads)
         return sequence
 
     async def finish(self, lease: LeaseContext, final_state: JobState, *, caller: Caller, message: str) -> Job:

@@ -82,6 +82,16 @@ class NumericField:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PathField:
+    """A file path set somewhere in a spec: `kind` is output, dataset, model or config (a game config
+    entry whose key ends in 'path'); a tenant key's must stay inside its tenant area."""
+
+    path: str
+    kind: str
+    value: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class AgentFacts:
     """What validation needs to know about one AgentSpec (`spec.policy` or `spec.agents[i]`)."""
 
@@ -103,6 +113,10 @@ class JobSpecFacts:
     agents: tuple[AgentFacts, ...] = ()
     env_name: str = ""
     dataset_path: str = ""
+    path_fields: tuple[PathField, ...] = ()
+    """Every file path the spec sets (output, dataset, local models, game config paths)."""
+    checkpoint_refs: tuple[tuple[str, str], ...] = ()
+    """(field path, checkpoint id) of every model.checkpoint the spec names."""
     total_steps: int = 0
     batch_size: int = 0
     group_size: int = 0

@@ -5,6 +5,7 @@ from typing import ClassVar
 
 from opentinker.core.errors import SettingsError
 from opentinker.core.settings import ServiceSettings, port_setting, redis_url_setting, setting
+from opentinker.core.tenant_paths import shared_model_dir, shared_model_dir_setting
 from opentinker_scheduler.config import SchedulerConfig
 
 
@@ -44,6 +45,7 @@ class SchedulerSettings(ServiceSettings):
         "trimmed, and WatchJob from a trimmed position answers OUT_OF_RANGE.", min=100, max=10_000_000)
     request_id_ttl_seconds: int = setting(
         86400, "How long a request_id is remembered for idempotent retries.", min=60)
+    shared_model_dir: str = shared_model_dir_setting()
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -63,7 +65,8 @@ class SchedulerSettings(ServiceSettings):
             request_id_ttl_s=self.request_id_ttl_seconds,
             allocator_interval_ms=_ms(self.allocator_interval_seconds),
             queue_aging_ms=_ms(self.queue_aging_seconds), starvation_ms=_ms(self.starvation_seconds),
-            max_events_per_job=self.max_events_per_job)
+            max_events_per_job=self.max_events_per_job,
+            shared_model_dir=shared_model_dir(self.shared_model_dir))
 
 
 def _ms(seconds: float) -> int:
