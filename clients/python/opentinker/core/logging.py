@@ -15,6 +15,7 @@ from typing import Any, TextIO
 import structlog
 from structlog.typing import EventDict, Processor
 
+from opentinker.core.log_bounds import clip_long_values
 from opentinker.core.redaction import MASK, is_secret_key, mask_url_credentials
 
 LEADING_KEYS = ("timestamp", "level", "service", "event", "logger")
@@ -54,6 +55,7 @@ def shared_processors(service: str | None) -> list[Processor]:
         structlog.processors.StackInfoRenderer(),
         structlog.processors.format_exc_info,
         redact_secrets,
+        clip_long_values,  # after redaction: a clipped URL could no longer be recognised and masked
         put_standard_keys_first,
     ]
 
