@@ -24,6 +24,10 @@ class SessionLimits:
     """Longest a game constructor, reset, step or close may take."""
     idle_ttl_s: float = 600.0
     """A session untouched for this long is closed by `reap_idle`."""
+    unclaimed_ttl_s: float = 60.0
+    """A session that got no call since it was opened is closed by `reap_idle` after this long:
+    its opener most likely never received its id (an OpenSession cancelled or past its deadline
+    just as the game was ready). Every client resets a session right after opening it."""
     max_observation_chars: int = DEFAULT_MAX_OBSERVATION_CHARS
     isolation: Isolation = Isolation.PROCESS
     memory_limit_mb: int = 1024

@@ -8,8 +8,9 @@ game that raises fails that call only (EnvironmentFailure with its traceback; th
 needs a reset); a call that times out or is cancelled breaks the session (a sandboxed game's
 process is killed; a thread may still be running), and so does a game process that dies
 (EnvironmentCrashed: memory or CPU-time limit, a signal, an exit): only CloseSession is
-accepted then. Sessions idle for longer than the TTL are closed by `reap_idle`; `close_all`
-also stops the sandbox. Open sessions, steps, step time and game failures (by kind) are
+accepted then. Sessions idle for longer than the TTL are closed by `reap_idle`, and so are
+sessions that got no call within `unclaimed_ttl_s` of opening (an OpenSession given up just as
+it finished leaves a session nobody knows the id of); `close_all` also stops the sandbox. Open sessions, steps, step time and game failures (by kind) are
 counted (`opentinker_envhost.metrics`).
 """
 
@@ -77,6 +78,8 @@ class Session:
     note: str = "no episode yet"
     """Why the session is AWAITING_RESET or BROKEN, for FAILED_PRECONDITION messages."""
     steps: int = 0
+    claimed: bool = False
+    """Whether a call after OpenSession used the session (its opener has its id)."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -103,6 +106,7 @@ class SessionManager:
         key = _request_key(env_name, config, job_id)
         existing = self._session_for_request(request_id, key)
         if existing is not None:
+            existing.last_used = self.clock()  # answered again: its unclaimed time starts anew
             return existing
         self._reserve_slot()
         session_id = uuid.uuid4().hex
@@ -137,15 +141,21 @@ class SessionManager:
         return session.steps
 
     async def reap_idle(self) -> list[str]:
-        """Close sessions idle longer than the TTL (not those in a call); their ids."""
-        cutoff = self.clock() - self.limits.idle_ttl_s
-        idle = [s.session_id for s in self.sessions.values()
-                if s.last_used < cutoff and not s.lock.locked()]
-        for session_id in idle:
-            log.info("session_idle_expired", session_id=session_id, ttl_s=self.limits.idle_ttl_s)
+        """Close sessions idle longer than the TTL, and those never used within the unclaimed
+        TTL of opening (not those in a call); their ids."""
+        now = self.clock()
+        expired = [(s.session_id, ttl) for s in self.sessions.values() if not s.lock.locked()
+                   for ttl in [self._ttl_of(s)] if s.last_used < now - ttl]
+        for session_id, ttl in expired:
+            log.info("session_idle_expired", session_id=session_id, ttl_s=ttl)
             with contextlib.suppress(SessionNotFound):  # closed meanwhile by its client
                 await self.close(session_id)
-        return idle
+        return [session_id for session_id, _ in expired]
+
+    def _ttl_of(self, session: Session) -> float:
+        if session.claimed:
+            return self.limits.idle_ttl_s
+        return min(self.limits.unclaimed_ttl_s, self.limits.idle_ttl_s)
 
     async def close_all(self) -> None:
         """Close every session, then stop the sandbox (no game process outlives this)."""
@@ -192,6 +202,7 @@ class SessionManager:
         if session is None:
             raise SessionNotFound(f"session_id: no open session {session_id!r}")
         session.last_used = self.clock()
+        session.claimed = True
         return session
 
     def _session_for_request(self, request_id: str, key: str) -> Session | None:
