@@ -5,20 +5,26 @@ a broken game still fails fast, and an evaluation that stays unusable reports no
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import pytest
 
 from opentinker.api.common.v1 import trajectory_pb2
+from opentinker.env.gomoku_game import GomokuGame
+from opentinker_coordinator.agent_protocol import AgentProtocol
 from opentinker_coordinator.env_outages import EnvironmentBroken, EnvironmentUnavailable, OutageBudget
-from opentinker_coordinator.ma_driver import AgentPorts, MultiAgentPorts, evaluate_alone
+from opentinker_coordinator.local_seated import local_environments
+from opentinker_coordinator.ma_driver import AgentFailed, AgentPorts, MultiAgentPorts, evaluate_alone, run_multi_agent
 from opentinker_coordinator.pairings import Pairing
 from opentinker_coordinator.plans import AgentPlan, MultiAgentPlan, RlPlan
 from opentinker_coordinator.remote import trajectory_from_message
 from opentinker_coordinator.rl_driver import RlPorts, StopRequested, run_rl
-from opentinker_coordinator.seated_environment import MatchEnvironmentRef
+from opentinker_coordinator.seated_environment import EnvironmentBroke, MatchEnvironmentRef
 from opentinker_coordinator.types import StopReason, Trajectory
 from tests.coordinator.fakes import RecordingReporter, RecordingTrainer, ScriptedRollout, VersionSync
+from tests.coordinator.test_ma_driver import LoggingTrainer, ProtocolAgent, Reporter, Sync
+from tests.coordinator.test_ma_driver import plan as league_plan
 
 ENVHOST = "10.0.0.7:50054"
 UNREACHABLE = f"EnvHost {ENVHOST} OpenSession failed: UNAVAILABLE: failed to connect to all addresses"
@@ -191,3 +197,49 @@ def test_a_multi_agent_evaluation_rides_out_an_outage_like_a_single_agent_one(fa
     else:
         assert any(e[2].startswith("agent 'a''s evaluation at step 4: the environment stayed unavailable")
                    and e[2].endswith("no score is reported for it") for e in reporter.events if e[0] == "log")
+
+
+def flaky_gomoku(failing_starts: range):
+    """Seated gomoku whose n-th start (0 = the seats query) fails as an unreachable EnvHost
+    while n is in `failing_starts`."""
+    make = local_environments(lambda config: GomokuGame(**config))
+    starts = iter(range(1_000_000))
+
+    def factory(environment, job_id):
+        env = make(environment, job_id)
+        if next(starts) in failing_starts:
+            async def unreachable_start(reset_kwargs, seed):
+                raise EnvironmentBroke(f"EnvHost OpenSession failed: UNAVAILABLE: connection refused ({ENVHOST})",
+                                       unreachable=True)
+            env.start = unreachable_start
+        return env
+    return factory
+
+
+def run_league(failing_starts: range, budget: OutageBudget):
+    host = AgentProtocol(flaky_gomoku(failing_starts))
+    log: list = []
+    ports = {}
+    for index, agent_id in enumerate(("black_agent", "white_agent")):
+        fake = ProtocolAgent(host, agent_id, invalid_rate=0.2, seed=index, log=log)
+        ports[agent_id] = AgentPorts(rollout=fake, trainer=LoggingTrainer(agent_id, log), weights=Sync(fake))
+    multi = MultiAgentPorts(agents=ports, host=host, reporter=Reporter(), stop=asyncio.Event())
+    agents = [AgentPlan(agent_id="black_agent"), AgentPlan(agent_id="white_agent")]
+    asyncio.run(run_multi_agent(dataclasses.replace(league_plan(agents, steps=2), env_outage=budget), multi))
+    return multi
+
+
+def test_multi_agent_matches_that_cannot_open_for_an_outage_are_opened_again_and_every_step_taken_once():
+    # starts 1-3 are step 1's three matches, 4: one of them again (two opened the second time)
+    ports = run_league(range(1, 5), QUICK)
+    assert ports.reporter.finished[0] is True
+    assert all(own.trainer.steps == [1, 2] for own in ports.agents.values())
+    waits = [m for level, m in ports.reporter.logs if level == "warning"]
+    assert len(waits) == 2 and all(m.startswith("step 1's matches: environment unavailable") for m in waits), waits
+    assert any(m.startswith("step 1's matches: environment back after 2 retries") for _, m in ports.reporter.logs)
+
+
+def test_multi_agent_matches_unreachable_past_the_budget_fail_the_job_naming_the_outage():
+    with pytest.raises(AgentFailed, match="EnvironmentUnavailable: step 1's matches: the environment stayed "
+                                          "unavailable for 0.2 s"):
+        run_league(range(1, 1_000_000), OutageBudget(seconds=0.2, initial_delay=0.02, max_delay=0.05))

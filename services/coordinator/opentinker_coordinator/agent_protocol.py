@@ -108,7 +108,7 @@ class AgentProtocol:
         except EnvironmentBroke as broke:
             await game.close()
             raise MatchEnvironmentFailed(f"environment: {environment.env_name} could not start a match: {broke}",
-                                         traceback=broke.traceback) from broke
+                                         traceback=broke.traceback, unreachable=broke.unreachable) from broke
         problem = _seat_problem(environment.env_name, start.seats, seats, agents_by_seat or {})
         if problem:
             await game.close()

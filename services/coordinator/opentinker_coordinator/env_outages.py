@@ -20,9 +20,11 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from opentinker_coordinator.types import Trajectory
 
+T = TypeVar("T")
 Collect = Callable[[], Awaitable[list[Trajectory]]]
 Tell = Callable[[str, str], Awaitable[None]]
 """tell(level, message): a line in the job's events."""
@@ -128,3 +130,30 @@ async def score_or_skip(collect: Collect, *, what: str, budget: OutageBudget, te
     except (EnvironmentUnavailable, EnvironmentBroken) as error:
         await tell("warning", f"{error}; no score is reported for it")
         return None
+
+
+async def retry_while_unreachable(attempt: Callable[[], Awaitable[T]], *, unreachable: Callable[[Exception], bool],
+                                  what: str, budget: OutageBudget, tell: Tell, pause: Pause) -> T:
+    """`await attempt()`, again while it raises an error that `unreachable` says is an outage,
+    within the outage budget (then EnvironmentUnavailable); any other error is raised at once."""
+    started, retries = time.monotonic(), 0
+    while True:
+        try:
+            result = await attempt()
+        except Exception as error:
+            if not unreachable(error):
+                raise
+            left = budget.seconds - (time.monotonic() - started)
+            if left <= 0:
+                raise EnvironmentUnavailable(f"{what}: the environment stayed unavailable for {budget.seconds:g} s "
+                                             f"(the Coordinator's env_outage_seconds); last error: {error}") from error
+            delay = min(budget.delay(retries), left)
+            await tell("warning", f"{what}: environment unavailable ({error}); retrying in {delay:.1f} s "
+                                  f"({left:.0f} s of the outage budget left)")
+            await pause(delay)
+            retries += 1
+            continue
+        if retries:
+            await tell("info", f"{what}: environment back after {retries} "
+                               f"{'retry' if retries == 1 else 'retries'} ({time.monotonic() - started:.0f} s)")
+        return result

@@ -82,7 +82,8 @@ class EnvHostSeatedEnvironment:
             return await getattr(self.stub, method)(request, timeout=CALL_TIMEOUT_S, metadata=self.metadata)
         except grpc.aio.AioRpcError as error:
             raise EnvironmentBroke(f"EnvHost {method} failed: {error.code().name}: {error.details()}",
-                                   traceback=traceback_from_metadata(error.trailing_metadata())) from error
+                                   traceback=traceback_from_metadata(error.trailing_metadata()),
+                                   unreachable=error.code() == grpc.StatusCode.UNAVAILABLE) from error
 
 
 def _struct(values: Mapping[str, Any]) -> struct_pb2.Struct:

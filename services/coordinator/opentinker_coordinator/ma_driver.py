@@ -32,14 +32,14 @@ import structlog
 from opentinker_coordinator import elo, episodes
 from opentinker_coordinator.agent_protocol import AgentProtocol
 from opentinker_coordinator.datums import rl_datums
-from opentinker_coordinator.env_outages import score_or_skip
+from opentinker_coordinator.env_outages import retry_while_unreachable, score_or_skip
 from opentinker_coordinator.episode_metrics import episode_metrics
 from opentinker_coordinator.match_metrics import MatchRecord, agent_match_metrics
 from opentinker_coordinator.metrics import count_step, observe_phase
 from opentinker_coordinator.pairings import PlannedMatch, lineups, step_matches
 from opentinker_coordinator.plans import AgentPlan, MultiAgentPlan
 from opentinker_coordinator.ports import TrainerPort, WeightSyncPort
-from opentinker_coordinator.protocol_errors import AgentLost
+from opentinker_coordinator.protocol_errors import AgentLost, MatchEnvironmentFailed
 from opentinker_coordinator.rl_driver import StopRequested
 from opentinker_coordinator.types import CheckpointRef, EpisodeRequest, SeatRequest, Trajectory
 
@@ -119,6 +119,14 @@ class League:
         return await asyncio.shield(self.opened[step])
 
     async def _open(self, step: int) -> list[tuple[PlannedMatch, str]]:
+        """Open the step's matches; an unreachable EnvHost is waited for within the outage budget
+        (the matches that did open are kept: a repeated request id returns the same match)."""
+        return await retry_while_unreachable(
+            lambda: self._open_once(step), unreachable=_envhost_unreachable,
+            what=f"step {step + 1}'s matches", budget=self.plan.env_outage, tell=self.ports.reporter.log,
+            pause=lambda seconds: _sleep_unless_stopped(self.ports, seconds))
+
+    async def _open_once(self, step: int) -> list[tuple[PlannedMatch, str]]:
         planned = self.planned(step)
         opened = await asyncio.gather(*(self.ports.host.open_match(
             job_id=self.plan.scope, environment=self.plan.environment, seats=self.seats,
@@ -153,6 +161,10 @@ class League:
                 agents={agent: ref.checkpoint_id for agent, ref in saved.items()},
                 driver_state={f"elo/{agent}": rating for agent, rating in self.ratings.items()})
             self.saved.pop(step, None)
+
+
+def _envhost_unreachable(error: Exception) -> bool:
+    return isinstance(error, MatchEnvironmentFailed) and error.unreachable
 
 
 def check_stop(ports: MultiAgentPorts) -> None:

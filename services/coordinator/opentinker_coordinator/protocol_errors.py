@@ -52,9 +52,11 @@ class MatchEnvironmentFailed(ProtocolError):
 
     reason = "ENVIRONMENT_FAILED"
 
-    def __init__(self, message: str, *, traceback: str = "") -> None:
+    def __init__(self, message: str, *, traceback: str = "", unreachable: bool = False) -> None:
         super().__init__(message)
         self.traceback = traceback
+        self.unreachable = unreachable
+        """The environment's host did not answer (an outage, not a broken game)."""
 
 
 class BarrierOutOfOrder(ProtocolError):

@@ -23,11 +23,12 @@ from typing import Any, Protocol
 
 
 class EnvironmentBroke(Exception):
-    """The game raised, hung or its host is unreachable; `traceback` is the game's, if any."""
+    """The game raised, hung or its host is unreachable; `traceback` is the game's, if any;
+    `unreachable` when the host did not answer (down, restarting: worth waiting for)."""
 
-    def __init__(self, message: str, *, traceback: str = "") -> None:
+    def __init__(self, message: str, *, traceback: str = "", unreachable: bool = False) -> None:
         super().__init__(message)
-        self.traceback = traceback
+        self.traceback, self.unreachable = traceback, unreachable
 
 
 @dataclass(frozen=True, kw_only=True)
