@@ -74,7 +74,7 @@ def test_saved_builtin_loads_with_plain_transformers(tmp_path) -> None:
 
 
 def test_missing_local_directory_names_the_field(tmp_path) -> None:
-    with pytest.raises(ModelSourceError, match="^path: .* is not a directory"):
+    with pytest.raises(ModelSourceError, match="^path: .* is not a model directory"):
         load_model(ModelSource.local(str(tmp_path / "nope")))
     save_builtin_as_local("tiny-qwen2", 0, tmp_path / "m")
     with pytest.raises(ModelSourceError, match="^tokenizer_path:"):

@@ -23,6 +23,7 @@ from opentinker_coordinator.agent_protocol import AgentProtocol
 from opentinker_coordinator.env_outages import OutageBudget
 from opentinker_coordinator.job_paths import confine_job_paths
 from opentinker_coordinator.inference_driver import InferencePorts, run_inference
+from opentinker_coordinator.job_paths import confine_job_paths
 from opentinker_coordinator.ma_driver import AgentFailed, AgentPorts, MultiAgentPorts, run_multi_agent
 from opentinker_coordinator.remote import RemoteRollout, RemoteTrainer, RemoteWeightSync, SchedulerReporter
 from opentinker_coordinator.retries import CallGuard, RetryBudget, WorkerLost
@@ -45,6 +46,8 @@ class LaunchConfig:
     """Shared checkpoint root (tokenizers of checkpoint models for SFT data)."""
     api_key: str = ""
     """Sent on every call to the Scheduler, Trainer and Rollout (OPENTINKER_API_KEY)."""
+    tenant_areas: TenantAreas = TenantAreas(root=Path(DEFAULT_TENANT_DATA_DIR))
+    """Where a job's relative paths resolve (its tenant's area) and the shared model directory."""
     coordinator_address: str = ""
     """Where Rollout workers reach this Coordinator to play multi-agent matches."""
     worker_retry: RetryBudget = RetryBudget()
@@ -121,6 +124,7 @@ class JobLauncher:
             run.end(RunStatus.FAILED, message)
 
     async def _drive(self, job: job_pb2.Job, run: RunState, reporter: SchedulerReporter) -> None:
+        job = confine_job_paths(job, self.config.tenant_areas)  # before anything opens a path
         kind = job.spec.type
         if kind == job_pb2.JOB_TYPE_RL and job.spec.agents:
             await self._drive_multi_agent(job, run, reporter)

@@ -21,6 +21,7 @@ from opentinker.ml import checkpoints
 from opentinker.ml.errors import ModelSourceError
 from opentinker.ml.sources import LoraSpec, ModelInfo, ModelKind, ModelSource, Precision
 from opentinker.ml.tokenizer import VOCAB_SIZE, build_byte_tokenizer
+from opentinker.ml.tokenizers import load_directory_tokenizer, not_a_model_directory
 
 __all__ = ["BUILTIN_MODELS", "BuiltinModel", "LoadedModel", "LoraSpec", "ModelInfo",
            "ModelSource", "add_lora_adapter", "apply_lora", "build_builtin", "describe_model", "load_model",
@@ -96,11 +97,16 @@ def build_builtin(name: str, seed: int) -> PreTrainedModel:
 
 
 def _load_local(model_dir: Path, tokenizer_dir: Path) -> tuple[Any, Any]:
+    """ModelSourceError, one message whether the directory is missing or holds no model (so the
+    answer never tells what exists on the worker), for whatever transformers raises."""
     for field_name, directory in (("path", model_dir), ("tokenizer_path", tokenizer_dir)):
         if not directory.is_dir():
-            raise ModelSourceError(field_name, f"{directory} is not a directory on this worker")
-    model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True)
-    return model, AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
+            raise not_a_model_directory(field_name, directory)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True)
+    except Exception as error:  # noqa: BLE001 - ValueError, OSError, JSON and safetensors errors alike
+        raise not_a_model_directory("path", model_dir) from error
+    return model, load_directory_tokenizer(tokenizer_dir, "tokenizer_path")
 
 
 def _load_checkpoint(checkpoint_id: str, root: Path | None) -> tuple[Any, Any]:

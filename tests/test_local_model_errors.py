@@ -1,0 +1,64 @@
+"""A `model.local.path` that is no model is INVALID_ARGUMENT on Trainer and Rollout, never UNKNOWN, and
+the answer for a directory that exists (but holds no model) is the answer for one that does not."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import grpc
+import pytest
+
+from opentinker.api.common.v1 import model_pb2
+from opentinker.api.rollout.v1 import rollout_service_pb2 as rollout_pb
+from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
+from opentinker_trainer.settings import TrainerSettings
+from tests.rollout.test_grpc import LEASE, with_servers
+from tests.trainer.test_servicer import ServerThread, create_request
+
+
+def not_models(tmp_path: Path) -> list[Path]:
+    """A directory that holds no model, one whose config.json names no architecture, a missing one."""
+    empty, unknown = tmp_path / "empty", tmp_path / "unknown"
+    empty.mkdir()
+    unknown.mkdir()
+    (unknown / "config.json").write_text("{}")
+    return [empty, unknown, tmp_path / "missing"]
+
+
+def local(path: Path) -> model_pb2.ModelReference:
+    return model_pb2.ModelReference(local=model_pb2.LocalModel(path=str(path)))
+
+
+def same_answer(errors: list[tuple[grpc.StatusCode, str]], paths: list[Path], field: str) -> None:
+    answers = {(code, details.replace(str(path), "PATH")) for (code, details), path in zip(errors, paths, strict=True)}
+    assert answers == {(grpc.StatusCode.INVALID_ARGUMENT,
+                        f"{field}PATH is not a model directory on this worker (config.json, weights and "
+                        "tokenizer files it can read)")}, answers
+
+
+def test_the_rollout_answers_invalid_argument_alike(tmp_path: Path) -> None:
+    paths = not_models(tmp_path)
+
+    async def scenario(stub, game):  # noqa: ANN001, ANN202
+        errors = []
+        for path in paths:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.LoadModel(rollout_pb.LoadModelRequest(request_id=path.name, lease=LEASE, model=local(path)))
+            errors.append((refused.value.code(), refused.value.details()))
+        return errors
+
+    same_answer(asyncio.run(with_servers(scenario, tmp_path)), paths, "model: path: ")
+
+
+def test_the_trainer_answers_invalid_argument_alike(tmp_path: Path) -> None:
+    paths = not_models(tmp_path)
+    with ServerThread(TrainerSettings(auth="disabled", port=0, checkpoint_dir=tmp_path)) as address, \
+            grpc.insecure_channel(address) as channel:
+        stub = trainer_grpc.TrainerServiceStub(channel)
+        errors = []
+        for path in paths:
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.CreateSession(create_request(request_id=path.name, base_model=local(path)))
+            errors.append((refused.value.code(), refused.value.details()))
+    same_answer(errors, paths, "base_model.local.path: ")
