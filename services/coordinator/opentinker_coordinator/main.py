@@ -49,7 +49,6 @@ async def build_plan(settings: CoordinatorSettings) -> ServerPlan:
         worker_retry=RetryBudget(seconds=settings.worker_retry_seconds),
         scheduler_retry=RetryBudget(seconds=settings.scheduler_retry_seconds),
         requeue_wait_seconds=settings.requeue_wait_seconds,
-        tenant_areas=TenantAreas(root=settings.tenant_data_dir, shared_model_dir=shared_model_dir(settings.shared_model_dir)),
         env_outage=OutageBudget(seconds=settings.env_outage_seconds)), protocol, job_tokens=envhosts.job_tokens)
     registry = RunRegistry(launcher)
     worker = registration(settings, registry)
