@@ -22,6 +22,7 @@ from opentinker_scheduler.pool import WorkerPool
 from opentinker_scheduler.queue_view import QueueReader
 from opentinker_scheduler.tenant_admin import TenantAdmin
 from opentinker_scheduler.tenants import TenantStore
+from opentinker_scheduler.watch_streams import LiveStreams
 from opentinker_scheduler.workers import WorkerRegistry
 
 
@@ -50,7 +51,9 @@ def build_scheduler(client: redis.asyncio.Redis, blocking_client: redis.asyncio.
     lifecycle = Lifecycle(store=store)
     tokens = JobTokenIssuer.for_service_key(service_key)
     events = EventLog(client=client, blocking_client=blocking_client, keys=keys,
-                      block_ms=config.watch_block_ms)
+                      block_ms=config.watch_block_ms, queue_events=config.watch_queue_events,
+                      streams=LiveStreams(tenant_cap=config.max_watch_streams_per_tenant,
+                                          admin_cap=config.max_admin_watch_streams))
     jobs = JobService(config=config, store=store, events=events, leases=leases, lifecycle=lifecycle)
     pool = WorkerPool(config=config, registry=registry, store=store, leases=leases, lifecycle=lifecycle,
                       tokens=tokens)

@@ -24,7 +24,13 @@ class SchedulerConfig:
     """How long a request_id is remembered for idempotent retries."""
     allocator_interval_ms: int = 500
     watch_block_ms: int = 5_000
-    """Longest single XREAD BLOCK of a WatchJob stream before it loops."""
+    """Longest single XREAD BLOCK of the EventHub (the reader of every WatchJob) before it loops."""
+    max_watch_streams_per_tenant: int = 64
+    """Live WatchJob streams one tenant may hold on this scheduler (tenant keys)."""
+    max_admin_watch_streams: int = 1_024
+    """Live WatchJob streams all admin keys together may hold (services, the dashboard)."""
+    watch_queue_events: int = 1_000
+    """Live events one watcher may have waiting; a slower one re-reads them from Redis."""
     queue_scan_limit: int = 200
     """Queued jobs the allocator considers per pass (highest priority first)."""
     queue_aging_ms: int = 60_000

@@ -1,20 +1,24 @@
-"""Reading a job's event stream: replay after a sequence, then follow live with XREAD BLOCK.
+"""Reading a job's event stream: replay after a sequence, then follow live through the EventHub.
 
-Blocking reads use their own client (`blocking_client`, created without a socket timeout):
-redis-py's default 5 s socket timeout would otherwise cut an XREAD BLOCK of the same length.
+Live events come from the hub's one blocking reader (on `blocking_client`, created without a
+socket timeout: redis-py's default 5 s socket timeout would cut an XREAD BLOCK of that length),
+shared by every follower in this process; stored events are read with XRANGE on `client`.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis.asyncio
 
 from opentinker.core.redis_store import Keys
+from opentinker_scheduler.event_hub import EventHub, Follower
 from opentinker_scheduler.events import JobEvent, decode_entry
+from opentinker_scheduler.watch_streams import LiveStreams
 
 REPLAY_BATCH = 500
+QUEUE_EVENTS = 1_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,6 +27,15 @@ class EventLog:
     blocking_client: redis.asyncio.Redis
     keys: Keys
     block_ms: int
+    queue_events: int = QUEUE_EVENTS
+    """Live events one follower may have waiting; past that it re-reads them from Redis."""
+    streams: LiveStreams = field(default_factory=lambda: LiveStreams(tenant_cap=64, admin_cap=1_024))
+    """Live WatchJob streams per tenant, under their caps."""
+    hub: EventHub = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hub", EventHub(self.blocking_client, keys=self.keys, block_ms=self.block_ms,
+                                                 queue_events=self.queue_events))
 
     async def after(self, job_id: str, sequence: int, *, count: int = REPLAY_BATCH) -> list[JobEvent]:
         """Up to `count` stored events with a sequence greater than `sequence`, in order."""
@@ -30,17 +43,47 @@ class EventLog:
                                            count=count)
         return [decode_entry(job_id, entry_id, fields) for entry_id, fields in entries]
 
-    async def replay(self, job_id: str, sequence: int) -> AsyncIterator[JobEvent]:
+    def replay(self, job_id: str, sequence: int) -> AsyncIterator[JobEvent]:
         """Every stored event after `sequence`."""
+        return self._stored_after(job_id, sequence)
+
+    async def _stored_after(self, job_id: str, sequence: int) -> AsyncIterator[JobEvent]:
         while batch := await self.after(job_id, sequence):
             for event in batch:
                 yield event
             sequence = batch[-1].sequence
 
-    async def wait_after(self, job_id: str, sequence: int) -> list[JobEvent]:
-        """Events after `sequence`, blocking up to block_ms for the first; [] on timeout."""
-        key = self.keys.job_events(job_id)
-        reply = await self.blocking_client.xread({key: f"{sequence}-0"}, count=REPLAY_BATCH,
-                                                 block=self.block_ms)
-        return [decode_entry(job_id, entry_id, fields)
-                for _, entries in reply for entry_id, fields in entries]
+    async def follow(self, job_id: str, sequence: int) -> AsyncIterator[JobEvent]:
+        """Every event after `sequence`, stored or yet to come, in order without gaps; endless.
+
+        Whatever the hub did not hand over (events stored before this follower joined, or
+        dropped because it fell behind) is read from Redis by sequence."""
+        follower = self.hub.follow(job_id, sequence)
+        try:
+            while True:
+                await follower.arrived.wait()
+                follower.arrived.clear()
+                async for event in self._next_events(follower, sequence):
+                    yield event
+                    sequence = event.sequence
+        finally:
+            self.hub.leave(follower)
+
+    async def _next_events(self, follower: Follower, sequence: int) -> AsyncIterator[JobEvent]:
+        if follower.failure is not None:
+            raise follower.failure
+        if follower.behind:
+            follower.behind = False
+            async for event in self._stored_after(follower.job_id, sequence):
+                yield event
+                sequence = event.sequence
+        for event in follower.take():
+            if event.sequence <= sequence:
+                continue  # already read from Redis
+            if event.sequence > sequence + 1:  # handed over while this follower was re-reading
+                async for stored in self._stored_after(follower.job_id, sequence):
+                    yield stored
+                    sequence = stored.sequence
+                continue
+            yield event
+            sequence = event.sequence

@@ -3,7 +3,8 @@
 Domain errors map by class to a canonical code; the machine-readable reason travels in the
 trailing metadata `opentinker-reason` as an `ErrorReason` value name (e.g.
 `ERROR_REASON_REQUEST_ID_REUSED`), since google.rpc.ErrorInfo is not among our dependencies.
-A Redis outage is UNAVAILABLE (retryable). Nothing else is caught: a bug stays an UNKNOWN error
+A Redis outage is UNAVAILABLE (retryable); so is a full Redis connection pool, whose message says
+the scheduler is busy (RedisPoolExhausted), never that Redis is down. Nothing else is caught: a bug stays an UNKNOWN error
 with grpc's own logging.
 """
 
@@ -16,7 +17,7 @@ from typing import Any, TypeVar
 import grpc
 
 from opentinker.core.errors import REASON_METADATA_KEY
-from opentinker.core.redis_store import REDIS_DOWN_ERRORS
+from opentinker.core.redis_store import REDIS_DOWN_ERRORS, RedisPoolExhausted
 from opentinker_scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, OutOfRange, PermissionDenied, QuotaExceeded, SchedulerError
 
 CODES: tuple[tuple[type[SchedulerError], grpc.StatusCode], ...] = (
@@ -43,7 +44,14 @@ async def abort(context: grpc.aio.ServicerContext, error: BaseException) -> None
     if isinstance(error, SchedulerError):
         metadata = ((REASON_METADATA_KEY, f"ERROR_REASON_{error.reason}"),) if error.reason != "UNSPECIFIED" else ()
         await context.abort(status_code(error), str(error), trailing_metadata=metadata)
+    if isinstance(error, RedisPoolExhausted):
+        await context.abort(grpc.StatusCode.UNAVAILABLE, busy_message(error))
     await context.abort(grpc.StatusCode.UNAVAILABLE, REDIS_DOWN_MESSAGE)
+
+
+def busy_message(error: RedisPoolExhausted) -> str:
+    return (f"the scheduler is busy: all {error.max_connections} of its connections to the state store "
+            f"(Redis) stayed in use for {error.wait_seconds} s; Redis itself is fine, retry shortly")
 
 
 def unary(method: Unary[R]) -> Unary[R]:

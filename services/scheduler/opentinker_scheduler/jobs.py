@@ -146,34 +146,33 @@ class JobService:
     async def watch(self, job_id: str, caller: Caller, *, after_sequence: int,
                     follow_after_end: bool) -> AsyncIterator[JobEvent]:
         """Stored events after `after_sequence`, then live ones; ends after the terminal event
-        (unless follow_after_end), or at once when the job already ended before it."""
+        (unless follow_after_end), or at once when the job already ended before it. Live streams
+        are capped per tenant (QUOTA: STREAM_LIMIT); live events come from the shared EventHub."""
         if after_sequence < 0:
             raise InvalidArgument("after_sequence", f"must be >= 0, got {after_sequence}")
         await self.get(job_id, caller)
-        last = after_sequence
-        async for event in self.events.replay(job_id, last):
-            if event.sequence > last + 1 and last == after_sequence:
-                raise OutOfRange(f"events {after_sequence + 1}..{event.sequence - 1} of job {job_id} were "
-                                 f"trimmed (a job keeps its last {self.config.max_events_per_job} events); "
-                                 f"watch again with after_sequence >= {event.sequence - 1}")
-            yield event
-            last = event.sequence
-            if event.is_terminal and not follow_after_end:
-                return
-        while True:
+        with self.events.streams.admitted(caller):
+            last = after_sequence
+            async for event in self.events.replay(job_id, last):
+                if event.sequence > last + 1 and last == after_sequence:
+                    raise OutOfRange(f"events {after_sequence + 1}..{event.sequence - 1} of job {job_id} were "
+                                     f"trimmed (a job keeps its last {self.config.max_events_per_job} events); "
+                                     f"watch again with after_sequence >= {event.sequence - 1}")
+                yield event
+                last = event.sequence
+                if event.is_terminal and not follow_after_end:
+                    return
             state, _ = await self.store.state_of(job_id)
             if not follow_after_end and state is not None and state.terminal:
-                # ended (maybe just after the replay): state and terminal event are written by
-                # one script, so whatever is left, terminal event included, is stored already
+                # maybe just after the replay: state and terminal event are written by one
+                # script, so whatever is left, terminal event included, is stored already
                 for event in await self.events.after(job_id, last):
                     yield event
                 return
-            while batch := await self.events.wait_after(job_id, last):
-                for event in batch:
-                    yield event
-                    last = event.sequence
-                    if event.is_terminal and not follow_after_end:
-                        return
+            async for event in self.events.follow(job_id, last):
+                yield event
+                if event.is_terminal and not follow_after_end:
+                    return
 
     async def report(self, lease: LeaseContext, payloads: Sequence[Payload | None], *,
                      caller: Caller, request_id: str) -> int:

@@ -29,7 +29,8 @@ async def build_plan(settings: SchedulerSettings) -> ServerPlan:
     """Host the SchedulerService and its allocator; report SERVING only while Redis answers.
     /metrics reads the queue, leases and workers from Redis when scraped (ClusterGauges)."""
     password = settings.redis_password
-    client = connect(settings.redis_url, password=password)
+    client = connect(settings.redis_url, password=password, max_connections=settings.redis_max_connections,
+                     pool_timeout=settings.redis_pool_wait_seconds)
     blocking_client = connect(settings.redis_url, socket_timeout=None, password=password)  # XREAD BLOCK
     scheduler = build_scheduler(client, blocking_client, config=settings.domain_config(),
                                 service_key=settings.api_key)

@@ -9,6 +9,7 @@ required on the Coordinator's reports (ReportJobEvents, FinishJob).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 import grpc
 
@@ -87,8 +88,9 @@ class SchedulerServicer(_Base):  # type: ignore[misc, valid-type]
                        context: Context) -> AsyncIterator[pb.WatchJobResponse]:
         events = self.jobs.watch(request.job_id, caller(), after_sequence=request.after_sequence,
                                  follow_after_end=request.follow_after_end)
-        async for event in events:
-            yield pb.WatchJobResponse(event=event_to_proto(event))
+        async with aclosing(events):  # a cancelled call gives its stream's place back at once
+            async for event in events:
+                yield pb.WatchJobResponse(event=event_to_proto(event))
 
     @grpc_errors.unary
     async def RegisterWorker(self, request: pb.RegisterWorkerRequest,

@@ -45,6 +45,19 @@ class SchedulerSettings(ServiceSettings):
         "trimmed, and WatchJob from a trimmed position answers OUT_OF_RANGE.", min=100, max=10_000_000)
     request_id_ttl_seconds: int = setting(
         86400, "How long a request_id is remembered for idempotent retries.", min=60)
+    max_watch_streams_per_tenant: int = setting(
+        64, "Live WatchJob streams (watch, run, fit, the dashboard's live view) one tenant may hold on "
+        "this scheduler; more are refused RESOURCE_EXHAUSTED (reason STREAM_LIMIT). Every stream "
+        "shares one Redis reader, so this bounds memory and fairness, not connections.", min=1, max=100_000)
+    max_admin_watch_streams: int = setting(
+        1024, "Live WatchJob streams all admin keys together may hold on this scheduler (OpenTinker's "
+        "services, and the dashboard for browsers without a key of their own).", min=1, max=100_000)
+    redis_max_connections: int = setting(
+        100, "Connections the scheduler opens to Redis at most for its calls (WatchJob streams share "
+        "one more, for blocking reads).", min=4, max=10_000)
+    redis_pool_wait_seconds: float = setting(
+        2.0, "How long a call waits for a free Redis connection when all are in use; then it fails "
+        "UNAVAILABLE saying the scheduler is busy (retryable), never that Redis is down.", positive=True)
     shared_model_dir: str = shared_model_dir_setting()
 
     def __post_init__(self) -> None:
@@ -66,6 +79,8 @@ class SchedulerSettings(ServiceSettings):
             allocator_interval_ms=_ms(self.allocator_interval_seconds),
             queue_aging_ms=_ms(self.queue_aging_seconds), starvation_ms=_ms(self.starvation_seconds),
             max_events_per_job=self.max_events_per_job,
+            max_watch_streams_per_tenant=self.max_watch_streams_per_tenant,
+            max_admin_watch_streams=self.max_admin_watch_streams,
             shared_model_dir=shared_model_dir(self.shared_model_dir))
 
 

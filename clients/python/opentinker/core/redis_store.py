@@ -25,19 +25,51 @@ log = structlog.get_logger(__name__)
 REDIS_DOWN_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
 
 
-def connect(url: str, *, socket_timeout: float | None = 5.0,
-            password: str | None = None) -> redis.asyncio.Redis:
+DEFAULT_MAX_CONNECTIONS = 100
+DEFAULT_POOL_WAIT_SECONDS = 2.0
+
+
+class RedisPoolExhausted(redis.exceptions.MaxConnectionsError):
+    """Every connection of this process's pool stayed in use for the whole wait: the process is
+    busy, Redis itself may be fine. (A ConnectionError subclass, so code that treats any
+    connection problem as retryable still does; say "busy", never "Redis is down", for it.)"""
+
+    def __init__(self, max_connections: int, wait_seconds: float | None) -> None:
+        super().__init__(f"all {max_connections} connections of this process's Redis pool stayed in "
+                         f"use for {wait_seconds} s")
+        self.max_connections, self.wait_seconds = max_connections, wait_seconds
+
+
+class WaitingConnectionPool(redis.asyncio.BlockingConnectionPool):
+    """At most `max_connections`; a command finding them all in use waits up to `timeout` seconds
+    for one, then raises RedisPoolExhausted (redis-py's own pool fails at once with "Too many
+    connections", a ConnectionError indistinguishable from Redis being down)."""
+
+    async def get_connection(self, *args: object, **kwargs: object):  # noqa: ANN201
+        try:
+            return await super().get_connection(*args, **kwargs)
+        except redis.exceptions.ConnectionError as error:
+            if isinstance(error.__cause__, asyncio.TimeoutError):
+                raise RedisPoolExhausted(self.max_connections, self.timeout) from None
+            raise
+
+
+def connect(url: str, *, socket_timeout: float | None = 5.0, password: str | None = None,
+            max_connections: int = DEFAULT_MAX_CONNECTIONS,
+            pool_timeout: float = DEFAULT_POOL_WAIT_SECONDS) -> redis.asyncio.Redis:
     """A lazily connecting client for `url` (OPENTINKER_REDIS_URL) that returns bytes.
 
     `socket_timeout` bounds every command; pass None (or more than the BLOCK time) for clients
     that issue blocking reads such as XREAD BLOCK. `password` (settings.redis_password, from
-    OPENTINKER_REDIS_PASSWORD_FILE) is used when the URL carries none.
+    OPENTINKER_REDIS_PASSWORD_FILE) is used when the URL carries none. At most
+    `max_connections` are open at once; a command finding them all busy waits up to
+    `pool_timeout` seconds for one, then raises RedisPoolExhausted.
     """
-    return redis.asyncio.Redis.from_url(url, decode_responses=False, socket_timeout=socket_timeout,
-                                        password=password,
-                                        socket_connect_timeout=5.0, retry=reconnecting_retry(),
-                                        retry_on_error=[redis.exceptions.ConnectionError,
-                                                        redis.exceptions.TimeoutError])
+    pool = WaitingConnectionPool.from_url(
+        url, max_connections=max_connections, timeout=pool_timeout, decode_responses=False,
+        socket_timeout=socket_timeout, password=password, socket_connect_timeout=5.0,
+        retry=reconnecting_retry(), retry_on_error=[redis.exceptions.ConnectionError, redis.exceptions.TimeoutError])
+    return redis.asyncio.Redis.from_pool(pool)
 
 
 def reconnecting_retry() -> Retry:
@@ -62,9 +94,13 @@ class Backoff:
 
 
 async def ping(client: redis.asyncio.Redis) -> bool:
-    """True when Redis answers PING, False when it is unreachable."""
+    """True when Redis answers PING (or every pooled connection is busy), False when it is
+    unreachable."""
     try:
         return bool(await client.ping())
+    except RedisPoolExhausted:
+        log.warning("redis_pool_busy", redis=describe_connection(client))
+        return True  # every connection is in use, so Redis was answering: busy, not down
     except REDIS_DOWN_ERRORS:
         return False
 
