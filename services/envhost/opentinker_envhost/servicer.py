@@ -21,7 +21,9 @@ import grpc
 
 from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
 from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
+from opentinker.core.auth_interceptor import current_job_tokens
 from opentinker.core.job_token_guard import job_token_refusal, require_job_token
+from opentinker.core.job_tokens import hash_job_token, presented_job_token
 from opentinker.core.server import ServiceBinding
 from opentinker_envhost import convert
 from opentinker_envhost.errors import EnvHostError, InvalidArgument
@@ -65,7 +67,7 @@ class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
     async def OpenSession(self, request: pb.OpenSessionRequest,
                           context: grpc.aio.ServicerContext) -> pb.OpenSessionResponse:
         await require_job_token(context, **self._job_scope("open_session", request))
-        return await self.open_session(request)
+        return await self.open_session(request, attempt_of(context, request.job_id))
 
     @answers_domain_errors
     async def Reset(self, request: pb.ResetRequest, context: grpc.aio.ServicerContext) -> pb.ResetResponse:
@@ -100,9 +102,10 @@ class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
 
     # -- shared by the unary RPCs and Interact ------------------------------------------------
 
-    async def open_session(self, request: pb.OpenSessionRequest) -> pb.OpenSessionResponse:
+    async def open_session(self, request: pb.OpenSessionRequest, attempt: str = "") -> pb.OpenSessionResponse:
         session = await self.manager.open(request.env_name, convert.struct_to_dict(request.config),
-                                          job_id=request.job_id, request_id=request.request_id)
+                                          job_id=request.job_id, request_id=request.request_id,
+                                          attempt=attempt)
         return pb.OpenSessionResponse(session_id=session.session_id,
                                       environment=convert.environment(session.spec))
 
@@ -122,7 +125,10 @@ class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
                             context: grpc.aio.ServicerContext | None = None) -> pb.InteractResponse:
         """One Interact request -> its response (an ErrorDetail on a domain error or a refused
         job token: the stream goes on)."""
-        handlers = {"open_session": self.open_session, "reset": self.reset, "step": self.step,
+        async def open_session(message: pb.OpenSessionRequest) -> pb.OpenSessionResponse:
+            return await self.open_session(message, attempt_of(context, message.job_id) if context else "")
+
+        handlers = {"open_session": open_session, "reset": self.reset, "step": self.step,
                     "close_session": self.close_session}
         kind = request.WhichOneof("action")
         try:
@@ -135,6 +141,15 @@ class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
         except EnvHostError as error:
             return pb.InteractResponse(sequence=request.sequence, error=convert.error_detail(error))
         return pb.InteractResponse(sequence=request.sequence, **{kind: result})
+
+
+def attempt_of(context: grpc.aio.ServicerContext, job_id: str) -> str:
+    """Which attempt of `job_id` a call that passed the job-token check acts for: a digest of
+    the token it presented ("" when job tokens are not checked: auth disabled, or no token)."""
+    if not job_id or current_job_tokens() is None:
+        return ""
+    token = presented_job_token(context.invocation_metadata() or ())
+    return hash_job_token(token)[:16] if token else ""
 
 
 def envhost_service_binding(manager: SessionManager) -> ServiceBinding:

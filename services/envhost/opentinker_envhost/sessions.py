@@ -71,6 +71,8 @@ class Session:
     spec: GameSpec
     game: GameHandle
     job_id: str
+    attempt: str
+    """Which attempt of the job opened it (a digest of its verified job token; "" unknown)."""
     request_id: str
     request_key: str
     last_used: float
@@ -99,10 +101,12 @@ class SessionManager:
     # -- open / close -----------------------------------------------------------------------
 
     async def open(self, env_name: str, config: Mapping[str, Any], *, job_id: str = "",
-                   request_id: str = "") -> Session:
+                   request_id: str = "", attempt: str = "") -> Session:
         """A new session of `env_name` built with `config`; a retried request_id returns the
-        session it opened before."""
+        session it opened before. `attempt` names the job's attempt (checked by the caller to be
+        the current one): the sessions its earlier attempts opened here are closed first."""
         spec = self.catalog.get(_required("env_name", env_name))
+        await self.close_earlier_attempts(job_id, attempt)
         key = _request_key(env_name, config, job_id)
         existing = self._session_for_request(request_id, key)
         if existing is not None:
@@ -117,7 +121,7 @@ class SessionManager:
             raise
         finally:
             self.opening -= 1
-        return await self._register(spec, game, session_id=session_id, job_id=job_id,
+        return await self._register(spec, game, session_id=session_id, job_id=job_id, attempt=attempt,
                                     request_id=request_id, key=key)
 
     async def start(self) -> None:
@@ -139,6 +143,22 @@ class SessionManager:
             session.state = SessionState.CLOSED
         log.info("session_closed", session_id=session_id, env_name=session.spec.name, steps=session.steps)
         return session.steps
+
+    async def close_earlier_attempts(self, job_id: str, attempt: str) -> list[str]:
+        """Close the sessions of `job_id` opened by another attempt than `attempt` (the current
+        one): that attempt was replaced, nobody will use them again. Their ids."""
+        if not job_id or not attempt:
+            return []
+        stale = [s.session_id for s in self.sessions.values()
+                 if s.job_id == job_id and s.attempt and s.attempt != attempt]
+        for session_id in stale:
+            log.info("session_of_replaced_attempt_closed", session_id=session_id, job_id=job_id[:128])
+        await asyncio.gather(*(self._close_quietly(session_id) for session_id in stale))
+        return stale
+
+    async def _close_quietly(self, session_id: str) -> None:
+        with contextlib.suppress(SessionNotFound):  # closed meanwhile by its client
+            await self.close(session_id)
 
     async def reap_idle(self) -> list[str]:
         """Close sessions idle longer than the TTL, and those never used within the unclaimed
@@ -226,12 +246,12 @@ class SessionManager:
         return await self.host.open(spec, config, session_id)
 
     async def _register(self, spec: GameSpec, game: GameHandle, *, session_id: str, job_id: str,
-                        request_id: str, key: str) -> Session:
+                        attempt: str, request_id: str, key: str) -> Session:
         if request_id in self.by_request_id:  # a concurrent retry won the race: keep its session
             with contextlib.suppress(EnvHostError):
                 await game.close()
             return self._session_for_request(request_id, key)  # type: ignore[return-value]
-        session = Session(session_id=session_id, spec=spec, game=game, job_id=job_id,
+        session = Session(session_id=session_id, spec=spec, game=game, job_id=job_id, attempt=attempt,
                           request_id=request_id, request_key=key, last_used=self.clock())
         self.sessions[session.session_id] = session
         OPEN_SESSIONS.labels(env=spec.name).inc()
