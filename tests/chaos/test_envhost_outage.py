@@ -1,7 +1,8 @@
 """A 30 s EnvHost outage in the middle of an RL job is ridden out, not fatal: the job waits at its
 step (each wait an event with the outage budget left), resumes once the EnvHost is back on the same
-port, and SUCCEEDS with exactly its optimizer steps in its first attempt; no evaluation during the
-outage is reported as a score."""
+port, and SUCCEEDS with exactly its optimizer steps in its first attempt. The outage begins as step
+2's weights sync, so the evaluation after it meets the outage: it is collected again once the
+EnvHost is back, never reported as a score of the episodes it could not play."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from opentinker.api.common.v1 import progress_pb2
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.client import SchedulerClient
 from tests.chaos._chaos_checks import prove_steps, seconds, trained_steps
@@ -33,6 +35,11 @@ class Outage:
     """Wall-clock times (s since the epoch): SIGKILL, and the restarted EnvHost serving again."""
 
 
+def syncing(recorder: EventRecorder, step: int) -> bool:
+    return any(e.WhichOneof("payload") == "progress" and e.progress.progress.phase == progress_pb2.PHASE_WEIGHT_SYNC
+               and e.progress.progress.step == step for e in recorder.events)
+
+
 def outage_spec() -> dict:
     """A tiny RL job evaluated after every step, checkpointed once at its last step (the
     training state whose AdamW step count proves the steps)."""
@@ -48,8 +55,9 @@ def outage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outage]:
             job_id = client.submit_job(outage_spec()).job_id
             recorder = EventRecorder(client, job_id)
             watcher = recorder.start()
-            recorder.wait_for(lambda: recorder.trained_step() >= KILL_AFTER_STEP, 240,
-                              f"step {KILL_AFTER_STEP} before the outage")
+            # killed as step 2's weights sync: the evaluation after it starts with the EnvHost gone
+            recorder.wait_for(lambda: syncing(recorder, KILL_AFTER_STEP), 240,
+                              f"step {KILL_AFTER_STEP}'s weight sync before the outage")
             killed_at = time.time()
             stack.kill("envhost")
             time.sleep(OUTAGE_S)
@@ -101,6 +109,9 @@ def test_no_evaluation_during_the_outage_is_reported_as_a_score(outage: Outage) 
     scored = {e.metrics.step: dict(e.metrics.values) for e in outage.run.events
               if e.WhichOneof("payload") == "metrics" and "eval/reward/mean" in e.metrics.values}
     assert all(values["eval/env_errors"] == 0 for values in scored.values()), scored
+    hit = [m for _, m in coordinator_logs(outage.run)
+           if m.startswith(f"the evaluation at step {KILL_AFTER_STEP}: environment unavailable")]
+    assert hit, "the outage did not reach the evaluation after the weight sync it began in"
     skipped = {int(m.split("the evaluation at step ")[1].split(":")[0]) for _, m in coordinator_logs(outage.run)
                if m.startswith("the evaluation at step ") and m.endswith("no score is reported for it")}
     assert set(scored) | skipped == set(range(0, TOTAL_STEPS + 1)), (sorted(scored), skipped)
