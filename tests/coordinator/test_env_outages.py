@@ -98,7 +98,8 @@ def test_an_outage_past_the_budget_fails_the_step_naming_the_envhost_and_takes_n
     ports = ports_for(FlakyEnvRollout(train_failures=10_000))
     started = time.monotonic()
     budget = OutageBudget(seconds=0.3, initial_delay=0.02, max_delay=0.05)
-    with pytest.raises(EnvironmentUnavailable, match=f"step 1: the environment stayed unavailable for 0.3 s .*{ENVHOST}"):
+    expected = f"step 1: the environment stayed unavailable for 0.3 s .*{ENVHOST}"
+    with pytest.raises(EnvironmentUnavailable, match=expected):
         asyncio.run(run_rl(plan(budget), ports))
     assert 0.3 <= time.monotonic() - started < 2.0
     assert ports.trainer.steps == []
