@@ -141,3 +141,19 @@ def test_the_schedulers_word_closes_stale_and_stopped_jobs_sessions(tmp_path) ->
             await agent.on_stop("job-unknown")
             assert list(registry._entries) == [kept]
     asyncio.run(scenario())
+
+
+def test_an_idle_session_of_an_attempt_assigned_here_lives_as_long_as_its_lease(tmp_path) -> None:
+    """A long rollout may leave the Trainer idle past the TTL: the lease, not the clock, decides."""
+    async def scenario() -> None:
+        async with trainer(tmp_path, idle_ttl_s=0.3) as (stub, registry):
+            settings = TrainerSettings(auth="disabled", port=0, checkpoint_dir=tmp_path)
+            agent = scheduler_registration(settings, registry, devices=[]).agent
+            await agent.on_assignment(job_pb2.Assignment(lease=lease(token=1)))
+            leased = await create(stub, token=1)
+            await asyncio.sleep(0.5)
+            await registry.reap_idle()
+            assert list(registry._entries) == [leased]
+            await agent.on_stop("job-1")
+            assert "no longer runs job 'job-1'" in await not_found(stub, leased)
+    asyncio.run(scenario())

@@ -10,7 +10,8 @@ request is refused (RequestIdReusedError).
 No session outlives its attempt: a session of a job whose newer attempt (higher fencing token)
 opens a session here or is assigned this worker is closed, so is every session of a job the
 Scheduler stopped or moved away (`job_stopped`), and `reap_idle` closes sessions without calls
-for `idle_ttl_s`. Closing frees the model and optimizer (and stops data-parallel replicas); a
+for `idle_ttl_s`, except those of an attempt the Scheduler has assigned this worker (its lease,
+not a clock, says when they end: an RL step's rollouts may keep the Trainer idle for long). Closing frees the model and optimizer (and stops data-parallel replicas); a
 later call on the session is SessionNotFoundError saying why it was closed.
 """
 
@@ -108,6 +109,8 @@ class SessionRegistry:
         self._create_lock = asyncio.Lock()
         self._created = RequestMemory()
         self._closed: OrderedDict[str, str] = OrderedDict()
+        self._assigned: dict[str, int] = {}
+        """job_id -> fencing token of the attempt the Scheduler has assigned this worker."""
 
     async def create(self, spec: SessionSpec, *, lease: Lease, device_ids: Sequence[str] = (),
                      request: RequestKey | None = None) -> SessionView:
@@ -186,23 +189,27 @@ class SessionRegistry:
     async def attempt_assigned(self, job_id: str, fencing_token: int) -> None:
         """The Scheduler assigned this worker an attempt of `job_id`: its token becomes the
         job's floor, and older attempts' sessions are closed."""
-        if job_id and fencing_token > self._highest_token.get(job_id, 0):
-            self._highest_token[job_id] = fencing_token
+        if not job_id:
+            return
+        self._highest_token[job_id] = max(fencing_token, self._highest_token.get(job_id, 0))
+        self._assigned[job_id] = max(fencing_token, self._assigned.get(job_id, 0))
         await self.close_older_attempts(job_id, fencing_token)
 
     async def job_stopped(self, job_id: str) -> list[str]:
         """The Scheduler no longer runs `job_id` here (cancelled, ended, or its lease moved to
         another worker; a WorkerAgent callback): close its sessions."""
+        self._assigned.pop(job_id, None)
         ended = [entry for entry in self._entries.values() if job_id and entry.job_id == job_id]
         for entry in ended:
             await self._close_entry(entry, f"the scheduler no longer runs job {job_id!r} on this trainer")
         return [entry.session.session_id for entry in ended]
 
     async def reap_idle(self) -> list[str]:
-        """Close the sessions without calls for `idle_ttl_s` (not those in a call); their ids."""
+        """Close the sessions without calls for `idle_ttl_s` (not those in a call, nor those of
+        an attempt assigned this worker); their ids."""
         cutoff = self.clock() - self.idle_ttl_s
         idle = [entry for entry in self._entries.values()
-                if entry.last_used < cutoff and not entry.lock.locked()]
+                if entry.last_used < cutoff and not entry.lock.locked() and not self._lease_holds(entry)]
         for entry in idle:
             await self._close_entry(entry, f"it had no calls for {self.idle_ttl_s:g} s (the "
                                            "trainer's session_idle_ttl_seconds)")
@@ -232,6 +239,11 @@ class SessionRegistry:
             raise SessionNotFoundError(session_id, closed_because=self._closed.get(session_id, ""))
         entry.last_used = self.clock()
         return entry
+
+    def _lease_holds(self, entry: _Entry) -> bool:
+        """Whether the session belongs to the attempt of its job the Scheduler assigned us."""
+        assigned = self._assigned.get(entry.job_id)
+        return assigned is not None and entry.fencing_token >= assigned
 
     def _require_open(self, entry: _Entry) -> None:
         """A call that waited for the lock of a session closed meanwhile fails."""

@@ -27,5 +27,6 @@ class TrainerSettings(ServiceSettings):
         "Directory the Trainer writes checkpoints to and loads them from; shared with Rollout.")
     session_idle_ttl_seconds: float = setting(
         1800.0, "A session without calls for this long is closed and its model and optimizer "
-        "state freed (a job's Coordinator calls at every step; sessions of an attempt that a newer "
-        "attempt replaced, or of a job the Scheduler stopped, are closed at once).", positive=True)
+        "state freed, unless it belongs to a job attempt the Scheduler has assigned this Trainer "
+        "(those end with their lease: sessions of an attempt that a newer one replaced, or of a job "
+        "the Scheduler stopped or moved away, are closed at once).", positive=True)
