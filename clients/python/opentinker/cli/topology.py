@@ -10,6 +10,7 @@ ports (tests, several stacks on one machine) never fight over metrics ports; pas
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 
 REDIS = "redis"
 DEFAULT_REDIS_PORT = 6390
@@ -92,6 +93,8 @@ def connect_host(bind_host: str) -> str:
 
 CHECKPOINT_USERS = ("trainer", "rollout", "coordinator")
 """Services that share the checkpoint directory (OPENTINKER_CHECKPOINT_DIR)."""
+TENANT_AREA_USERS = ("coordinator",)
+"""Services that resolve job paths in the tenant areas (OPENTINKER_TENANT_DATA_DIR)."""
 
 
 def service_env(
@@ -121,6 +124,8 @@ def service_env(
         env[f"{service.env_prefix}ADVERTISE_ADDRESS"] = f"{advertise_host or peer_host}:{ports[service.name]}"
     if service.name in CHECKPOINT_USERS:
         env["OPENTINKER_CHECKPOINT_DIR"] = checkpoint_dir
+    if service.name in TENANT_AREA_USERS:  # the tenant areas lie beside the checkpoints
+        env["OPENTINKER_TENANT_DATA_DIR"] = str(PurePosixPath(checkpoint_dir).parent / "tenants")
     if metrics_ports is not None:
         env[f"{service.env_prefix}METRICS_PORT"] = str(metrics_ports[service.name])
     return env
