@@ -19,11 +19,12 @@ from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from opentinker.core.auth import new_api_key
 from opentinker.core.auth_interceptor import authenticated_channel
-from opentinker.core.job_tokens import JOB_TOKEN_METADATA_KEY
 from opentinker.core.redis_store import connect
 from opentinker.core.server import ServerPlan, start_server, stop_server
 from opentinker_scheduler.app import build_scheduler
-from opentinker_scheduler.model import Caller
+from opentinker_scheduler.convert_workers import lease_context_from_proto
+from opentinker_scheduler.events import MetricsReported
+from opentinker_scheduler.model import Caller, JobState
 from opentinker_scheduler.servicer import scheduler_service_binding
 from opentinker_scheduler.settings import SchedulerSettings
 from tests.scheduler._harness import (
@@ -99,12 +100,11 @@ def test_300_watchers_of_one_tenant_do_not_break_another_tenants_watch(redis_url
                 b_watch = asyncio.create_task(follow(tenant_b, b_job.job_id, seen))
                 await until(lambda: len(seen) >= 3 or b_watch.done())  # QUEUED, ALLOCATING, RUNNING
                 assert not b_watch.done(), b_watch.exception()
-                tokens = [a.job_token for a in b_job.assignments if a.job_token]  # when the harness issues them
-                token = ((JOB_TOKEN_METADATA_KEY, tokens[0]),) if tokens else ()
-                await h.stub.ReportJobEvents(pb.ReportJobEventsRequest(lease=lease_of(b_job), events=[metrics(1)]),
-                                             metadata=token)
-                await h.stub.FinishJob(pb.FinishJobRequest(lease=lease_of(b_job), final_state=S.STATE_SUCCEEDED),
-                                       metadata=token)
+                # the Coordinator's reports, made in the domain (the job-token guard is not under test)
+                lease, service = lease_context_from_proto(lease_of(b_job)), Caller(tenant_id="default", admin=True)
+                await h.scheduler.jobs.report(lease, [MetricsReported(step=1, values={"loss": 1.0})],
+                                              caller=service, request_id="")
+                await h.scheduler.jobs.finish(lease, JobState.SUCCEEDED, caller=service, message="done")
                 events = await asyncio.wait_for(b_watch, 10)
                 assert [e.sequence for e in events] == [1, 2, 3, 4, 5]
                 assert events[3].metrics.step == 1 and events[4].state_changed.to_state == S.STATE_SUCCEEDED

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 import redis.asyncio
 
 from opentinker.core.redis_store import Keys
+from opentinker_scheduler.config import SchedulerConfig
 from opentinker_scheduler.event_hub import EventHub, Follower
 from opentinker_scheduler.events import JobEvent, decode_entry
 from opentinker_scheduler.watch_streams import LiveStreams
 
 REPLAY_BATCH = 500
-QUEUE_EVENTS = 1_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,9 +27,10 @@ class EventLog:
     blocking_client: redis.asyncio.Redis
     keys: Keys
     block_ms: int
-    queue_events: int = QUEUE_EVENTS
+    queue_events: int = SchedulerConfig.watch_queue_events
     """Live events one follower may have waiting; past that it re-reads them from Redis."""
-    streams: LiveStreams = field(default_factory=lambda: LiveStreams(tenant_cap=64, admin_cap=1_024))
+    streams: LiveStreams = field(default_factory=lambda: LiveStreams(
+        tenant_cap=SchedulerConfig.max_watch_streams_per_tenant, admin_cap=SchedulerConfig.max_admin_watch_streams))
     """Live WatchJob streams per tenant, under their caps."""
     hub: EventHub = field(init=False)
 
