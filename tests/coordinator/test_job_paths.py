@@ -109,7 +109,15 @@ def test_absolute_paths_only_an_admin_could_submit_are_left_alone(server: dict[s
         assert confine_job_paths(admin_job, areas(server)) == admin_job
 
 
-def test_a_game_on_an_envhost_the_job_names_reads_its_own_files(server: dict[str, Path]) -> None:
-    for where in ({"envhost": "my-laptop"}, {"envhost_address": "10.0.0.5:50054"}):
-        named = game({"dataset_path": "local/problems.jsonl"}, **where)
-        assert confine_job_paths(named, areas(server)) == named
+def test_a_named_envhost_gets_paths_in_the_tenant_area_and_only_a_raw_address_is_left_alone(
+        server: dict[str, Path]) -> None:
+    """A named EnvHost may be the stack's own (named by its worker id): its games read the tenant's area.
+    A raw envhost_address is admin-only (the Scheduler refuses it from tenant keys)."""
+    named = confine_job_paths(game({"dataset_path": "chats.jsonl"}, envhost="envhost@127.0.0.1:50054"), areas(server))
+    assert named.spec.environment.config["dataset_path"] == str(server["root"] / "acme" / "datasets" / "chats.jsonl")
+    assert refusal(server, game({"dataset_path": ".opentinker/admin.key"}, envhost="envhost@127.0.0.1:50054")) == (
+        "spec.environment.config['dataset_path']: no such file in your tenant area (datasets/)")
+    resolved = game({"dataset_path": "../x"}, envhost="my-laptop", envhost_address="10.0.0.5:50054")
+    assert "no such file" in refusal(server, resolved)
+    raw = game({"dataset_path": "local/problems.jsonl"}, envhost_address="10.0.0.5:50054")
+    assert confine_job_paths(raw, areas(server)) == raw

@@ -4,7 +4,7 @@ The Scheduler lets only admin keys name absolute paths (or, for models, paths in
 directory); every relative path is resolved here, with symlinks followed, inside the job's tenant
 area (`opentinker.core.tenant_paths`), and the job the drivers see carries the resolved paths:
 the INFERENCE output, the SFT dataset, local models (sent on to Trainer and Rollout) and the path
-entries of a game config played on the stack's own EnvHost. Paths that lead out of the area, do
+entries of game configs. Paths that lead out of the area, do
 not exist or cannot be read all fail the run with the same message.
 """
 
@@ -54,9 +54,10 @@ def _confine_local_model(local: model_pb2.LocalModel, areas: TenantAreas, tenant
 
 def _confine_game_config(environment: environment_pb2.EnvironmentReference, areas: TenantAreas, tenant: str,
                          field: str) -> None:
-    """Path entries of a game played on the stack's own EnvHost name files in the tenant's datasets/
-    (a tenant's own EnvHost reads its own files: its config is left as it is)."""
-    if environment.envhost_address or environment.envhost or not environment.HasField("config"):
+    """Path entries of a game config name files in the tenant's datasets/, whichever EnvHost plays it (a
+    named one may be the stack's own, or an operator's sharing the stack's files). Only a raw
+    envhost_address, an admin-only field, keeps its config as it is."""
+    if (environment.envhost_address and not environment.envhost) or not environment.HasField("config"):
         return
     config = json_format.MessageToDict(environment.config)
     entries = [entry for entry in config_path_entries(config, field) if not entry[1][entry[2]].startswith("/")]

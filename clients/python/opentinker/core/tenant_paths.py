@@ -171,8 +171,8 @@ def is_path_key(key: str) -> bool:
 
 
 def config_path_entries(config: Any, field: str, *, under_path_key: bool = False) -> list[tuple[str, Any, Any]]:
-    """(field path, container, key) of every string under a key ending in 'path' (directly or in lists
-    below it), at any depth of a JSON-like game config, e.g.
+    """(field path, container, key) of every string under a key that names files (`is_path_key`: directly
+    or in lists below it), at any depth of a JSON-like game config, e.g.
     ("spec.environment.config['dataset_path']", config, "dataset_path")."""
     found: list[tuple[str, Any, Any]] = []
     items = config.items() if isinstance(config, dict) else enumerate(config) if isinstance(config, list) else ()
