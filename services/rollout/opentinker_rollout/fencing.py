@@ -37,5 +37,10 @@ class FencingGuard:
                 f"this worker has seen token {highest}")
         self._highest[lease.job_id] = lease.fencing_token
 
+    def raise_floor(self, job_id: str, fencing_token: int) -> None:
+        """A newer attempt exists (the Scheduler said so): lower tokens are stale from now on."""
+        if job_id:
+            self._highest[job_id] = max(fencing_token, self._highest.get(job_id, fencing_token))
+
     def highest(self, job_id: str) -> int | None:
         return self._highest.get(job_id)

@@ -11,14 +11,22 @@ with a version <= the current one is refused with WEIGHTS_VERSION_CONFLICT. New 
 assembled and verified (sizes, sha256, names and shapes) before anything is touched, then
 applied while the batcher is held with no row decoding, so no generation ever sees
 half-updated weights.
+
+No policy outlives its attempt: loading a policy for a job's newer attempt (higher fencing token),
+or the Scheduler assigning one here (`attempt_assigned`), unloads the policies the job's earlier
+attempts loaded; a job the Scheduler stopped or moved away (`job_stopped`) loses its policies; and
+`reap_idle` unloads policies not used (no call, no generation) for `idle_ttl_s`, except those of
+an attempt assigned this worker. A later call on an unloaded policy is NotFound saying why.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 import warnings
-from collections.abc import AsyncIterator
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -46,6 +54,8 @@ from opentinker_rollout.rendering import TokenizerRenderer
 from opentinker_rollout.transformers_engine import TransformersEngine
 
 log = structlog.get_logger(__name__)
+DEFAULT_IDLE_TTL_S = 1800.0
+REMEMBERED_UNLOADS = 1024
 
 
 class WeightsFormat(StrEnum):
@@ -110,8 +120,11 @@ class AdapterGenerator:
 
     batcher: GenerationBatcher
     adapter: str
+    touch: Callable[[], None] = lambda: None
+    """Called at every generation (the policy is in use)."""
 
     async def generate(self, request: GenerationRequest) -> BatchedGeneration:
+        self.touch()
         return await self.batcher.generate(replace(request, adapter=self.adapter))
 
 
@@ -123,6 +136,9 @@ class LoadedPolicy:
     lora: LoraSpec | None
     adapter: str = ""
     """This policy's adapter on the base ("" = the base model itself, full weights)."""
+    fencing_token: int = 0
+    """The fencing token of the attempt that loaded it."""
+    last_used: float = field(default_factory=time.monotonic)
 
     @property
     def model(self) -> torch.nn.Module:
@@ -146,7 +162,10 @@ class LoadedPolicy:
 
     @property
     def generator(self) -> AdapterGenerator:
-        return AdapterGenerator(batcher=self.base.batcher, adapter=self.adapter)
+        return AdapterGenerator(batcher=self.base.batcher, adapter=self.adapter, touch=self.touch)
+
+    def touch(self) -> None:
+        self.last_used = time.monotonic()
 
     @property
     def version(self) -> int:
@@ -161,7 +180,8 @@ class PolicyRegistry:
     """The policies this worker serves, and the fencing tokens it has seen."""
 
     def __init__(self, *, checkpoint_root: Path, default_max_batch_size: int = 32,
-                 gather_window_s: float = 0.002, continuous_batching: bool = True) -> None:
+                 gather_window_s: float = 0.002, continuous_batching: bool = True,
+                 idle_ttl_s: float = DEFAULT_IDLE_TTL_S) -> None:
         self.checkpoint_root = checkpoint_root
         self.continuous_batching = continuous_batching
         self.default_max_batch_size = default_max_batch_size
@@ -171,13 +191,21 @@ class PolicyRegistry:
         self._lora_bases: dict[ModelSource, ModelBase] = {}
         self._by_request: dict[str, tuple[LoadRequest, str]] = {}
         self._load_lock = asyncio.Lock()
+        self.idle_ttl_s = idle_ttl_s
+        self._assigned: dict[str, int] = {}
+        """job_id -> fencing token of the attempt the Scheduler has assigned this worker."""
+        self._unloaded: OrderedDict[str, str] = OrderedDict()
+        """Why a policy was unloaded, for the NotFound of a late call."""
 
     def get(self, policy_id: str) -> LoadedPolicy:
         if not policy_id:
             raise InvalidArgument("policy_id", "is required")
         policy = self._policies.get(policy_id)
         if policy is None:
-            raise NotFound(f"policy_id: no policy {policy_id!r} is loaded on this worker")
+            why = self._unloaded.get(policy_id)
+            raise NotFound(f"policy_id: no policy {policy_id!r} is loaded on this worker"
+                           + (f"; it was unloaded because {why}" if why else ""))
+        policy.touch()
         return policy
 
     def check_lease(self, policy: LoadedPolicy, lease: Lease) -> None:
@@ -188,8 +216,10 @@ class PolicyRegistry:
                                      f"{policy.job_id!r}, not {lease.job_id!r}")
 
     async def load(self, request: LoadRequest) -> PolicyInfo:
-        """Load a policy (idempotent per request_id)."""
+        """Load a policy (idempotent per request_id); the job's earlier attempts' policies are
+        unloaded first."""
         self.fencing.check(request.lease)
+        await self.unload_older_attempts(request.lease.job_id, request.lease.fencing_token)
         async with self._load_lock:
             existing = self._replay(request)
             if existing is not None:
@@ -207,8 +237,59 @@ class PolicyRegistry:
         policy = self.get(policy_id)
         self.check_lease(policy, lease)
         info = policy.info()
+        await self._release(policy, "its job unloaded it (UnloadModel)")
+        return info
+
+    async def unload_older_attempts(self, job_id: str, fencing_token: int) -> list[str]:
+        """Unload the policies of `job_id` loaded by an attempt older than `fencing_token`."""
+        stale = [p for p in self._policies.values()
+                 if job_id and p.job_id == job_id and p.fencing_token < fencing_token]
+        for policy in stale:
+            await self._release(policy, f"a newer attempt of job {job_id!r} (fencing token "
+                                        f"{fencing_token}) replaced the one that loaded it "
+                                        f"(fencing token {policy.fencing_token})")
+        return [policy.policy_id for policy in stale]
+
+    async def attempt_assigned(self, job_id: str, fencing_token: int) -> None:
+        """The Scheduler assigned this worker an attempt of `job_id`: its token becomes the job's
+        floor, and older attempts' policies are unloaded."""
+        if not job_id:
+            return
+        self.fencing.raise_floor(job_id, fencing_token)
+        self._assigned[job_id] = max(fencing_token, self._assigned.get(job_id, 0))
+        await self.unload_older_attempts(job_id, fencing_token)
+
+    async def job_stopped(self, job_id: str) -> list[str]:
+        """The Scheduler no longer runs `job_id` here (cancelled, ended, or moved to another
+        worker): unload its policies."""
+        self._assigned.pop(job_id, None)
+        ended = [p for p in self._policies.values() if job_id and p.job_id == job_id]
+        for policy in ended:
+            await self._release(policy, f"the scheduler no longer runs job {job_id!r} on this worker")
+        return [policy.policy_id for policy in ended]
+
+    async def reap_idle(self) -> list[str]:
+        """Unload policies unused for `idle_ttl_s` (except an assigned attempt's); their ids."""
+        cutoff = time.monotonic() - self.idle_ttl_s
+        idle = [p for p in self._policies.values() if p.last_used < cutoff and not self._lease_holds(p)]
+        for policy in idle:
+            await self._release(policy, f"it was not used for {self.idle_ttl_s:g} s (the rollout's "
+                                        "policy_idle_ttl_seconds)")
+        return [policy.policy_id for policy in idle]
+
+    def _lease_holds(self, policy: LoadedPolicy) -> bool:
+        assigned = self._assigned.get(policy.job_id)
+        return assigned is not None and policy.fencing_token >= assigned
+
+    async def _release(self, policy: LoadedPolicy, why: str) -> None:
+        """Drop `policy` (its adapter, or its base with the last policy on it), remembering why."""
+        policy_id = policy.policy_id
         async with self._load_lock:  # a load must not add an adapter to a base being closed
-            del self._policies[policy_id]
+            if self._policies.pop(policy_id, None) is None:
+                return  # released meanwhile
+            self._unloaded[policy_id] = why
+            while len(self._unloaded) > REMEMBERED_UNLOADS:
+                self._unloaded.popitem(last=False)
             base = policy.base
             base.adapters.discard(policy.adapter)
             if base.adapters:
@@ -219,8 +300,8 @@ class PolicyRegistry:
                 if self._lora_bases.get(base.source) is base:
                     del self._lora_bases[base.source]
                 await base.batcher.close()
-        log.info("policy_unloaded", policy_id=policy_id, adapters_left_on_base=len(base.adapters))
-        return info
+        log.info("policy_unloaded", policy_id=policy_id, job_id=policy.job_id[:128], why=why,
+                 adapters_left_on_base=len(base.adapters))
 
     async def close(self) -> None:
         for base in {id(p.base): p.base for p in self._policies.values()}.values():
@@ -273,7 +354,8 @@ class PolicyRegistry:
         if adapter:
             base.adapters.add(adapter)
         return LoadedPolicy(policy_id=f"{request.lease.job_id or 'policy'}-{suffix}",
-                            job_id=request.lease.job_id, base=base, lora=request.lora, adapter=adapter)
+                            job_id=request.lease.job_id, base=base, lora=request.lora, adapter=adapter,
+                            fencing_token=request.lease.fencing_token)
 
     def _build_base(self, request: LoadRequest, adapter: str) -> ModelBase:
         try:

@@ -32,6 +32,11 @@ class RolloutSettings(ServiceSettings):
         "join and leave the running batch at every decoding step) or static (each batch decodes "
         "to its longest row before the next starts; kept for comparison).",
         choices=("continuous", "static"))
+    policy_idle_ttl_seconds: float = setting(
+        1800.0, "A loaded policy not used (no call, no generation) for this long is unloaded, unless it "
+        "belongs to a job attempt the Scheduler has assigned this Rollout (those end with their lease: "
+        "policies of an attempt that a newer one replaced, or of a job the Scheduler stopped or moved "
+        "away, are unloaded at once).", positive=True)
     max_concurrent_episodes: int = setting(
         256, "Most episodes of one RunEpisodes call that run at the same time (match episodes all run at "
         "once: a bounded agent could wait on a seat the other agent has not reached).", min=1)
