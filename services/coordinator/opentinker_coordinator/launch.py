@@ -21,7 +21,6 @@ from opentinker.core.tenant_paths import DEFAULT_TENANT_DATA_DIR, TenantAreas
 from opentinker_coordinator import job_plans
 from opentinker_coordinator.agent_protocol import AgentProtocol
 from opentinker_coordinator.env_outages import OutageBudget
-from opentinker_coordinator.job_paths import confine_job_paths
 from opentinker_coordinator.inference_driver import InferencePorts, run_inference
 from opentinker_coordinator.job_paths import confine_job_paths
 from opentinker_coordinator.ma_driver import AgentFailed, AgentPorts, MultiAgentPorts, run_multi_agent
@@ -56,8 +55,6 @@ class LaunchConfig:
     """Retries of reports to the Scheduler through UNAVAILABLE (its or Redis's restart)."""
     requeue_wait_seconds: float = 60.0
     """After a worker is lost, how long to wait for the Scheduler to re-queue the job."""
-    tenant_areas: TenantAreas = TenantAreas(root=Path(DEFAULT_TENANT_DATA_DIR))
-    """Where a job's relative paths resolve (its tenant's area) and the shared model directory."""
     env_outage: OutageBudget = OutageBudget()
     """How long a batch or evaluation waits out an unreachable EnvHost."""
 
@@ -103,7 +100,6 @@ class JobLauncher:
     async def _drive_reporting_failure(self, job: job_pb2.Job, run: RunState, reporter: SchedulerReporter) -> None:
         try:
             try:
-                job = confine_job_paths(job, self.config.tenant_areas)  # before anything opens a path
                 await self._drive(job, run, reporter)
             except WorkerLost as lost:
                 await _pause_until_requeued(run, reporter, lost.role, lost, self.config.requeue_wait_seconds)
