@@ -232,3 +232,27 @@ def test_a_full_connection_pool_is_reported_as_a_busy_scheduler_not_a_redis_outa
             assert (await stub.GetJob(pb.GetJobRequest(job_id=job.job_id))).job.job_id == job.job_id
 
     asyncio.run(scenario())
+
+
+def test_a_watcher_joining_a_job_the_reader_is_already_past_reads_the_gap_from_redis(redis_url: str) -> None:
+    async def scenario() -> None:
+        async with scheduler_server(redis_url) as h:
+            await register_pool(h)
+            job = await running_job(h)  # events 1-3
+            events = h.scheduler.jobs.events
+            first = events.follow(job.job_id, 3)
+            first_live = asyncio.create_task(anext(first))
+            await asyncio.sleep(0.2)
+            await h.stub.ReportJobEvents(pb.ReportJobEventsRequest(
+                lease=lease_of(job), events=[metrics(step) for step in range(1, 6)]))  # 4-8
+            assert (await asyncio.wait_for(first_live, 5)).sequence == 4  # the reader is now at 8
+            late = events.follow(job.job_id, 3)  # joins behind the reader
+            head = [(await asyncio.wait_for(anext(late), 5)).sequence for _ in range(5)]
+            await h.stub.ReportJobEvents(pb.ReportJobEventsRequest(lease=lease_of(job), events=[metrics(6)]))
+            assert head + [(await asyncio.wait_for(anext(late), 5)).sequence] == [4, 5, 6, 7, 8, 9]
+            assert [(await anext(first)).sequence for _ in range(5)] == [5, 6, 7, 8, 9]
+            await first.aclose()
+            await late.aclose()
+            assert events.hub.followers == 0
+
+    asyncio.run(scenario())

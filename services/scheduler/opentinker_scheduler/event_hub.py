@@ -39,9 +39,9 @@ class Follower:
     limit: int
     pending: deque[JobEvent] = field(default_factory=deque)
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
-    behind: bool = True
-    """Events were (or may have been) missed: read them from Redis. True at first, so a new
-    follower reads what was stored since its replay before taking live events."""
+    behind: bool = False
+    """Events were missed (dropped from a full queue, or read before this follower joined):
+    read them from Redis by sequence before taking more."""
     failure: BaseException | None = None
 
     def offer(self, events: Sequence[JobEvent]) -> None:
@@ -85,6 +85,9 @@ class EventHub:
             self._positions[job_id] = after
             self._changed.set()
         group.add(follower)
+        if self._positions[job_id] > after:  # the reader is past `after`: read the rest from Redis
+            follower.behind = True
+            follower.arrived.set()
         if self._reader is None or self._reader.done():
             self._reader = asyncio.get_running_loop().create_task(self._read_forever(), name="event-hub")
         return follower
