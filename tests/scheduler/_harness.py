@@ -58,7 +58,7 @@ async def scheduler_server(redis_url: str, *, config: SchedulerConfig = FAST, cl
     (otherwise tests call `scheduler.allocator.tick()` themselves). Auth is off unless an
     `admin_key` is given: then it is installed and the harness stub sends it."""
     client, blocking = connect(redis_url), connect(redis_url, socket_timeout=None)
-    scheduler = build_scheduler(client, blocking, config=config, clock=clock)
+    scheduler = build_scheduler(client, blocking, config=config, clock=clock, service_key=admin_key or "")
     hooks = [lambda health: scheduler.allocator.run_forever(blocking)] if run_allocator else []
     plan = ServerPlan(services=[scheduler_service_binding(scheduler)], start_hooks=hooks, admin_only=False)
     if admin_key:

@@ -87,10 +87,13 @@ def test_tenant_keys_cannot_act_as_workers_or_admins(redis_url: str) -> None:
         async with scheduler_server(redis_url, admin_key=ADMIN_KEY) as h:
             channel, acme = stub_for(h.address, await new_tenant(h, "acme", max_queued_jobs=5))
             async with channel:
-                denied = [acme.RegisterWorker(register_request("w", "trainer")),
-                          acme.Heartbeat(pb.HeartbeatRequest(worker_id="w")),
-                          acme.ListWorkers(pb.ListWorkersRequest()),
-                          acme.CreateTenant(pb.CreateTenantRequest(tenant_id="mine")),
+                worker = await rpc_error(acme.RegisterWorker(register_request("w", "trainer")))
+                assert worker.code() == grpc.StatusCode.PERMISSION_DENIED
+                assert "need an admin key" in worker.details()
+                assert (await rpc_error(acme.Heartbeat(pb.HeartbeatRequest(worker_id="w")))).code() == \
+                    grpc.StatusCode.NOT_FOUND
+                assert list((await acme.ListWorkers(pb.ListWorkersRequest())).workers) == []  # only its own
+                denied = [acme.CreateTenant(pb.CreateTenantRequest(tenant_id="mine")),
                           acme.ListTenants(pb.ListTenantsRequest()),
                           acme.UpdateTenantQuota(pb.UpdateTenantQuotaRequest(tenant_id="acme")),
                           acme.CreateApiKey(pb.CreateApiKeyRequest(tenant_id="acme", admin=True))]

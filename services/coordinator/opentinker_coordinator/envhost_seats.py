@@ -1,8 +1,10 @@
 """`SeatedEnvironment` over the EnvHostService (the service edge: grpc lives here).
 
 A match owns one EnvHost session: OpenSession + Reset when it starts, Step(seat) per action,
-CloseSession at the end. Every call carries the job's token (`job_tokens`, filled by the launcher
-for each job it drives). Any RPC error becomes `EnvironmentBroke` (the match is aborted).
+CloseSession at the end. A job's match calls carry the job's token and id as their only credential
+(`job_tokens`, filled by the launcher for each job it drives), on a channel without the
+Coordinator's key: the EnvHost may be a tenant's own. A match without a job (an admin's own
+OpenMatch) calls with the Coordinator's key. Any RPC error becomes `EnvironmentBroke` (the match is aborted).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from opentinker.api.envhost.v1 import envhost_service_pb2 as envhost_pb
 from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
 from opentinker.core.channel_pool import ChannelPool
 from opentinker.core.errors import traceback_from_metadata
-from opentinker.core.job_tokens import JOB_TOKEN_METADATA_KEY
+from opentinker.core.job_tokens import job_call_metadata
 from opentinker_coordinator.seated_environment import (
     EnvironmentBroke,
     MatchEnvironmentRef,
@@ -39,13 +41,15 @@ class EnvHostChannels(ChannelPool):
         self.job_tokens: dict[str, str] = {}
         """job id -> its current attempt's token (sent as x-opentinker-job-token)."""
 
-    def stub(self, address: str) -> envhost_grpc.EnvHostServiceStub:
-        return envhost_grpc.EnvHostServiceStub(self.channel(address or self.default_address))
+    def stub(self, address: str, *, for_job: bool) -> envhost_grpc.EnvHostServiceStub:
+        address = address or self.default_address
+        return envhost_grpc.EnvHostServiceStub(self.job_channel(address) if for_job else self.channel(address))
 
     def factory(self) -> SeatedEnvironmentFactory:
         def make(environment: MatchEnvironmentRef, job_id: str) -> EnvHostSeatedEnvironment:
-            metadata = ((JOB_TOKEN_METADATA_KEY, token),) if (token := self.job_tokens.get(job_id)) else ()
-            return EnvHostSeatedEnvironment(self.stub(environment.envhost_address), environment, job_id, metadata)
+            metadata = job_call_metadata(job_id, self.job_tokens.get(job_id, ""))
+            stub = self.stub(environment.envhost_address, for_job=bool(metadata))
+            return EnvHostSeatedEnvironment(stub, environment, job_id, metadata)
         return make
 
 

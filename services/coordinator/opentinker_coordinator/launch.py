@@ -21,6 +21,7 @@ from opentinker.core.tenant_paths import DEFAULT_TENANT_DATA_DIR, TenantAreas
 from opentinker_coordinator import job_plans
 from opentinker_coordinator.agent_protocol import AgentProtocol
 from opentinker_coordinator.env_outages import OutageBudget
+from opentinker_coordinator.envhost_resolution import resolve_envhosts, scheduler_envhosts
 from opentinker_coordinator.inference_driver import InferencePorts, run_inference
 from opentinker_coordinator.job_paths import confine_job_paths
 from opentinker_coordinator.ma_driver import AgentFailed, AgentPorts, MultiAgentPorts, run_multi_agent
@@ -100,6 +101,7 @@ class JobLauncher:
     async def _drive_reporting_failure(self, job: job_pb2.Job, run: RunState, reporter: SchedulerReporter) -> None:
         try:
             try:
+                job = await resolve_envhosts(job, scheduler_envhosts(reporter.stub, reporter.guard.call))
                 await self._drive(job, run, reporter)
             except WorkerLost as lost:
                 await _pause_until_requeued(run, reporter, lost.role, lost, self.config.requeue_wait_seconds)

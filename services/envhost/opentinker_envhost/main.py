@@ -7,6 +7,7 @@ import asyncio
 import structlog
 
 from opentinker.core.entrypoint import run_service
+from opentinker.core.job_credentials import SchedulerJobCredentials
 from opentinker.core.server import HealthReporter, ServerPlan, StartHook
 from opentinker.core.worker_registration import WorkerRegistration
 from opentinker_envhost.catalog import GameCatalog
@@ -63,10 +64,21 @@ async def build_plan(settings: EnvHostSettings) -> ServerPlan:
     """What the server hosts; peers are not dialled yet (no RPC needs them)."""
     manager = session_manager(settings)
     log.info("games_loaded", games={name: spec.source for name, spec in manager.catalog.specs.items()})
-    registration = WorkerRegistration.for_settings(settings, role="envhost")
+    registration = WorkerRegistration.for_settings(settings, role="envhost", name=settings.name)
+    credentials = job_credentials(settings)
+    closers = [credentials.close] if credentials is not None else []
     return ServerPlan(services=[envhost_service_binding(manager)],
                       start_hooks=[games_sandbox(manager), idle_reaper(manager), registration.start],
-                      close_hooks=[registration.stop, manager.close_all])
+                      close_hooks=[registration.stop, manager.close_all, *closers],
+                      accepts_job_tokens=True, job_credentials=credentials)
+
+
+def job_credentials(settings: EnvHostSettings) -> SchedulerJobCredentials | None:
+    """Who checks the job tokens calls carry: the Scheduler for an EnvHost a tenant serves itself
+    (no Redis); None = the stack's Redis."""
+    if settings.job_token_check != "scheduler" or not settings.auth_enabled:
+        return None
+    return SchedulerJobCredentials(settings.scheduler_address, settings.api_key, ttl_seconds=settings.auth_cache_seconds)
 
 
 def main() -> int:

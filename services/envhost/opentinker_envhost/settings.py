@@ -18,6 +18,16 @@ class EnvHostSettings(ServiceSettings):
     port: int = port_setting(50054)
     scheduler_address: str = address_setting(
         "127.0.0.1:50051", "Scheduler this worker registers with and heartbeats to.")
+    name: str = setting(
+        "", "Name jobs give in EnvironmentReference.envhost to play on this EnvHost (registered with the "
+        "Scheduler under the API key this EnvHost runs with: a tenant's key makes it that tenant's own). "
+        "Empty: no name (jobs may still use its worker id).", optional=True)
+    job_token_check: str = setting(
+        "redis", "How calls' job tokens are checked (the services call EnvHosts with a job's token, never "
+        "with their own key): redis = in the stack's Redis (the stack's own EnvHosts); scheduler = by asking "
+        "the Scheduler (CheckJobToken) with this EnvHost's API key, for an EnvHost a tenant serves itself "
+        "with no access to the stack's Redis: it then accepts only its tenant's jobs, and no API keys.",
+        choices=("redis", "scheduler"))
     max_sessions: int = setting(
         256, "Most environment sessions this EnvHost keeps open at once.", min=1)
     games: str = setting(

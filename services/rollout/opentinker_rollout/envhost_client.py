@@ -1,8 +1,10 @@
 """`EnvironmentSession` over the EnvHostService (the service edge: grpc and stubs live here).
 
 One session per episode: OpenSession, Reset, Step..., CloseSession, as unary calls on a
-channel shared by every episode that plays on the same EnvHost. Each call carries the job's
-token (`x-opentinker-job-token`, the one the RunEpisodes call came with) when it has one. Any RPC error becomes an
+channel shared by every episode that plays on the same EnvHost. A job's episodes call with the
+job's token and id as their only credential (the token the RunEpisodes call came with): the
+EnvHost may be a tenant's own, at an address the tenant chose, and never sees the Rollout's key.
+Only episodes without a job (an admin's own RunEpisodes) call with the Rollout's key. Any RPC error becomes an
 `EnvironmentFailure`, so the episode ends with ENV_ERROR and the others go on.
 """
 
@@ -19,7 +21,7 @@ from google.protobuf import json_format, struct_pb2
 from opentinker.api.envhost.v1 import envhost_service_pb2 as envhost_pb2
 from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
 from opentinker.core.errors import traceback_from_metadata
-from opentinker.core.job_tokens import JOB_TOKEN_METADATA_KEY
+from opentinker.core.job_tokens import job_call_metadata
 from opentinker.core.channel_pool import ChannelPool
 from opentinker_rollout.environment import (
     EnvironmentFactory,
@@ -45,10 +47,12 @@ class EnvironmentTarget:
 
 
 class EnvHostChannels(ChannelPool):
-    """One aio channel per EnvHost address (sending `api_key` on every call), closed together."""
+    """Channels per EnvHost address, closed together: keyless ones for jobs' calls."""
 
-    def stub(self, address: str) -> envhost_grpc.EnvHostServiceStub:
-        return envhost_grpc.EnvHostServiceStub(self.channel(address))
+    def stub(self, target: EnvironmentTarget) -> envhost_grpc.EnvHostServiceStub:
+        """A job's calls go on a channel without the service key (they carry the job's token)."""
+        channel = self.job_channel(target.address) if target.job_token else self.channel(target.address)
+        return envhost_grpc.EnvHostServiceStub(channel)
 
 
 def envhost_environments(channels: EnvHostChannels, target: EnvironmentTarget, *,
@@ -56,7 +60,7 @@ def envhost_environments(channels: EnvHostChannels, target: EnvironmentTarget, *
     """A factory of fresh sessions on `target`, for the episode runner (every episode plays
     the same game; the episode only picks its reset kwargs and seed, at reset)."""
     def make(episode: Episode) -> EnvHostSession:
-        return EnvHostSession(channels.stub(target.address), target, call_timeout_s=call_timeout_s)
+        return EnvHostSession(channels.stub(target), target, call_timeout_s=call_timeout_s)
     return make
 
 
@@ -69,7 +73,7 @@ class EnvHostSession:
         self.target = target
         self.call_timeout_s = call_timeout_s
         self.session_id = ""
-        self.metadata = ((JOB_TOKEN_METADATA_KEY, target.job_token),) if target.job_token else None
+        self.metadata = job_call_metadata(target.job_id, target.job_token) or None
 
     async def open(self) -> None:
         request = envhost_pb2.OpenSessionRequest(

@@ -12,6 +12,7 @@ from opentinker_scheduler.allocator import Allocator
 from opentinker_scheduler.clock import Clock, SystemClock
 from opentinker_scheduler.config import SchedulerConfig
 from opentinker_scheduler.event_log import EventLog
+from opentinker_scheduler.envhosts import EnvHostDirectory
 from opentinker_scheduler.job_store import JobStore
 from opentinker_scheduler.job_tokens import JobTokenIssuer
 from opentinker_scheduler.jobs import JobService
@@ -48,15 +49,17 @@ def build_scheduler(client: redis.asyncio.Redis, blocking_client: redis.asyncio.
     tenants = TenantStore(client=client, keys=keys, clock=clock)
     leases = LeaseTable(client=client, keys=keys, scripts=scripts, clock=clock)
     registry = WorkerRegistry(client=client, keys=keys, scripts=scripts, clock=clock)
+    directory = EnvHostDirectory(registry=registry, max_per_tenant=config.max_envhosts_per_tenant)
     lifecycle = Lifecycle(store=store)
     tokens = JobTokenIssuer.for_service_key(service_key)
     events = EventLog(client=client, blocking_client=blocking_client, keys=keys,
                       block_ms=config.watch_block_ms, queue_events=config.watch_queue_events,
                       streams=LiveStreams(tenant_cap=config.max_watch_streams_per_tenant,
                                           admin_cap=config.max_admin_watch_streams))
-    jobs = JobService(config=config, store=store, events=events, leases=leases, lifecycle=lifecycle)
+    jobs = JobService(config=config, store=store, events=events, leases=leases, lifecycle=lifecycle,
+                      envhosts=directory)
     pool = WorkerPool(config=config, registry=registry, store=store, leases=leases, lifecycle=lifecycle,
-                      tokens=tokens)
+                      tokens=tokens, envhosts=directory)
     reader = QueueReader(client=client, keys=keys, scripts=scripts, clock=clock,
                          coordinator_capacity=config.coordinator_capacity)
     allocator = Allocator(config=config, store=store, leases=leases, workers=registry,

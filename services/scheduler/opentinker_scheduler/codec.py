@@ -132,7 +132,8 @@ def decode_worker(raw: RawHash, *, now_ms: int, leases: tuple[Lease, ...] = ()) 
         register_time_ms=number(raw, "register_time"),
         last_heartbeat_time_ms=number(raw, "last_heartbeat"),
         heartbeat_ttl_ms=number(raw, "ttl_ms"), draining=draining, leases=leases,
-        labels=json.loads(text(raw, "labels", "{}")), version=text(raw, "version"))
+        labels=json.loads(text(raw, "labels", "{}")), version=text(raw, "version"), name=text(raw, "name"),
+        tenant_id=text(raw, "tenant_id"))
 
 
 def decode_lease(raw: RawHash) -> Lease:

@@ -39,4 +39,6 @@ class SchedulerConfig:
     """A job's event stream keeps this many of its latest events (WatchJob from before: OUT_OF_RANGE)."""
     starvation_ms: int = 300_000
     """A queued job that has waited this long without fitting stops backfilling behind it."""
+    max_envhosts_per_tenant: int = 16
+    """EnvHosts one tenant may have registered at once (its own, served with its key)."""
 

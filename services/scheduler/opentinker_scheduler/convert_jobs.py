@@ -14,7 +14,7 @@ from google.protobuf import struct_pb2
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from opentinker.api.common.v1 import progress_pb2, resources_pb2
+from opentinker.api.common.v1 import environment_pb2, progress_pb2, resources_pb2
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker_scheduler.convert_common import enum_from_proto, enum_to_proto, milliseconds_from_proto, timestamp
 from opentinker_scheduler.convert_workers import assignment_to_proto, role_from_proto, role_to_proto
@@ -31,6 +31,7 @@ from opentinker_scheduler.events import (
     WorkerLost,
 )
 from opentinker_scheduler.model import (
+    EnvHostField,
     AgentFacts,
     CheckpointRef,
     DeviceKind,
@@ -71,7 +72,18 @@ def facts_from_spec(spec: job_pb2.JobSpec) -> JobSpecFacts:
         numbers=tuple(numeric_fields(spec, "spec")), label_count=len(spec.labels),
         labels=tuple(spec.labels.items()), display_name=spec.display_name,
         unknown_enums=tuple(unknown_enum_values(spec, "spec")), output_path=spec.inference.output_path,
-        multi_agent_set=spec.HasField("multi_agent"))
+        multi_agent_set=spec.HasField("multi_agent"), envhost_fields=tuple(envhost_fields(spec, "spec")))
+
+
+ENVIRONMENT_REFERENCE = environment_pb2.EnvironmentReference.DESCRIPTOR.full_name
+
+
+def envhost_fields(message: Message, path: str) -> Iterator[EnvHostField]:
+    """Every envhost_address and envhost set in an EnvironmentReference below `message`."""
+    for descriptor, value, name in scalar_fields(message, path):
+        if descriptor.containing_type.full_name == ENVIRONMENT_REFERENCE and descriptor.name in ("envhost_address",
+                                                                                               "envhost"):
+            yield EnvHostField(path=name, kind=descriptor.name, value=str(value))
 
 
 def agent_facts(agent: job_pb2.AgentSpec, path: str) -> AgentFacts:

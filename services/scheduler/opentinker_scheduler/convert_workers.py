@@ -29,7 +29,7 @@ def registration_from_proto(request: service_pb2.RegisterWorkerRequest) -> Worke
     devices = tuple(device_from_proto(d, field=f"devices[{i}].kind") for i, d in enumerate(request.devices))
     return WorkerRegistration(worker_id=request.worker_id, role=role_from_proto(request.role, field="role"),
                               address=request.address, devices=devices, labels=dict(request.labels),
-                              version=request.version)
+                              version=request.version, name=request.name)
 
 
 def device_from_proto(device: resources_pb2.Device, *, field: str) -> Device:
@@ -58,7 +58,7 @@ def worker_to_proto(worker: Worker) -> worker_pb2.Worker:
         last_heartbeat_time=timestamp(worker.last_heartbeat_time_ms),
         heartbeat_ttl=duration(worker.heartbeat_ttl_ms),
         leases=[lease_to_proto(lease) for lease in worker.leases], labels=worker.labels,
-        version=worker.version)
+        version=worker.version, name=worker.name, tenant_id=worker.tenant_id)
 
 
 def lease_context_from_proto(context: resources_pb2.LeaseContext) -> LeaseContext:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from opentinker_scheduler.config import SchedulerConfig
+from opentinker_scheduler.envhosts import EnvHostDirectory, check_addresses
 from opentinker_scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, OutOfRange, QuotaExceeded, StaleLease
 from opentinker_scheduler.event_log import EventLog
 from opentinker_scheduler.events import CheckpointSaved, JobEvent, LogLine, Payload
@@ -42,6 +43,7 @@ class JobService:
     events: EventLog
     leases: LeaseTable
     lifecycle: Lifecycle
+    envhosts: EnvHostDirectory
 
     @property
     def checkpoints(self) -> CheckpointOwners:
@@ -53,7 +55,9 @@ class JobService:
         """Validate and queue for the caller's tenant; (job, created). A reused request_id
         returns the first job."""
         check_id("request_id", request_id, required=False)
+        check_addresses(facts.envhost_fields, caller)
         validate_spec(facts)
+        await self.envhosts.check_names(facts.envhost_fields, caller)
         job = self._new_job(facts, spec_blob, caller.tenant_id)
         check_tenant_paths(facts.path_fields, caller, self.config.shared_model_dir)
         await self.checkpoints.check_spec(facts.checkpoint_refs, caller)

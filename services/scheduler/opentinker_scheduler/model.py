@@ -74,6 +74,16 @@ class ResourceRequest:
 
 
 @dataclass(frozen=True, kw_only=True)
+class EnvHostField:
+    """Where an EnvironmentReference of a spec says its EnvHost is: `envhost_address` (a raw
+    host:port, admin keys only) or `envhost` (a registered EnvHost's id or name)."""
+
+    path: str
+    kind: str
+    value: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class NumericField:
     """One numeric value set somewhere in a spec, with its field path (`spec.training.batch_size`)."""
 
@@ -133,6 +143,8 @@ class JobSpecFacts:
     output_path: str = ""
     multi_agent_set: bool = False
     """spec.multi_agent is set."""
+    envhost_fields: tuple[EnvHostField, ...] = ()
+    """Every EnvHost a spec's environments name (envhost_address or envhost), wherever they sit."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -233,6 +245,10 @@ class WorkerRegistration:
     devices: tuple[Device, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
     version: str = ""
+    name: str = ""
+    """ROLE_ENVHOST: the name jobs may give in EnvironmentReference.envhost."""
+    tenant_id: str = ""
+    """The tenant that registered it with a tenant key; "" = the stack's own (an admin key)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -249,6 +265,9 @@ class Worker:
     leases: tuple[Lease, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
     version: str = ""
+    name: str = ""
+    tenant_id: str = ""
+    """"" = the stack's own (registered with an admin key), shared with every tenant."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from opentinker_scheduler import envhosts
 from opentinker_scheduler.config import SchedulerConfig
 from opentinker_scheduler.errors import InvalidArgument, NotFound
 from opentinker_scheduler.job_store import JobStore
@@ -33,20 +34,31 @@ class WorkerPool:
     leases: LeaseTable
     lifecycle: Lifecycle
     tokens: JobTokenIssuer
+    envhosts: envhosts.EnvHostDirectory
 
     async def register(self, registration: WorkerRegistration, caller: Caller) -> Worker:
-        """Join (or re-join after a restart: the old registration's leases are lost)."""
-        caller.require_admin("RegisterWorker")
+        """Join (or re-join after a restart: the old registration's leases are lost). A tenant key
+        registers only EnvHosts of its own (see `envhosts`)."""
         check_registration(registration)
+        envhosts.check_tenant_registration(registration, caller)
+        envhosts.check_claim(await self.registry.get(registration.worker_id), caller)
+        await self.envhosts.check_room(registration, caller)
         await self._drop_leases(registration.worker_id, reason="the worker registered again (restarted)")
-        return await self.registry.put(registration, ttl_ms=self.config.worker_ttl_ms)
+        owned = dataclasses.replace(registration, tenant_id=envhosts.owner_of(caller))
+        return await self.registry.put(owned, ttl_ms=self.config.worker_ttl_ms)
+
+    async def _require_own(self, worker_id: str, caller: Caller) -> None:
+        """A tenant acts only on the workers it registered (another's is NOT_FOUND, as an unknown one)."""
+        check_id("worker_id", worker_id)
+        if not caller.admin and not envhosts.owns(await self.registry.get(worker_id), caller):
+            raise NotFound(f"worker {worker_id} is not registered or missed heartbeats past its TTL; register "
+                           "again", reason="UNSPECIFIED")
 
     async def heartbeat(self, worker_id: str, caller: Caller) -> HeartbeatResult:
         """Renew the worker and its leases; its assignments and the jobs it must stop.
 
         NOT_FOUND when the worker is unknown or was declared dead: it must register again."""
-        caller.require_admin("Heartbeat")
-        check_id("worker_id", worker_id)
+        await self._require_own(worker_id, caller)
         leases = await self.leases.of_worker(worker_id)
         alive, renewed = await self.leases.heartbeat(worker_id, [lease.lease_id for lease in leases],
                                                      ttl_ms=self.config.worker_ttl_ms)
@@ -76,8 +88,7 @@ class WorkerPool:
 
     async def deregister(self, worker_id: str, caller: Caller, *, drain: bool) -> Worker:
         """drain: DRAINING (no new jobs, current ones continue); else leave now, re-queueing its jobs."""
-        caller.require_admin("DeregisterWorker")
-        check_id("worker_id", worker_id)
+        await self._require_own(worker_id, caller)
         worker = await self.registry.get(worker_id)
         if worker is None:
             raise NotFound(f"worker {worker_id} not found", reason="UNSPECIFIED")
@@ -96,12 +107,11 @@ class WorkerPool:
             await self.leases.release(lease.lease_id)
 
     async def list(self, caller: Caller, *, size: int, token: str, role: Role) -> Page[Worker]:
-        """Workers by id, optionally of one role, with their leases."""
-        caller.require_admin("ListWorkers")
+        """Workers by id, optionally of one role, with their leases (a tenant key: its own EnvHosts)."""
         limit = page_size(size)
         after = decode_token("workers", token) or ""
         workers = [w for w in await self.registry.all()
-                   if w.worker_id > after and role in (Role.UNSPECIFIED, w.role)]
+                   if w.worker_id > after and role in (Role.UNSPECIFIED, w.role) and envhosts.owns(w, caller)]
         page = [dataclasses.replace(w, leases=tuple(await self.leases.of_worker(w.worker_id)))
                 for w in workers[:limit]]
         next_token = encode_token("workers", page[-1].worker_id) if len(workers) > limit else ""
@@ -110,6 +120,7 @@ class WorkerPool:
 
 def check_registration(registration: WorkerRegistration) -> None:
     check_id("worker_id", registration.worker_id)
+    envhosts.check_name(registration)
     if registration.role is Role.UNSPECIFIED:
         raise InvalidArgument("role", "must be set (ROLE_TRAINER, ROLE_ROLLOUT, ROLE_ENVHOST or "
                               "ROLE_COORDINATOR)")

@@ -31,6 +31,7 @@ class WorkerRegistry:
         fields = {"worker_id": registration.worker_id, "role": registration.role,
                   "address": registration.address, "devices": encode_devices(registration.devices),
                   "labels": json.dumps(registration.labels), "version": registration.version,
+                  "name": registration.name, "tenant_id": registration.tenant_id,
                   "register_time": now, "last_heartbeat": now, "expire_at": now + ttl_ms,
                   "ttl_ms": ttl_ms, "draining": "0"}
         key = self.keys.worker(registration.worker_id)

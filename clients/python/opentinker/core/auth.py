@@ -42,6 +42,8 @@ class Principal:
     tenant_id: str
     admin: bool = False
     key_id: str = ""
+    job_id: str = ""
+    """Set when the call's only credential is a job's token: it acts on that job's things alone."""
 
 
 @dataclass(frozen=True, kw_only=True)

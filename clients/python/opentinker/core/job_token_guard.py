@@ -11,6 +11,9 @@ checked when `job_id` is empty (not job-scoped: the admin-key rule alone applies
 Scheduler does not know, or when auth is disabled (no AuthInterceptor, so no verifier). Redis
 down: UNAVAILABLE. The token itself never reaches a log or a status message.
 
+A call whose only credential is a job's token (an EnvHost's callers: `Principal.job_id`) may act
+on that job alone: any other job id, or none, is PERMISSION_DENIED.
+
 A stream that answers refusals as items instead of ending (EnvHost's Interact) calls
 `job_token_refusal` and turns the refusal into its ErrorDetail.
 """
@@ -23,7 +26,7 @@ import grpc
 import structlog
 
 from opentinker.api.common.v1 import errors_pb2
-from opentinker.core.auth_interceptor import current_job_tokens
+from opentinker.core.auth_interceptor import current_job_tokens, current_principal
 from opentinker.core.errors import REASON_METADATA_KEY
 from opentinker.core.job_tokens import JOB_TOKEN_METADATA_KEY, presented_job_token
 from opentinker.core.redis_store import REDIS_DOWN_ERRORS
@@ -54,6 +57,13 @@ async def require_job_token(context: grpc.aio.ServicerContext, *, job_id: str, f
 async def job_token_refusal(context: grpc.aio.ServicerContext, *, job_id: str, fencing_token: int | None = None,
                             field: str = "lease.job_id") -> JobTokenRefusal | None:
     """None when the call may act on `job_id`; else why not."""
+    principal = current_principal()
+    if principal.job_id:  # the call's only credential is a job's token: that job's things alone
+        if job_id == principal.job_id:
+            return None
+        return JobTokenRefusal(code=grpc.StatusCode.PERMISSION_DENIED, reason=REASON,
+                               message=f"{field}: the job token this call carries acts only on its own job's "
+                                       "sessions")
     verifier = current_job_tokens()
     if verifier is None or not job_id:
         return None

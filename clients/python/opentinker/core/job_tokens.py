@@ -35,9 +35,14 @@ JOB_TOKEN_PREFIX = "otj"
 JOB_TOKEN_PATTERN = re.compile(r"^otj_[A-Za-z0-9_-]{43}$")
 JOB_TOKEN_METADATA_KEY = "x-opentinker-job-token"
 """gRPC metadata entry that carries the job token on every job-scoped call."""
+JOB_ID_METADATA_KEY = "x-opentinker-job-id"
+"""The job a token is presented for, on calls that carry the token as their only credential (to an
+EnvHost: the job's token, never a service key, goes to an address a tenant may have chosen)."""
 NONCE_FIELD, HASH_FIELD, FENCING_FIELD = "job_token_nonce", "job_token_hash", "job_token_fencing"
 """Fields of the job's hash (`ot:job:<id>`) the START script writes and a re-queue clears."""
 _KEY_LABEL = b"opentinker job tokens v1"
+RUNNING_STATE = b"RUNNING"
+"""The job hash's `state` while an attempt runs."""
 
 
 def _b64(raw: bytes) -> str:
@@ -71,6 +76,19 @@ def presented_job_token(metadata: Iterable[tuple[str, str | bytes]]) -> str:
         if name.lower() == JOB_TOKEN_METADATA_KEY and isinstance(value, str):
             return value.strip()
     return ""
+
+
+def presented_job_id(metadata: Iterable[tuple[str, str | bytes]]) -> str:
+    """The job id a call names in its metadata ("" when none)."""
+    for name, value in metadata:
+        if name.lower() == JOB_ID_METADATA_KEY and isinstance(value, str):
+            return value.strip()
+    return ""
+
+
+def job_call_metadata(job_id: str, token: str) -> tuple[tuple[str, str], ...]:
+    """The metadata of a call whose only credential is the job's token (none without a token)."""
+    return ((JOB_TOKEN_METADATA_KEY, token), (JOB_ID_METADATA_KEY, job_id)) if token else ()
 
 
 def job_token_of(job) -> str:  # noqa: ANN001 - a scheduler.v1.Job message
@@ -132,6 +150,14 @@ class JobTokenVerifier:
         self._allowed: dict[tuple[str, str, int | None], tuple[float, str]] = {}
         self._attempts: dict[str, str] = {}
         """The attempt each job's last read showed."""
+
+    async def tenant_of(self, job_id: str, token: str) -> str | None:
+        """The tenant of `job_id` when `token` is its running attempt's token; None otherwise (an
+        unknown or ended job too: a token alone is a credential only while the Scheduler runs its job)."""
+        record = await self.client.hmget(self.keys.job(job_id), ["state", HASH_FIELD, FENCING_FIELD, "tenant_id"])
+        if record[0] != RUNNING_STATE or not judge(record[:3], token, None).allowed:
+            return None
+        return (record[3] or b"").decode()
 
     async def verify(self, job_id: str, token: str, fencing_token: int | None = None) -> JobTokenVerdict:
         """May a call presenting `token` act on `job_id` (with `fencing_token`, when it has a lease)?"""

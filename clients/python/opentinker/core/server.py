@@ -91,6 +91,12 @@ class ServerPlan:
     collectors: Sequence[Any] = ()
     """prometheus_client collectors read at scrape time (e.g. the Scheduler's Redis gauges),
     registered while the server runs."""
+    accepts_job_tokens: bool = False
+    """With auth on, a job's token (with its job id) is also a call's credential, scoped to that
+    job: the EnvHost, which the services call with job tokens only (opentinker.core.job_credentials)."""
+    job_credentials: Any = None
+    """A JobCredentials checking job tokens elsewhere (an EnvHost a tenant serves: the Scheduler);
+    set, the server opens no Redis and accepts job tokens only, no API keys."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,18 +162,26 @@ def start_metrics_endpoint(settings: ServiceSettings) -> MetricsEndpoint | None:
 
 
 def auth_interceptors(settings: ServiceSettings, plan: ServerPlan) -> tuple[list[Any], list[CloseHook]]:
-    """The API-key interceptor (and its Redis client's close) when auth is on; none when off."""
+    """The API-key interceptor (and its Redis client's close) when auth is on; when off, one that
+    says every caller is the local admin."""
+    from opentinker.core.auth_interceptor import AuthInterceptor, LocalPrincipalInterceptor
+
+    label = plan.services[0].full_name.rsplit(".", 1)[-1] if plan.services else "service"
     if not settings.auth_enabled:
         log.warning("auth_disabled", detail="OPENTINKER_AUTH=disabled: anyone who reaches the port may call")
-        return [], []
+        return [LocalPrincipalInterceptor()], []
+    if plan.job_credentials is not None:
+        return [AuthInterceptor(None, service_label=label, admin_only=True, job_credentials=plan.job_credentials)], []
     from opentinker.core.auth import ApiKeyStore, CachingVerifier  # redis: only servers with auth need it
-    from opentinker.core.auth_interceptor import AuthInterceptor
+    from opentinker.core.job_credentials import RedisJobCredentials
     from opentinker.core.redis_store import connect
 
     client = connect(settings.redis_url, password=settings.redis_password)
     verifier = CachingVerifier(ApiKeyStore(client=client), ttl_seconds=settings.auth_cache_seconds)
-    label = plan.services[0].full_name.rsplit(".", 1)[-1] if plan.services else "service"
-    return [AuthInterceptor(verifier.verify, service_label=label, admin_only=plan.admin_only)], [client.aclose]
+    job_credentials = (RedisJobCredentials(verifier.job_tokens, ttl_seconds=settings.auth_cache_seconds)
+                       if plan.accepts_job_tokens else None)
+    return [AuthInterceptor(verifier.verify, service_label=label, admin_only=plan.admin_only,
+                            job_credentials=job_credentials)], [client.aclose]
 
 
 async def stop_server(started: StartedServer, *, grace_seconds: float) -> None:

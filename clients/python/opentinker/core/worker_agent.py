@@ -69,12 +69,12 @@ class WorkerAgent:
                  devices: Sequence[Device] = (), on_assignment: AssignmentCallback,
                  on_stop: StopCallback, labels: Mapping[str, str] | None = None, version: str = "",
                  backoff: Backoff = DEFAULT_BACKOFF, rpc_timeout_seconds: float = 5.0,
-                 api_key: str = "") -> None:
+                 api_key: str = "", name: str = "") -> None:
         self.scheduler_address = scheduler_address
         self.worker_id = worker_id
         self.registration = pb.RegisterWorkerRequest(
             worker_id=worker_id, role=role_value(role), address=address,
-            devices=[device_message(d) for d in devices], labels=dict(labels or {}), version=version)
+            devices=[device_message(d) for d in devices], labels=dict(labels or {}), version=version, name=name)
         self.on_assignment = on_assignment
         self.on_stop = on_stop
         self.backoff = backoff

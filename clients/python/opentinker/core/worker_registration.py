@@ -40,11 +40,13 @@ class WorkerRegistration:
     @classmethod
     def for_settings(cls, settings, *, role: str, devices: Sequence[Device] = (),
                      on_assignment: AssignmentHandler = _log_assignment,
-                     on_stop: StopHandler = _log_stop) -> "WorkerRegistration":
+                     on_stop: StopHandler = _log_stop, name: str = "") -> "WorkerRegistration":
+        """`name`: what jobs call it (EnvHosts); the worker id is then `<role>-<name>@<address>`."""
         address = settings.reachable_address
+        worker_id = f"{role}-{name}@{address}" if name else f"{role}@{address}"
         agent = WorkerAgent(scheduler_address=settings.scheduler_address, role=role,
-                            worker_id=f"{role}@{address}", address=address, devices=devices,
-                            on_assignment=on_assignment, on_stop=on_stop, api_key=settings.api_key)
+                            worker_id=worker_id, address=address, devices=devices,
+                            on_assignment=on_assignment, on_stop=on_stop, api_key=settings.api_key, name=name)
         return cls(agent)
 
     async def start(self, health: HealthReporter) -> None:
