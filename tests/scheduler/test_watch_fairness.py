@@ -199,7 +199,8 @@ def test_the_watch_cap_is_a_setting_and_admin_keys_have_their_own(redis_url: str
 
 
 @asynccontextmanager
-async def scheduler_with_pool(redis_url: str, *, pool_size: int) -> AsyncIterator[tuple[object, pb_grpc.SchedulerServiceStub]]:
+async def scheduler_with_pool(redis_url: str, *,
+                              pool_size: int) -> AsyncIterator[tuple[object, pb_grpc.SchedulerServiceStub]]:
     """A scheduler whose state-store client has `pool_size` connections and waits 0.2 s for one."""
     client = connect(redis_url, max_connections=pool_size, pool_timeout=0.2)
     blocking = connect(redis_url, socket_timeout=None)

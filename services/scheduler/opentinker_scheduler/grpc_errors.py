@@ -4,8 +4,8 @@ Domain errors map by class to a canonical code; the machine-readable reason trav
 trailing metadata `opentinker-reason` as an `ErrorReason` value name (e.g.
 `ERROR_REASON_REQUEST_ID_REUSED`), since google.rpc.ErrorInfo is not among our dependencies.
 A Redis outage is UNAVAILABLE (retryable); so is a full Redis connection pool, whose message says
-the scheduler is busy (RedisPoolExhausted), never that Redis is down. Nothing else is caught: a bug stays an UNKNOWN error
-with grpc's own logging.
+the scheduler is busy (RedisPoolExhausted), never that Redis is down. Nothing else is caught: a
+bug stays an UNKNOWN error with grpc's own logging.
 """
 
 from __future__ import annotations
