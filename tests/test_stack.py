@@ -143,12 +143,12 @@ def test_status_reports_every_process_serving(stack):
     assert health == dict.fromkeys(PROCESSES, "SERVING")
 
 
-def test_up_twice_refuses_and_leaves_the_stack_alone(stack):
+def test_up_on_a_healthy_stack_starts_nothing_and_changes_nothing(stack):
     up_ok(stack)
     before = stack.recorded()
     again = run_cli("up", "--state-dir", str(stack.state_dir), *port_args(stack.ports), timeout=30)
-    assert again.returncode != 0
-    assert "already running" in again.stderr
+    assert again.returncode == 0, again.stderr
+    assert "already running" in again.stdout and "nothing to start" in again.stdout
     assert stack.recorded() == before
     assert run_cli("status", "--state-dir", str(stack.state_dir)).returncode == 0
 
@@ -166,6 +166,118 @@ def test_status_exit_1_when_a_service_died(stack):
     assert report["envhost"]["alive"] is False
     assert report["envhost"]["health"] != "SERVING"
     assert report["scheduler"]["health"] == "SERVING"
+
+
+def kill_and_wait(pid: int) -> None:
+    os.kill(pid, 9)
+    deadline = time.monotonic() + 10
+    while pid_running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_running(pid)
+
+
+def recorded_by_name(stack: Stack) -> dict[str, dict]:
+    return {p["name"]: p for p in stack.recorded()["processes"]}
+
+
+def health_by_name(stack: Stack) -> tuple[int, dict[str, dict]]:
+    result = run_cli("status", "--state-dir", str(stack.state_dir), "--json")
+    return result.returncode, {p["name"]: p for p in json.loads(result.stdout)["processes"]}
+
+
+def registered_worker(stack: Stack, name: str) -> dict:
+    """The Scheduler's record of the stack's `name` worker (`opentinker workers --json`)."""
+    env = {**os.environ, "OPENTINKER_API_KEY": (stack.state_dir / "admin.key").read_text().strip()}
+    listed = run_cli("workers", "--scheduler", f"127.0.0.1:{stack.ports['scheduler']}", "--json",
+                     timeout=30, env=env)
+    assert listed.returncode == 0, listed.stderr
+    address = f"127.0.0.1:{stack.ports[name]}"
+    return next(w for w in json.loads(listed.stdout) if w["address"] == address)
+
+
+def heartbeat_seconds(worker: dict) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(worker["last_heartbeat_time"].replace("Z", "+00:00")).timestamp()
+
+
+def test_up_on_a_running_stack_starts_what_died_and_leaves_the_rest(stack):
+    up_ok(stack)
+    before = recorded_by_name(stack)
+    dead = ("envhost", "trainer")
+    for name in dead:
+        if pid_running(before[name]["pid"]):
+            kill_and_wait(before[name]["pid"])
+    killed_at = time.time()
+    code, health = health_by_name(stack)
+    assert code == 1 and {health[name]["health"] for name in dead} == {"DOWN"}
+
+    again = run_cli("up", "--state-dir", str(stack.state_dir), "--json", "--timeout", "100", timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert json.loads(again.stdout)["healthy"] is True
+    after = recorded_by_name(stack)
+    for name in PROCESSES:
+        assert after[name]["address"] == before[name]["address"], name
+        assert after[name]["command"] == before[name]["command"], name
+        if name in dead:
+            assert after[name]["pid"] != before[name]["pid"] and pid_running(after[name]["pid"]), name
+        else:
+            assert after[name]["pid"] == before[name]["pid"], f"{name} was restarted too"
+    assert {line.split()[0] for line in again.stderr.splitlines() if "SERVING" in line} == set(dead)
+    code, health = health_by_name(stack)
+    assert code == 0 and all(p["health"] == "SERVING" and p["alive"] for p in health.values())
+    for name in dead:  # back under their old address, with a heartbeat of the new process
+        worker = registered_worker(stack, name)
+        assert worker["state"] == "STATE_ALIVE" and heartbeat_seconds(worker) > killed_at, worker
+
+
+def test_restart_replaces_one_service_on_its_port(stack):
+    up_ok(stack)
+    before = recorded_by_name(stack)
+    restarted_at = time.time()
+    result = run_cli("restart", "trainer", "--state-dir", str(stack.state_dir), "--timeout", "100",
+                     timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "trainer" in result.stdout and "SERVING" in result.stdout
+    after = recorded_by_name(stack)
+    assert not pid_running(before["trainer"]["pid"])
+    assert after["trainer"]["pid"] != before["trainer"]["pid"] and pid_running(after["trainer"]["pid"])
+    assert after["trainer"]["address"] == before["trainer"]["address"]
+    assert {n: p["pid"] for n, p in after.items() if n != "trainer"} == {
+        n: p["pid"] for n, p in before.items() if n != "trainer"}
+    code, health = health_by_name(stack)
+    assert code == 0 and health["trainer"]["health"] == "SERVING" and health["trainer"]["alive"] is True
+    worker = registered_worker(stack, "trainer")
+    assert worker["state"] == "STATE_ALIVE" and heartbeat_seconds(worker) > restarted_at
+
+    unknown = run_cli("restart", "trainr", "--state-dir", str(stack.state_dir), timeout=30)
+    assert unknown.returncode == 2 and "invalid choice" in unknown.stderr
+
+
+def test_status_shows_a_service_restarted_by_hand_as_serving(stack):
+    """Someone restarted the envhost without opentinker: status asks its port, not its old pid."""
+    up_ok(stack)
+    envhost = recorded_by_name(stack)["envhost"]
+    kill_and_wait(envhost["pid"])
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("OPENTINKER_")}, **envhost["env"],
+           "OPENTINKER_API_KEY": (stack.state_dir / "admin.key").read_text().strip()}
+    with open(stack.state_dir / "logs" / "envhost-by-hand.log", "wb") as log:
+        by_hand = subprocess.Popen(envhost["command"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while health_by_name(stack)[1]["envhost"]["health"] != "SERVING":
+            assert by_hand.poll() is None and time.monotonic() < deadline, "the envhost never served"
+            time.sleep(0.2)
+        code, health = health_by_name(stack)
+        assert code == 0, health
+        assert health["envhost"]["alive"] is False  # the recorded process is gone
+        again = run_cli("up", "--state-dir", str(stack.state_dir), timeout=60)
+        assert again.returncode == 0 and "nothing to start" in again.stdout, again.stdout + again.stderr
+        assert by_hand.poll() is None
+    finally:
+        by_hand.terminate()
+        by_hand.wait(timeout=30)
 
 
 def test_down_stops_every_process(stack):

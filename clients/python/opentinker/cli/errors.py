@@ -11,10 +11,6 @@ class PortInUse(StackError):
     exit_code = 2
 
 
-class AlreadyRunning(StackError):
-    """The state directory already has a live stack."""
-
-
 class StartFailed(StackError):
     """A process exited or was not SERVING in time; everything started was stopped."""
 
@@ -22,3 +18,13 @@ class StartFailed(StackError):
         super().__init__(message)
         self.log_tails = log_tails
         """Last log lines of each process that failed, by name."""
+
+
+class NoStack(StackError):
+    """The state directory records no stack (`restart` has nothing to restart)."""
+
+    exit_code = 3
+
+
+class NotRestartable(StackError):
+    """A process recorded by an older opentinker, without the environment to start it again."""

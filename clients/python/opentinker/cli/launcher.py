@@ -1,6 +1,9 @@
 """One `opentinker up`: start redis-server and the services detached, record each in
 stack.json as soon as it exists, and wait until everything is SERVING. Every service also serves
-Prometheus /metrics on its metrics port (explicit, or picked free here: `assign_metrics_ports`)."""
+Prometheus /metrics on its metrics port (explicit, or picked free here: `assign_metrics_ports`).
+
+Each process is recorded with its command and its OPENTINKER_* environment (secrets left out), so
+`start_again` can start a dead one later exactly as before: same ports, same log, same peers."""
 
 import os
 import socket
@@ -16,12 +19,13 @@ import redis
 import structlog
 
 from opentinker.cli import procs, state
-from opentinker.cli.errors import PortInUse, StartFailed
+from opentinker.cli.errors import NotRestartable, PortInUse, StartFailed
 from opentinker.cli.health_probe import SERVING, check_health, check_http_health
 from opentinker.cli.ports import port_is_free
 from opentinker.cli.state import ProcessRecord, StackRecord
 from opentinker.cli.topology import AUTO_PORT, DASHBOARD, REDIS, SERVICES, connect_host, service_env
 from opentinker.client.credentials import ensure_admin_key
+from opentinker.core.redaction import is_secret_key
 
 log = structlog.get_logger("opentinker.cli")
 
@@ -54,15 +58,16 @@ class UpConfig:
 
 
 class Launcher:
-    """Starts the processes of one `up`; `stop_all` undoes whatever part of it happened."""
+    """Starts the processes of one `up` (or, given the running stack's `record`, starts some of
+    its processes again); `stop_all` undoes whatever part of an `up` happened."""
 
-    def __init__(self, config: UpConfig):
+    def __init__(self, config: UpConfig, record: StackRecord | None = None):
         self.config = config
         self.started_at = time.monotonic()
         self.deadline = self.started_at + config.timeout
         redis_url = config.redis_url or f"redis://127.0.0.1:{config.redis_port}/0"
-        self.record = StackRecord(host=config.host, redis_url=redis_url,
-                                  redis_external=config.redis_url is not None)
+        self.record = record or StackRecord(host=config.host, redis_url=redis_url,
+                                            redis_external=config.redis_url is not None)
         self.popens: dict[str, subprocess.Popen] = {}
         self.log_offsets: dict[str, int] = {}
         self.api_key = ensure_admin_key(config.state_dir)
@@ -82,9 +87,32 @@ class Launcher:
             address = f"{host}:{self.config.ports[service.name]}"
             self._start(service.name, [sys.executable, "-m", service.module], env, address,
                         metrics_address=f"{host}:{metrics_ports[service.name]}")
-        self._wait_services(progress)
+        self._wait_services(progress, [s.name for s in SERVICES])
         if self.config.dashboard_port is not None:
             self._start_dashboard(progress)
+
+    def start_again(self, processes: list[ProcessRecord], progress: Progress) -> None:
+        """Start recorded processes again with their recorded command and environment (same
+        ports, same logs), in the order `launch_all` uses: redis, the services, the dashboard;
+        wait until each is SERVING. Raises StartFailed like `launch_all`."""
+        by_name = {p.name: p for p in processes}
+        if REDIS in by_name:
+            self._start_recorded(by_name[REDIS])
+            self._wait_redis(progress)
+        services = [s.name for s in SERVICES if s.name in by_name]
+        for name in services:
+            self._start_recorded(by_name[name])
+        self._wait_services(progress, services)
+        if DASHBOARD in by_name:
+            self._start_recorded(by_name[DASHBOARD])
+            self._wait_dashboard(progress)
+
+    def stop_started(self) -> None:
+        """Stop the processes this launcher started (the rest of a running stack stays)."""
+        started = [p.ref for p in self.record.processes if p.name in self.popens]
+        procs.stop(started, timeout=10.0)
+        for popen in self.popens.values():
+            popen.poll()
 
     def stop_all(self) -> None:
         """Stop services, then redis, and forget the stack."""
@@ -108,13 +136,34 @@ class Launcher:
         self.log_offsets[name] = log_path.stat().st_size if log_path.exists() else 0
         popen = procs.start_detached(command, env=env, log_path=log_path)
         self.popens[name] = popen
-        self.record.processes.append(ProcessRecord(
+        self._record(ProcessRecord(
             name=name, address=address, pid=popen.pid, start_ticks=procs.start_ticks(popen.pid),
             command=command, log=str(log_path.relative_to(self.config.state_dir)),
-            metrics_address=metrics_address,
+            metrics_address=metrics_address, env=recordable_env(env),
         ))
-        state.save(self.config.state_dir, self.record)
         log.debug("started", name=name, pid=popen.pid, command=command)
+
+    def _record(self, process: ProcessRecord) -> None:
+        """Save `process` in stack.json, in place of an earlier record of the same name."""
+        processes = self.record.processes
+        index = next((i for i, p in enumerate(processes) if p.name == process.name), len(processes))
+        processes[index:index + 1] = [process]
+        state.save(self.config.state_dir, self.record)
+
+    def _start_recorded(self, process: ProcessRecord) -> None:
+        """`process` again: its recorded command and environment over ours (minus our own
+        non-secret OPENTINKER_* variables); the admin key read again from the state dir."""
+        if not process.env:
+            raise NotRestartable(f"{process.name} was recorded by an older opentinker without its "
+                                 f"environment; restart the whole stack: `opentinker down --state-dir "
+                                 f"{self.config.state_dir}` then `opentinker up`")
+        inherited = {k: v for k, v in self._base_env().items()
+                     if not k.startswith("OPENTINKER_") or is_secret_key(k)}
+        env = inherited | process.env
+        if process.name != REDIS:
+            env["OPENTINKER_API_KEY"] = self.api_key
+        self._start(process.name, process.command, env, process.address,
+                    metrics_address=process.metrics_address)
 
     def _start_dashboard(self, progress: Progress) -> None:
         """The dashboard, once the Scheduler serves; it acts with the stack's admin key for
@@ -124,6 +173,9 @@ class Launcher:
                    "--host", self.config.host, "--port", str(port)]
         env = self._base_env() | {"OPENTINKER_API_KEY": self.api_key}
         self._start(DASHBOARD, command, env, f"{connect_host(self.config.host)}:{port}")
+        self._wait_dashboard(progress)
+
+    def _wait_dashboard(self, progress: Progress) -> None:
         while check_http_health(self._address(DASHBOARD), timeout=0.5) != SERVING:
             self._fail_if_exited(DASHBOARD)
             self._fail_if_late([DASHBOARD])
@@ -154,8 +206,8 @@ class Launcher:
             client.close()
         progress(REDIS, self._address(REDIS), SERVING, time.monotonic() - self.started_at)
 
-    def _wait_services(self, progress: Progress) -> None:
-        pending = [s.name for s in SERVICES]
+    def _wait_services(self, progress: Progress, names: list[str]) -> None:
+        pending = list(names)
         while pending:
             for name in list(pending):
                 self._fail_if_exited(name)
@@ -196,6 +248,13 @@ class Launcher:
         except FileNotFoundError:
             return ""
         return "\n".join(text.splitlines()[-LOG_TAIL_LINES:])
+
+
+def recordable_env(env: dict[str, str]) -> dict[str, str]:
+    """What stack.json keeps of a process's environment: OPENTINKER_* and PYTHONUNBUFFERED, no
+    variable whose name says secret (the admin key, a password file)."""
+    return {key: value for key, value in env.items()
+            if (key.startswith("OPENTINKER_") or key == "PYTHONUNBUFFERED") and not is_secret_key(key)}
 
 
 def assign_metrics_ports(config: UpConfig) -> dict[str, int]:

@@ -16,8 +16,8 @@ from opentinker.cli.errors import StackError, StartFailed
 from opentinker.cli.health_probe import SERVING
 from opentinker.cli.launcher import UpConfig
 from opentinker.cli.table import format_table
-from opentinker.cli.topology import (DASHBOARD, DEFAULT_DASHBOARD_PORT, DEFAULT_REDIS_PORT, REDIS, SERVICES,
-                                     metrics_url, resolve_metrics_ports, resolve_ports)
+from opentinker.cli.topology import (DASHBOARD, DEFAULT_DASHBOARD_PORT, DEFAULT_REDIS_PORT, REDIS, SERVICE_NAMES,
+                                     SERVICES, metrics_url, resolve_metrics_ports, resolve_ports)
 
 EXIT_NO_STACK = 3
 
@@ -25,11 +25,20 @@ EXIT_NO_STACK = 3
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="opentinker", description="OpenTinker command line.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _add_up(commands.add_parser("up", help="start redis and the five services locally"))
+    _add_up(commands.add_parser("up", help="start redis and the five services locally (on a running "
+                                           "stack: start whatever of it is missing)"))
 
     status = commands.add_parser("status", help="show each process of the stack and its health")
     _add_state_dir(status)
     status.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    restart = commands.add_parser(
+        "restart", help="stop one process of the local stack and start it again (same port, same settings)")
+    restart.add_argument("service", choices=[REDIS, *SERVICE_NAMES, DASHBOARD], metavar="SERVICE",
+                         help="one of: " + ", ".join([REDIS, *SERVICE_NAMES, DASHBOARD]))
+    _add_state_dir(restart)
+    restart.add_argument("--timeout", type=float, default=30.0,
+                         help="seconds to wait for it to be SERVING again (default 30)")
 
     down = commands.add_parser("down", help="stop the local stack")
     _add_state_dir(down)
@@ -100,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     _configure_logging(args.verbose)
     args.state_dir = args.state_dir.resolve()
-    handlers = {"up": cmd_up, "status": cmd_status, "down": cmd_down}
+    handlers = {"up": cmd_up, "status": cmd_status, "down": cmd_down, "restart": cmd_restart}
     try:
         return handlers[args.command](args)
     except StackError as error:
@@ -154,14 +163,34 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"  {name:<12} {address:<22} {status} ({elapsed:.1f}s)", file=out, flush=True)
 
     try:
-        record = stack.up(config, progress, on_launch)
+        result = stack.up(config, progress, on_launch)
     except StartFailed as failure:
-        for name, tail in failure.log_tails.items():
-            log_path = args.state_dir / "logs" / f"{name}.log"
-            print(f"--- last lines of {log_path} ---\n{tail or '(empty)'}\n---", file=sys.stderr)
-        print(f"error: {failure}; stopped everything that was started", file=sys.stderr)
-        return failure.exit_code
-    return _print_statuses(args, record, stack.inspect(record))
+        return _report_start_failure(args, failure)
+    if result.was_running:
+        started = ", ".join(result.started) or "nothing to start"
+        print(f"the stack in {args.state_dir} is already running; started: {started}", file=out)
+    return _print_statuses(args, result.record, stack.inspect(result.record))
+
+
+def cmd_restart(args: argparse.Namespace) -> int:
+    def progress(name: str, address: str, status: str, elapsed: float) -> None:
+        print(f"  {name:<12} {address:<22} {status} ({elapsed:.1f}s)", flush=True)
+
+    print(f"restarting {args.service} of the stack in {args.state_dir} ...", flush=True)
+    try:
+        old, new = stack.restart(args.state_dir, args.service, progress, timeout=args.timeout)
+    except StartFailed as failure:
+        return _report_start_failure(args, failure)
+    print(f"restarted {new.name} at {new.address}: pid {old.pid} -> {new.pid}")
+    return 0
+
+
+def _report_start_failure(args: argparse.Namespace, failure: StartFailed) -> int:
+    for name, tail in failure.log_tails.items():
+        log_path = args.state_dir / "logs" / f"{name}.log"
+        print(f"--- last lines of {log_path} ---\n{tail or '(empty)'}\n---", file=sys.stderr)
+    print(f"error: {failure}; stopped everything that was started", file=sys.stderr)
+    return failure.exit_code
 
 
 def cmd_status(args: argparse.Namespace) -> int:

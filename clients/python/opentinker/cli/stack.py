@@ -1,5 +1,10 @@
 """Start, inspect and stop the local stack: an embedded redis-server plus the five services
-as detached processes, recorded in `<state-dir>/stack.json`."""
+as detached processes, recorded in `<state-dir>/stack.json`.
+
+`up` on a running stack starts only what is missing (a recorded process that is gone and whose
+address nobody serves) and leaves the rest alone; `restart` stops one process and starts it again
+the same way. Health is always asked of the recorded address, so a process that someone else
+started there (by hand) shows as SERVING."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -9,7 +14,7 @@ import redis
 import structlog
 
 from opentinker.cli import procs, state
-from opentinker.cli.errors import AlreadyRunning, PortInUse
+from opentinker.cli.errors import NoStack, PortInUse
 from opentinker.cli.health_probe import SERVING, UNREACHABLE, check_health, check_http_health
 from opentinker.cli.launcher import Launcher, Progress, UpConfig
 from opentinker.cli.ports import port_is_free
@@ -27,16 +32,34 @@ class ProcessStatus:
     alive: bool | None
     """None for an external redis (not ours to watch)."""
     health: str
-    """SERVING, another grpc.health.v1 status, UNREACHABLE, or DOWN when the process is gone."""
+    """What its recorded address answers: SERVING (from whichever process serves it), another
+    grpc.health.v1 status, UNREACHABLE; DOWN when the recorded process is gone and nothing serves."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class UpResult:
+    record: StackRecord
+    started: list[str]
+    """Names of the processes this `up` started (all of them, unless the stack was running)."""
+    was_running: bool
+    """The stack was running already: only its missing processes were started."""
 
 
 def up(config: UpConfig, progress: Progress,
-       on_launch: Callable[[], None] = lambda: None) -> StackRecord:
+       on_launch: Callable[[], None] = lambda: None) -> UpResult:
     """Start everything, wait until all is SERVING; on any failure stop what was started.
+    On a running stack, start only its missing processes, with their recorded command and
+    environment (the running stack's ports win over `config`'s).
 
     `on_launch` is called once the checks passed, just before the first process starts."""
     with state.locked(config.state_dir):
-        _refuse_if_running(config.state_dir)
+        existing = _running_stack(config.state_dir)
+        if existing is not None:
+            missing = [p for p in existing.processes if _is_missing(existing, p)]
+            if missing:
+                on_launch()
+                _start_again(config, existing, missing, progress)
+            return UpResult(record=existing, started=[p.name for p in missing], was_running=True)
         check_ports(config)
         on_launch()
         launcher = Launcher(config)
@@ -45,7 +68,60 @@ def up(config: UpConfig, progress: Progress,
         except BaseException:
             launcher.stop_all()
             raise
-        return launcher.record
+        return UpResult(record=launcher.record, started=[p.name for p in launcher.record.processes],
+                        was_running=False)
+
+
+def restart(state_dir: Path, name: str, progress: Progress, *, timeout: float,
+            stop_timeout: float = 10.0) -> tuple[ProcessRecord, ProcessRecord]:
+    """Stop process `name` of the stack (SIGTERM, `stop_timeout`, SIGKILL) and start it again
+    with its recorded command, environment and port; (old record, new record) once SERVING."""
+    with state.locked(state_dir):
+        record = state.load(state_dir)
+        if record is None:
+            raise NoStack(f"no stack recorded in {state_dir}; start one with `opentinker up`")
+        old = next((p for p in record.processes if p.name == name), None)
+        if old is None:
+            names = ", ".join(p.name for p in record.processes)
+            raise NoStack(f"the stack in {state_dir} has no {name} (it has {names})")
+        procs.stop([old.ref], stop_timeout)
+        config = _config_of(state_dir, record, timeout)
+        _start_again(config, record, [old], progress)
+        return old, next(p for p in record.processes if p.name == name)
+
+
+def _start_again(config: UpConfig, record: StackRecord, processes: list[ProcessRecord],
+                 progress: Progress) -> None:
+    """Start `processes` of the running stack again; on failure stop just those."""
+    launcher = Launcher(config, record)
+    try:
+        launcher.start_again(processes, progress)
+    except BaseException:
+        launcher.stop_started()
+        raise
+
+
+def _config_of(state_dir: Path, record: StackRecord, timeout: float) -> UpConfig:
+    """What a Launcher needs to start recorded processes again (their ports are recorded)."""
+    return UpConfig(state_dir=state_dir, host=record.host, ports={}, port_flags={}, redis_port=0,
+                    redis_url=record.redis_url if record.redis_external else None, timeout=timeout)
+
+
+def _running_stack(state_dir: Path) -> StackRecord | None:
+    """The recorded stack when any of its processes is alive; a dead record is removed."""
+    existing = state.load(state_dir)
+    if existing is None:
+        return None
+    if any(procs.is_alive(p.ref) for p in existing.processes):
+        return existing
+    log.info("removing stale stack.json", state_dir=str(state_dir))
+    state.remove(state_dir)
+    return None
+
+
+def _is_missing(record: StackRecord, process: ProcessRecord) -> bool:
+    """Gone, and nobody serves its address (a process started there by hand is left alone)."""
+    return not procs.is_alive(process.ref) and probe(record, process, timeout=1.0) != SERVING
 
 
 def check_ports(config: UpConfig) -> None:
@@ -68,19 +144,6 @@ def check_ports(config: UpConfig) -> None:
                             f"with {flag}, or stop what is listening there")
 
 
-def _refuse_if_running(state_dir: Path) -> None:
-    existing = state.load(state_dir)
-    if existing is None:
-        return
-    alive = [p for p in existing.processes if procs.is_alive(p.ref)]
-    if alive:
-        names = ", ".join(f"{p.name} (pid {p.pid})" for p in alive)
-        raise AlreadyRunning(f"a stack is already running from {state_dir}: {names}; "
-                             f"stop it with `opentinker down --state-dir {state_dir}`")
-    log.info("removing stale stack.json", state_dir=str(state_dir))
-    state.remove(state_dir)
-
-
 def inspect(record: StackRecord, timeout: float = 1.0) -> list[ProcessStatus]:
     """Liveness and health of every recorded process (and of an external redis)."""
     statuses = []
@@ -90,17 +153,21 @@ def inspect(record: StackRecord, timeout: float = 1.0) -> list[ProcessStatus]:
                                       health=_redis_health(record.redis_url, timeout)))
     for proc in record.processes:
         alive = procs.is_alive(proc.ref)
-        if not alive:
+        health = probe(record, proc, timeout)
+        if not alive and health != SERVING:
             health = "DOWN"
-        elif proc.name == REDIS:
-            health = _redis_health(record.redis_url, timeout)
-        elif proc.name == DASHBOARD:
-            health = check_http_health(proc.address, timeout=timeout)
-        else:
-            health = check_health(proc.address, timeout=timeout)
         statuses.append(ProcessStatus(name=proc.name, address=proc.address, pid=proc.pid,
                                       alive=alive, health=health))
     return statuses
+
+
+def probe(record: StackRecord, proc: ProcessRecord, timeout: float) -> str:
+    """The health of whatever serves `proc`'s recorded address (whichever process that is)."""
+    if proc.name == REDIS:
+        return _redis_health(record.redis_url, timeout)
+    if proc.name == DASHBOARD:
+        return check_http_health(proc.address, timeout=timeout)
+    return check_health(proc.address, timeout=timeout)
 
 
 def _redis_health(url: str, timeout: float) -> str:

@@ -29,6 +29,9 @@ class ProcessRecord:
     metrics_address: str = ""
     """host:port of the service's Prometheus /metrics ("" for redis, and in stack.json files
     written before services had metrics)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """The OPENTINKER_* variables (and PYTHONUNBUFFERED) it was started with, secrets left out:
+    `up` and `restart` start it again with these ({} in stack.json files written before)."""
 
     @property
     def ref(self) -> ProcessRef:
