@@ -1,5 +1,6 @@
 """A worker dies mid-job (kill -9): its lease expires, the Scheduler re-queues the job, and the
-next attempt resumes from the last checkpoint on the surviving workers and succeeds.
+next attempt resumes from the last checkpoint on the surviving workers and succeeds; nothing
+of the killed attempt stays behind (no Trainer session, no EnvHost session).
 
 Runs on a stack of its own with a second Coordinator process, so either Coordinator may take
 the job and the one that does can be killed.
@@ -71,6 +72,31 @@ def test_a_killed_coordinator_costs_one_retry_and_the_job_resumes_from_its_check
     trained_after = [e.metrics.step for e in events if e.sequence > resumed_at
                      and e.WhichOneof("payload") == "metrics" and "time/rollout_s" in e.metrics.values]
     assert trained_after == list(range(step + 1, 9))  # continued from the checkpoint, not from step 1
+    assert open_sessions_soon(local) == {"trainer": 0.0, "envhost": 0.0}  # the first attempt's too
+
+
+OPEN_SESSIONS = {"trainer": "opentinker_trainer_active_sessions", "envhost": "opentinker_envhost_open_sessions"}
+
+
+def open_sessions_soon(local: LocalStack, seconds: float = 15) -> dict[str, float]:
+    """Sessions still open on the Trainer and the EnvHost, polled until none are (or `seconds`)."""
+    import time
+    urls = {p["name"]: p["metrics_url"] for p in local.status["processes"] if p["name"] in OPEN_SESSIONS}
+    deadline = time.monotonic() + seconds
+    while True:
+        counts = {name: _gauge(urls[name], metric) for name, metric in OPEN_SESSIONS.items()}
+        if not any(counts.values()) or time.monotonic() > deadline:
+            return counts
+        time.sleep(0.5)
+
+
+def _gauge(url: str, name: str) -> float:
+    """The sum of a gauge's samples (over its labels) on a service's /metrics."""
+    import urllib.request
+    from prometheus_client.parser import text_string_to_metric_families
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples if s.name == name)
 
 
 def _wait_two(scheduler: SchedulerClient) -> bool:
