@@ -84,10 +84,11 @@ SCHEDULER_ROWS: dict[str, tuple[Expect, Request]] = {
     "WatchJob": (Expect.NOT_FOUND, lambda w: pb.WatchJobRequest(job_id=w.a_job.job_id)),
     "RegisterWorker": (Expect.DENIED, lambda w: pb.RegisterWorkerRequest(
         worker_id=w.a_worker(resources_pb2.ROLE_TRAINER), role=resources_pb2.ROLE_TRAINER, address="127.0.0.1:1")),
-    "Heartbeat": (Expect.DENIED, lambda w: pb.HeartbeatRequest(worker_id=w.a_worker(resources_pb2.ROLE_COORDINATOR))),
-    "DeregisterWorker": (Expect.DENIED, lambda w: pb.DeregisterWorkerRequest(
+    "Heartbeat": (Expect.NOT_FOUND, lambda w: pb.HeartbeatRequest(
+        worker_id=w.a_worker(resources_pb2.ROLE_COORDINATOR))),
+    "DeregisterWorker": (Expect.NOT_FOUND, lambda w: pb.DeregisterWorkerRequest(
         worker_id=w.a_worker(resources_pb2.ROLE_TRAINER))),
-    "ListWorkers": (Expect.DENIED, lambda w: pb.ListWorkersRequest()),
+    "ListWorkers": (Expect.OWN, lambda w: pb.ListWorkersRequest()),
     "CheckJobToken": (Expect.NOT_FOUND, lambda w: pb.CheckJobTokenRequest(job_id=w.a_job.job_id,
                                                                            job_token=w.a_secrets()[-1])),
     "ReportJobEvents": (Expect.DENIED, lambda w: pb.ReportJobEventsRequest(lease=w.a_lease())),
@@ -120,7 +121,7 @@ DASHBOARD_ROWS: dict[str, tuple[str, Callable[[World], str], int]] = {
     "job_metrics": ("GET", lambda w: f"/api/jobs/{w.a_job.job_id}/metrics", 404),
     "job_events": ("GET", lambda w: f"/api/jobs/{w.a_job.job_id}/events", 404),
     "cancel_job": ("POST", lambda w: f"/api/jobs/{w.a_job.job_id}/cancel", 404),
-    "list_workers": ("GET", lambda w: "/api/workers", 403),
+    "list_workers": ("GET", lambda w: "/api/workers", 200),  # B's own EnvHosts only
     "list_tenants": ("GET", lambda w: "/api/tenants", 403),
 }
 DASHBOARD_WITHOUT_DATA = {"healthz", "static_file", "page"}
@@ -201,7 +202,8 @@ def test_tenant_b_reaches_nothing_of_tenant_a(stack: LocalStack, admin: Schedule
     leaks = [(what, secret) for what, text in readable for secret in world.a_secrets() if secret in text]
     assert leaks == []
     assert {what for what, _ in readable} == {  # what B could read, all of it searched
-        f"{SCHEDULER}/SubmitJob", f"{SCHEDULER}/ListJobs", "dashboard list_jobs", "B's job", "B's events",
+        f"{SCHEDULER}/SubmitJob", f"{SCHEDULER}/ListJobs", f"{SCHEDULER}/ListWorkers", "dashboard list_jobs",
+        "dashboard list_workers", "B's job", "B's events",
         "B's tenant", "B's keys"}
     final = admin.wait(world.a_job.job_id)
     assert final.state == job_pb2.Job.STATE_SUCCEEDED and not final.cancel_requested, final.status_message
