@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import grpc
+import psutil
 import pytest
 
 from opentinker.api.trainer.v1 import trainer_service_pb2 as pb
@@ -79,6 +80,32 @@ def test_a_new_attempt_closes_the_sessions_of_older_attempts_of_its_job(tmp_path
             with pytest.raises(grpc.aio.AioRpcError) as caught:  # the old attempt cannot close it either
                 await stub.CloseSession(pb.CloseSessionRequest(session_id=old, lease=lease(token=1)))
             assert caught.value.code() == Code.NOT_FOUND
+    asyncio.run(scenario())
+
+
+def spawned_children() -> set[psutil.Process]:
+    """This process's children started by multiprocessing's spawn (data-parallel replicas; not
+    its resource tracker, which stays for the process's life)."""
+    found = set()
+    for child in psutil.Process().children():
+        try:
+            if "spawn_main" in " ".join(child.cmdline()):
+                found.add(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def test_a_replaced_data_parallel_session_stops_its_replica_processes(tmp_path) -> None:
+    async def scenario() -> None:
+        async with trainer(tmp_path, device_ids=["cpu:0", "cpu:1"]) as (stub, registry):
+            before = spawned_children()
+            await stub.CreateSession(create_request(lease=lease(token=1), device_ids=["cpu:0", "cpu:1"]))
+            started = list(spawned_children() - before)
+            assert len(started) == 1, "a two-device session runs one replica process"
+            await create(stub, token=2)
+            gone, alive = psutil.wait_procs(started, timeout=5)
+            assert alive == [], f"replica processes of the replaced session still run: {alive}"
     asyncio.run(scenario())
 
 
