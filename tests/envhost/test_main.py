@@ -9,7 +9,7 @@ from opentinker.env.registry import builtin_games
 from opentinker_envhost.catalog import GameCatalog
 from opentinker_envhost.game_hosts import ThreadHost, game_host
 from opentinker_envhost.limits import Isolation, SessionLimits
-from opentinker_envhost.main import build_plan, idle_reaper, session_manager
+from opentinker_envhost.main import build_plan, reaper, session_manager
 from opentinker_envhost.sandbox import Sandbox
 from opentinker_envhost.settings import EnvHostSettings
 
@@ -40,13 +40,13 @@ def test_the_reaper_closes_idle_sessions_in_the_background() -> None:
     async def scenario() -> None:
         manager = session_manager(EnvHostSettings(auth="disabled", session_ttl_seconds=0.2))
         idle = await manager.open("math", {})
-        reaper = asyncio.create_task(idle_reaper(manager)(HealthReporter([])))
+        reaping = asyncio.create_task(reaper(manager)(HealthReporter([])))
         await asyncio.sleep(0.5)
         assert idle.session_id not in manager.sessions
         fresh = await manager.open("math", {})
         await asyncio.sleep(0.1)
         assert fresh.session_id in manager.sessions
-        reaper.cancel()
+        reaping.cancel()
     asyncio.run(scenario())
 
 

@@ -19,7 +19,9 @@ from opentinker.api.rollout.v1 import rollout_service_pb2 as pb
 from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as pb_grpc
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.core.server import start_server, stop_server
-from opentinker_rollout.main import build_plan, scheduler_registration
+from opentinker.core.reaping import attempt_callbacks
+from opentinker.core.worker_registration import WorkerRegistration
+from opentinker_rollout.main import build_plan
 from opentinker_rollout.policies import PolicyRegistry
 from opentinker_rollout.servicer import RolloutServicer
 from opentinker_rollout.settings import RolloutSettings
@@ -88,7 +90,7 @@ def test_a_new_attempts_load_unloads_the_policies_of_older_attempts(tmp_path) ->
 def test_the_schedulers_word_unloads_replaced_and_stopped_jobs_policies(tmp_path) -> None:
     async def scenario() -> None:
         async with rollout(tmp_path) as (stub, registry, settings):
-            agent = scheduler_registration(settings, registry, devices=[]).agent
+            agent = WorkerRegistration.for_settings(settings, role="rollout", **attempt_callbacks(registry)).agent
             stale, stopped = await load(stub, token=1), await load(stub, token=1, job="job-2")
             await agent.on_assignment(job_pb2.Assignment(lease=lease(2)))  # job-1 re-queued onto us
             assert "newer attempt" in await not_found(stub, stale)
@@ -104,7 +106,7 @@ def test_the_schedulers_word_unloads_replaced_and_stopped_jobs_policies(tmp_path
 def test_an_unused_policy_expires_unless_its_attempt_is_assigned_here(tmp_path) -> None:
     async def scenario() -> None:
         async with rollout(tmp_path, policy_idle_ttl_seconds=0.6) as (stub, registry, settings):
-            agent = scheduler_registration(settings, registry, devices=[]).agent
+            agent = WorkerRegistration.for_settings(settings, role="rollout", **attempt_callbacks(registry)).agent
             await agent.on_assignment(job_pb2.Assignment(lease=lease(1, "job-leased")))
             leased = await load(stub, token=1, job="job-leased")
             idle, used = await load(stub, token=1), await load(stub, token=1, job="job-2")

@@ -21,7 +21,9 @@ from opentinker.api.trainer.v1 import trainer_service_pb2 as pb
 from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.core.server import ServerPlan, start_server, stop_server
-from opentinker_trainer.main import build_plan, scheduler_registration
+from opentinker.core.reaping import attempt_callbacks
+from opentinker.core.worker_registration import WorkerRegistration
+from opentinker_trainer.main import build_plan
 from opentinker_trainer.servicer import build_registry, trainer_service_binding
 from opentinker_trainer.sessions import SessionRegistry
 from opentinker_trainer.settings import TrainerSettings
@@ -155,7 +157,7 @@ def test_the_schedulers_word_closes_stale_and_stopped_jobs_sessions(tmp_path) ->
     async def scenario() -> None:
         async with trainer(tmp_path) as (stub, registry):
             settings = TrainerSettings(auth="disabled", port=0, checkpoint_dir=tmp_path)
-            agent = scheduler_registration(settings, registry, devices=[]).agent
+            agent = WorkerRegistration.for_settings(settings, role="trainer", **attempt_callbacks(registry)).agent
             stale, stopped, kept = (await create(stub, token=1), await create(stub, token=1, job="job-2"),
                                     await create(stub, token=1, job="job-3"))
             await agent.on_assignment(job_pb2.Assignment(lease=lease(token=2)))  # re-queued here
@@ -175,7 +177,7 @@ def test_an_idle_session_of_an_attempt_assigned_here_lives_as_long_as_its_lease(
     async def scenario() -> None:
         async with trainer(tmp_path, idle_ttl_s=0.3) as (stub, registry):
             settings = TrainerSettings(auth="disabled", port=0, checkpoint_dir=tmp_path)
-            agent = scheduler_registration(settings, registry, devices=[]).agent
+            agent = WorkerRegistration.for_settings(settings, role="trainer", **attempt_callbacks(registry)).agent
             await agent.on_assignment(job_pb2.Assignment(lease=lease(token=1)))
             leased = await create(stub, token=1)
             await asyncio.sleep(0.5)

@@ -8,6 +8,7 @@ import structlog
 
 from opentinker.core.entrypoint import run_service
 from opentinker.core.job_credentials import SchedulerJobCredentials
+from opentinker.core.reaping import idle_reaper
 from opentinker.core.server import HealthReporter, ServerPlan, StartHook
 from opentinker.core.worker_registration import WorkerRegistration
 from opentinker_envhost.catalog import GameCatalog
@@ -18,7 +19,6 @@ from opentinker_envhost.sessions import SessionManager
 from opentinker_envhost.settings import EnvHostSettings
 
 SERVICE_NAME = "envhost"
-MAX_REAP_INTERVAL_S = 30.0
 log = structlog.get_logger(__name__)
 
 
@@ -47,17 +47,9 @@ def games_sandbox(manager: SessionManager) -> StartHook:
     return start_sandbox
 
 
-def idle_reaper(manager: SessionManager) -> StartHook:
-    """A start hook closing idle (and unclaimed) sessions every min(TTL/4, 30 s)."""
-    limits = manager.limits
-    interval = min(limits.idle_ttl_s / 4, limits.unclaimed_ttl_s / 4, MAX_REAP_INTERVAL_S)
-
-    async def reap_forever(_health: HealthReporter) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            await manager.reap_idle()
-
-    return reap_forever
+def reaper(manager: SessionManager) -> StartHook:
+    """Closes idle and unclaimed sessions every min(TTL/4, 30 s)."""
+    return idle_reaper(manager.reap_idle, manager.limits.idle_ttl_s, manager.limits.unclaimed_ttl_s)
 
 
 async def build_plan(settings: EnvHostSettings) -> ServerPlan:
@@ -68,7 +60,7 @@ async def build_plan(settings: EnvHostSettings) -> ServerPlan:
     credentials = job_credentials(settings)
     closers = [credentials.close] if credentials is not None else []
     return ServerPlan(services=[envhost_service_binding(manager)],
-                      start_hooks=[games_sandbox(manager), idle_reaper(manager), registration.start],
+                      start_hooks=[games_sandbox(manager), reaper(manager), registration.start],
                       close_hooks=[registration.stop, manager.close_all, *closers],
                       accepts_job_tokens=True, job_credentials=credentials)
 

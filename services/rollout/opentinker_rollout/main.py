@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
-
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.core.devices import Device, discover_devices
+from opentinker.core.devices import discover_devices
 from opentinker.core.entrypoint import run_service
 from opentinker.core.memory import keep_freed_memory
-from opentinker.core.server import HealthReporter, ServerPlan, StartHook
+from opentinker.core.reaping import attempt_callbacks, idle_reaper
+from opentinker.core.server import ServerPlan
 from opentinker.core.worker_registration import WorkerRegistration
 from opentinker_rollout.envhost_client import EnvHostChannels
 from opentinker_rollout.match_client import CoordinatorChannels
@@ -18,33 +15,6 @@ from opentinker_rollout.servicer import RolloutServicer, rollout_service_binding
 from opentinker_rollout.settings import RolloutSettings
 
 SERVICE_NAME = "rollout"
-MAX_REAP_INTERVAL_S = 30.0
-
-
-def idle_reaper(registry: PolicyRegistry) -> StartHook:
-    """A start hook unloading idle policies every min(TTL/4, 30 s)."""
-    interval = min(registry.idle_ttl_s / 4, MAX_REAP_INTERVAL_S)
-
-    async def reap_forever(_health: HealthReporter) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            await registry.reap_idle()
-
-    return reap_forever
-
-
-def scheduler_registration(settings: RolloutSettings, registry: PolicyRegistry,
-                           devices: Sequence[Device]) -> WorkerRegistration:
-    """The worker registration, telling `registry` which attempts the Scheduler assigns this
-    Rollout and which jobs it stopped (or moved away), so their stale policies are unloaded."""
-    async def on_assignment(assignment: job_pb2.Assignment) -> None:
-        await registry.attempt_assigned(assignment.lease.job_id, assignment.lease.fencing_token)
-
-    async def on_stop(job_id: str) -> None:
-        await registry.job_stopped(job_id)
-
-    return WorkerRegistration.for_settings(settings, role="rollout", devices=devices,
-                                           on_assignment=on_assignment, on_stop=on_stop)
 
 
 async def build_plan(settings: RolloutSettings) -> ServerPlan:
@@ -60,9 +30,10 @@ async def build_plan(settings: RolloutSettings) -> ServerPlan:
     servicer = RolloutServicer(registry, channels, default_envhost_address=settings.envhost_address,
                                max_concurrent_episodes=settings.max_concurrent_episodes,
                                coordinator_channels=coordinators)
-    registration = scheduler_registration(settings, registry, discover_devices(settings.cpu_slots))
+    registration = WorkerRegistration.for_settings(settings, role="rollout", devices=discover_devices(
+        settings.cpu_slots), **attempt_callbacks(registry))
     return ServerPlan(services=[rollout_service_binding(servicer)],
-                      start_hooks=[idle_reaper(registry), registration.start],
+                      start_hooks=[idle_reaper(registry.reap_idle, registry.idle_ttl_s), registration.start],
                       close_hooks=[registration.stop, registry.close, channels.close, coordinators.close])
 
 
