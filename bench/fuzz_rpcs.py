@@ -3,6 +3,7 @@
     .venv/bin/python bench/fuzz_rpcs.py                          # 500 cases per RPC, 50 RPCs (25,051 calls, ~7 min on 2 cores)
     .venv/bin/python bench/fuzz_rpcs.py --examples 50 --seed 7   # a quicker pass with another seed
     .venv/bin/python bench/fuzz_rpcs.py --only Sample --only OpenMatch --examples 2000
+    .venv/bin/python bench/fuzz_rpcs.py --key tenant                # every RPC with an ordinary tenant's key
 
 What runs, all on this machine: `opentinker up` in a private state directory on free ports
 (tests/_stack.py `LocalStack`: embedded Redis, the five services, auth on; this process calls
@@ -14,6 +15,10 @@ mutations of a valid request), each one real call. The oracle is the CI test's
 (tests/chaos/test_fuzz_rpcs.py, 20 cases per RPC): only OK or canonical user codes,
 INVALID_ARGUMENT naming a field of the request, and after each RPC's batch the service SERVING,
 answering a known-good request, its process alive.
+
+--key tenant calls with a key of the fixtures' tenant instead (tests/chaos/_fuzz_tenant.py: its
+own job and EnvHosts as the Scheduler examples' objects); the oracle then also fails any success of
+a tenant key on an admin-only RPC (the CI test's tenant pass, 12 cases per RPC).
 
 Prints a table (RPC, cases, failures, seconds, responses by code), then every failure with a
 reproducer (protobuf text, hex for raw bytes); JSON in bench/results/fuzz_rpcs.json (--out).
@@ -38,6 +43,7 @@ sys.path.insert(0, str(ROOT))  # tests/ holds the stack helper and the fuzzing l
 from tests._stack import SERVICES, LocalStack  # noqa: E402
 from tests.chaos._fuzz import RpcTally, all_rpcs, fuzz_rpc, summary_table  # noqa: E402
 from tests.chaos._fuzz_targets import LiveTarget, pids_of, rpcs_in_order  # noqa: E402
+from tests.chaos._fuzz_tenant import TenantTarget  # noqa: E402
 
 DEFAULT_OUT = ROOT / "bench" / "results" / "fuzz_rpcs.json"
 
@@ -48,6 +54,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=20261122, help="Hypothesis seed (default: the CI test's)")
     p.add_argument("--only", action="append", default=[],
                    help="fuzz only RPCs whose name contains this (repeatable), e.g. Sample or TrainerService")
+    p.add_argument("--key", choices=("admin", "tenant"), default="admin",
+                   help="call with the stack's admin key (default) or an ordinary tenant's key")
     p.add_argument("--ignore-known", action="store_true",
                    help="exit 0 when the only failures are KNOWN_FINDINGS (reported, in code not changed here)")
     p.add_argument("--up-timeout", type=float, default=120.0,
@@ -63,7 +71,7 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def fuzz(target: LiveTarget, args: argparse.Namespace) -> list[RpcTally]:
+def fuzz(target: LiveTarget | TenantTarget, args: argparse.Namespace) -> list[RpcTally]:
     rpcs = [rpc for rpc in rpcs_in_order(all_rpcs()) if not args.only or any(o in rpc.name for o in args.only)]
     tallies = []
     for index, rpc in enumerate(rpcs, 1):
@@ -90,11 +98,11 @@ def report(tallies: list[RpcTally], target: LiveTarget, args: argparse.Namespace
     for problem in final_health:
         print(f"\nUNHEALTHY at the end: {problem}")
     print(f"\n{sum(t.total for t in tallies)} cases over {len(tallies)} RPCs in {seconds:.0f} s "
-          f"(seed {args.seed}, {args.examples} generated per RPC): {len(failures)} oracle failures, "
+          f"(seed {args.seed}, {args.key} key, {args.examples} generated per RPC): {len(failures)} oracle failures, "
           f"{len(known)} known (reported, in code not changed here)")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
-        "seed": args.seed, "examples_per_rpc": args.examples, "seconds": round(seconds, 1),
+        "seed": args.seed, "key": args.key, "examples_per_rpc": args.examples, "seconds": round(seconds, 1),
         "rpcs": [{"rpc": t.rpc, "cases": dict(t.cases), "codes": dict(t.codes), "seconds": round(t.seconds, 2),
                   "failures": [asdict(f) for f in t.failures], "known": [asdict(f) for f in t.known]}
                  for t in tallies],
@@ -111,8 +119,11 @@ def main(argv: list[str] | None = None) -> int:
         target = LiveTarget({name: stack.address(name) for name in SERVICES}, stack.api_key, pids_of(stack.status))
         try:
             target.setup()
+            caller = target if args.key == "admin" else TenantTarget(target)
+            if caller is not target:
+                caller.setup()
             started = time.monotonic()
-            tallies = fuzz(target, args)
+            tallies = fuzz(caller, args)
             return report(tallies, target, args, time.monotonic() - started)
         finally:
             target.close()

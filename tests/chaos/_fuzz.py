@@ -215,6 +215,8 @@ class Target:
     """What the runner needs of a live stack (tests/chaos/_fuzz_targets.LiveTarget)."""
 
     metadata: Sequence[tuple[str, str]]
+    tenant_key: bool
+    """True when `metadata` carries a tenant's key (the oracle's `verdict(..., tenant_key=True)`)."""
 
     def channel(self, service: str) -> grpc.Channel: ...
     def examples(self, rpc: Rpc) -> list[Request]: ...
@@ -233,7 +235,7 @@ def fuzz_rpc(target: Target, rpc: Rpc, *, max_examples: int, seed: int) -> RpcTa
         outcome = invoke(channel, rpc, case.request, target.metadata)
         tally.cases[case.kind] += 1
         tally.codes[outcome.code.name] += 1
-        problem = verdict(rpc, outcome)
+        problem = verdict(rpc, outcome, tenant_key=target.tenant_key)
         if problem:
             failure = Failure(rpc.name, case.kind, problem, outcome.details[:300], reproducer(case))
             known = any(finding.matches(failure, case) for finding in KNOWN_FINDINGS)

@@ -8,6 +8,8 @@
   exactly that many when it ends OK;
 * RESOURCE_EXHAUSTED is the service's (a quota, a request over 4 MiB), not our client's
   transport refusing its answer (TRANSPORT_LIMITS: trailers over 16 KiB, a response over 4 MiB);
+* a call with a tenant's key (the tenant pass, tests/chaos/_fuzz_tenant.py) never succeeds on an
+  admin-only RPC (`admin_only`: the worker services' RPCs, ADMIN_ONLY_SCHEDULER_RPCS);
 * an INVALID_ARGUMENT message names the offending field: it starts with a field path of the
   request (`field_path_problem`: dot-separated field or oneof names of the request type, each
   with optional [index] or [map key], then ':' or a space), e.g.
@@ -49,6 +51,11 @@ WORK_RPCS = frozenset({"RolloutService.Sample", "RolloutService.RunEpisodes", "T
 """RPCs whose work grows with a valid request (thousands of prompts or datums, 256 new tokens
 each): past their deadline they may legitimately run; the known-good request that follows
 the batch shows the service did not hang."""
+ADMIN_ONLY_SCHEDULER_RPCS = frozenset({
+    "SchedulerService.ReportJobEvents", "SchedulerService.FinishJob", "SchedulerService.CreateTenant",
+    "SchedulerService.ListTenants", "SchedulerService.UpdateTenantQuota", "SchedulerService.CreateApiKey",
+    "SchedulerService.RevokeApiKey"})
+"""The Scheduler's RPCs a tenant key may not use (a worker's calls, tenant and key administration)."""
 ONE_ANSWER_PER_REQUEST = frozenset({"EnvHostService.Interact"})
 """Streams whose protocol answers every request exactly once (a failed one with an ErrorDetail)."""
 WHOLE_REQUEST = "request"
@@ -105,9 +112,18 @@ def _next_descriptor(field_: Any) -> Descriptor | None:
     return field_.message_type
 
 
-def verdict(rpc: Rpc, outcome: Outcome) -> str | None:
-    """None when the outcome is acceptable, else what is wrong with it."""
+def admin_only(rpc: Rpc) -> bool:
+    """Only OpenTinker's own (admin) keys may succeed: every RPC of the worker services, and the
+    Scheduler's ADMIN_ONLY_SCHEDULER_RPCS."""
+    return rpc.service != "scheduler" or rpc.name in ADMIN_ONLY_SCHEDULER_RPCS
+
+
+def verdict(rpc: Rpc, outcome: Outcome, *, tenant_key: bool = False) -> str | None:
+    """None when the outcome is acceptable, else what is wrong with it (`tenant_key`: the call
+    carried a tenant's key, which never succeeds on an admin-only RPC)."""
     code = outcome.code
+    if tenant_key and code is grpc.StatusCode.OK and admin_only(rpc):
+        return "a tenant key succeeded on an admin-only RPC"
     if code is grpc.StatusCode.CANCELLED and outcome.cancelled_by_us:
         return None
     if code is grpc.StatusCode.DEADLINE_EXCEEDED and rpc.may_outlive_deadline:

@@ -84,6 +84,8 @@ def datum() -> datum_pb2.Datum:
 class LiveTarget:
     """The five services of one stack (`addresses`, `pids` by service name), called with `api_key`."""
 
+    tenant_key = False
+
     def __init__(self, addresses: dict[str, str], api_key: str, pids: dict[str, int]) -> None:
         self.addresses, self.pids = addresses, pids
         self.metadata = (("authorization", f"Bearer {api_key}"),)

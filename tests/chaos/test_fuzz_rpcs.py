@@ -7,6 +7,12 @@ INVALID_ARGUMENT naming a field of the request, the service SERVING, answering a
 request and alive after each RPC's batch); the stack, its fixtures and the valid examples are
 tests/chaos/_fuzz_targets.py. The oracle itself is checked first, on hand-made outcomes, so a
 lenient oracle cannot make the fuzz pass.
+
+Then a tenant pass (issue 20): every RPC again, TENANT_EXAMPLES_PER_RPC cases with an ordinary
+tenant's key (tests/chaos/_fuzz_tenant.py; valid examples on the tenant's own job and EnvHosts):
+the same oracle, and a tenant key never succeeds on an admin-only RPC; the tenant's own RPCs do
+succeed on its objects, so the pass reaches past the door. bench/fuzz_rpcs.py --key tenant is its
+full form.
 """
 
 from __future__ import annotations
@@ -20,11 +26,19 @@ import pytest
 from opentinker.api.envhost.v1 import envhost_service_pb2 as env_pb
 from tests._stack import LocalStack
 from tests.chaos._fuzz import SERVICES, Case, Failure, all_rpcs, fuzz_rpc, summary_table
-from tests.chaos._fuzz_oracle import KnownFinding, Outcome, field_path_problem, verdict
+from tests.chaos._fuzz_oracle import ADMIN_ONLY_SCHEDULER_RPCS, KnownFinding, Outcome, field_path_problem, verdict
 from tests.chaos._fuzz_targets import LiveTarget, pids_of, rpcs_in_order
+from tests.chaos._fuzz_tenant import TenantTarget
+from tests.chaos.test_tenant_isolation import SCHEDULER_ROWS, Expect
 
 pytestmark = pytest.mark.timeout(240)
 EXAMPLES_PER_RPC = 20
+TENANT_EXAMPLES_PER_RPC = 12
+"""The tenant pass's generated cases per RPC (its valid examples come on top)."""
+TENANT_SUCCEEDS = {f"SchedulerService.{name}" for name in (
+    "SubmitJob", "GetJob", "ListJobs", "CancelJob", "RegisterWorker", "Heartbeat", "DeregisterWorker", "ListWorkers",
+    "GetTenant", "ListApiKeys")}
+"""RPCs whose tenant examples (on the tenant's own objects) succeed: the tenant pass reaches past the door."""
 SEED = 20261122
 RPCS = {rpc.name: rpc for rpc in all_rpcs()}
 
@@ -61,6 +75,20 @@ def test_the_oracle_refuses_server_errors_and_messages_that_name_no_field() -> N
     assert verdict(submit, Outcome(grpc.StatusCode.RESOURCE_EXHAUSTED, too_big, 0.1)) is None
     lost = "Stream removed (received metadata size exceeds hard limit (value length 100046 vs. 16384))"
     assert verdict(submit, Outcome(grpc.StatusCode.RESOURCE_EXHAUSTED, lost, 0.1))
+
+
+def test_the_oracle_refuses_a_tenant_keys_success_on_an_admin_only_rpc() -> None:
+    ok = Outcome(grpc.StatusCode.OK, "", 0.1)
+    denied = Outcome(grpc.StatusCode.PERMISSION_DENIED, "needs an admin key", 0.1)
+    for name in ("SchedulerService.CreateApiKey", "SchedulerService.FinishJob", "TrainerService.SaveCheckpoint",
+                 "EnvHostService.OpenSession", "CoordinatorService.OpenMatch"):
+        assert verdict(RPCS[name], ok, tenant_key=True) == "a tenant key succeeded on an admin-only RPC"
+        assert verdict(RPCS[name], ok) is None and verdict(RPCS[name], denied, tenant_key=True) is None
+    assert verdict(RPCS["SchedulerService.GetJob"], ok, tenant_key=True) is None
+    assert verdict(RPCS["SchedulerService.GetJob"], Outcome(grpc.StatusCode.INTERNAL, "", 0.1), tenant_key=True)
+    denied_in_the_table = {f"SchedulerService.{name}" for name, (expect, _) in SCHEDULER_ROWS.items()
+                           if expect is Expect.DENIED and name != "RegisterWorker"}  # its row: a trainer's
+    assert denied_in_the_table == ADMIN_ONLY_SCHEDULER_RPCS
 
 
 def test_a_known_finding_excuses_only_its_own_failure() -> None:
@@ -101,7 +129,27 @@ def test_every_rpc_answers_fuzzed_requests_with_canonical_codes_and_stays_health
     failures = [f"{f.rpc} [{f.case_kind}] {f.problem}: {f.details!r}\n    {f.reproducer}"
                 for tally in tallies for f in tally.failures]
     assert not failures, f"{len(failures)} oracle failures in {cases} cases:\n" + "\n".join(failures)
-    assert {tally.rpc for tally in tallies} == set(RPCS) and len(RPCS) == 50
+    assert {tally.rpc for tally in tallies} == set(RPCS) and len(RPCS) == 51
     assert all(tally.total >= EXAMPLES_PER_RPC for tally in tallies), summary_table(tallies)
     assert target.cancel_unfinished_jobs() == 0  # SubmitJob's batch cleaned up after itself
+    assert target.all_health_problems() == []
+
+
+def test_every_rpc_answers_a_tenant_key_with_canonical_codes_and_never_an_admins_success(
+        target: LiveTarget, record_property: pytest.RecordProperty) -> None:
+    tenant = TenantTarget(target)
+    tenant.setup()
+    tallies = [fuzz_rpc(tenant, rpc, max_examples=TENANT_EXAMPLES_PER_RPC, seed=SEED + 1)
+               for rpc in rpcs_in_order(list(RPCS.values()))]
+    print("\n" + summary_table(tallies))
+    cases = sum(tally.total for tally in tallies)
+    record_property("tenant_fuzz_cases", cases)
+    failures = [f"{f.rpc} [{f.case_kind}] {f.problem}: {f.details!r}\n    {f.reproducer}"
+                for tally in tallies for f in tally.failures + tally.known]
+    assert not failures, f"{len(failures)} oracle failures in {cases} tenant-key cases:\n" + "\n".join(failures)
+    assert {tally.rpc for tally in tallies} == set(RPCS)
+    assert all(tally.total >= TENANT_EXAMPLES_PER_RPC for tally in tallies), summary_table(tallies)
+    reached = {tally.rpc for tally in tallies if tally.codes["OK"]}
+    assert reached == TENANT_SUCCEEDS, summary_table(tallies)
+    assert target.cancel_unfinished_jobs() == 0
     assert target.all_health_problems() == []
