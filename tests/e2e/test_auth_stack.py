@@ -29,7 +29,7 @@ def test_admin_cli_creates_tenants_whose_keys_see_only_their_own_jobs(stack: Loc
 
     spec = tmp_path / "job.yaml"
     spec.write_text("type: SFT\npolicy: {model: {builtin: {name: tiny-llama}}, adaptation: {full: {}},\n"
-                    "  algorithm: {optimizer: {learning_rate: 0.001}}}\ndataset: {path: /nonexistent.jsonl}\n"
+                    "  algorithm: {optimizer: {learning_rate: 0.001}}}\ndataset: {path: nonexistent.jsonl}\n"
                     "training: {total_steps: 1, batch_size: 1}\npriority: 1\n")
     submitted = cli(stack, acme_key, "submit", str(spec))
     assert submitted.returncode == 0, submitted.stderr
