@@ -204,7 +204,7 @@ def heartbeat_seconds(worker: dict) -> float:
 def test_up_on_a_running_stack_starts_what_died_and_leaves_the_rest(stack):
     up_ok(stack)
     before = recorded_by_name(stack)
-    dead = ("envhost", "trainer")
+    dead = ("envhost", "coordinator")  # services that start fast (no torch): CI time
     for name in dead:
         if pid_running(before[name]["pid"]):
             kill_and_wait(before[name]["pid"])
@@ -235,19 +235,19 @@ def test_restart_replaces_one_service_on_its_port(stack):
     up_ok(stack)
     before = recorded_by_name(stack)
     restarted_at = time.time()
-    result = run_cli("restart", "trainer", "--state-dir", str(stack.state_dir), "--timeout", "100",
+    result = run_cli("restart", "coordinator", "--state-dir", str(stack.state_dir), "--timeout", "100",
                      timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "trainer" in result.stdout and "SERVING" in result.stdout
+    assert "coordinator" in result.stdout and "SERVING" in result.stdout
     after = recorded_by_name(stack)
-    assert not pid_running(before["trainer"]["pid"])
-    assert after["trainer"]["pid"] != before["trainer"]["pid"] and pid_running(after["trainer"]["pid"])
-    assert after["trainer"]["address"] == before["trainer"]["address"]
-    assert {n: p["pid"] for n, p in after.items() if n != "trainer"} == {
-        n: p["pid"] for n, p in before.items() if n != "trainer"}
+    assert not pid_running(before["coordinator"]["pid"])
+    assert after["coordinator"]["pid"] != before["coordinator"]["pid"] and pid_running(after["coordinator"]["pid"])
+    assert after["coordinator"]["address"] == before["coordinator"]["address"]
+    assert {n: p["pid"] for n, p in after.items() if n != "coordinator"} == {
+        n: p["pid"] for n, p in before.items() if n != "coordinator"}
     code, health = health_by_name(stack)
-    assert code == 0 and health["trainer"]["health"] == "SERVING" and health["trainer"]["alive"] is True
-    worker = registered_worker(stack, "trainer")
+    assert code == 0 and health["coordinator"]["health"] == "SERVING" and health["coordinator"]["alive"] is True
+    worker = registered_worker(stack, "coordinator")
     assert worker["state"] == "STATE_ALIVE" and heartbeat_seconds(worker) > restarted_at
 
     unknown = run_cli("restart", "trainr", "--state-dir", str(stack.state_dir), timeout=30)
