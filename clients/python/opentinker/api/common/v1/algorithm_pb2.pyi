@@ -35,6 +35,12 @@ class KlPlacement(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     KL_PLACEMENT_LOSS: _ClassVar[KlPlacement]
     KL_PLACEMENT_REWARD: _ClassVar[KlPlacement]
 
+class ImportanceMask(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    IMPORTANCE_MASK_UNSPECIFIED: _ClassVar[ImportanceMask]
+    IMPORTANCE_MASK_TOKEN: _ClassVar[ImportanceMask]
+    IMPORTANCE_MASK_SEQUENCE: _ClassVar[ImportanceMask]
+
 class AdvantageEstimator(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ADVANTAGE_ESTIMATOR_UNSPECIFIED: _ClassVar[AdvantageEstimator]
@@ -66,6 +72,9 @@ KL_ESTIMATOR_K3: KlEstimator
 KL_PLACEMENT_UNSPECIFIED: KlPlacement
 KL_PLACEMENT_LOSS: KlPlacement
 KL_PLACEMENT_REWARD: KlPlacement
+IMPORTANCE_MASK_UNSPECIFIED: ImportanceMask
+IMPORTANCE_MASK_TOKEN: ImportanceMask
+IMPORTANCE_MASK_SEQUENCE: ImportanceMask
 ADVANTAGE_ESTIMATOR_UNSPECIFIED: AdvantageEstimator
 ADVANTAGE_ESTIMATOR_GRPO: AdvantageEstimator
 ADVANTAGE_ESTIMATOR_RLOO: AdvantageEstimator
@@ -77,7 +86,7 @@ LR_SCHEDULE_LINEAR: LrSchedule
 LR_SCHEDULE_COSINE: LrSchedule
 
 class LossConfig(_message.Message):
-    __slots__ = ("function", "aggregation", "clip_low", "clip_high", "dual_clip_c", "truncation_cap", "token_sum_divisor", "kl_coef", "kl_estimator", "kl_placement", "entropy_coef", "temperature")
+    __slots__ = ("function", "aggregation", "clip_low", "clip_high", "dual_clip_c", "truncation_cap", "token_sum_divisor", "kl_coef", "kl_estimator", "kl_placement", "entropy_coef", "temperature", "importance_mask", "importance_mask_low", "importance_mask_high")
     FUNCTION_FIELD_NUMBER: _ClassVar[int]
     AGGREGATION_FIELD_NUMBER: _ClassVar[int]
     CLIP_LOW_FIELD_NUMBER: _ClassVar[int]
@@ -90,6 +99,9 @@ class LossConfig(_message.Message):
     KL_PLACEMENT_FIELD_NUMBER: _ClassVar[int]
     ENTROPY_COEF_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    IMPORTANCE_MASK_FIELD_NUMBER: _ClassVar[int]
+    IMPORTANCE_MASK_LOW_FIELD_NUMBER: _ClassVar[int]
+    IMPORTANCE_MASK_HIGH_FIELD_NUMBER: _ClassVar[int]
     function: LossFunction
     aggregation: LossAggregation
     clip_low: float
@@ -102,7 +114,10 @@ class LossConfig(_message.Message):
     kl_placement: KlPlacement
     entropy_coef: float
     temperature: float
-    def __init__(self, function: _Optional[_Union[LossFunction, str]] = ..., aggregation: _Optional[_Union[LossAggregation, str]] = ..., clip_low: _Optional[float] = ..., clip_high: _Optional[float] = ..., dual_clip_c: _Optional[float] = ..., truncation_cap: _Optional[float] = ..., token_sum_divisor: _Optional[float] = ..., kl_coef: _Optional[float] = ..., kl_estimator: _Optional[_Union[KlEstimator, str]] = ..., kl_placement: _Optional[_Union[KlPlacement, str]] = ..., entropy_coef: _Optional[float] = ..., temperature: _Optional[float] = ...) -> None: ...
+    importance_mask: ImportanceMask
+    importance_mask_low: float
+    importance_mask_high: float
+    def __init__(self, function: _Optional[_Union[LossFunction, str]] = ..., aggregation: _Optional[_Union[LossAggregation, str]] = ..., clip_low: _Optional[float] = ..., clip_high: _Optional[float] = ..., dual_clip_c: _Optional[float] = ..., truncation_cap: _Optional[float] = ..., token_sum_divisor: _Optional[float] = ..., kl_coef: _Optional[float] = ..., kl_estimator: _Optional[_Union[KlEstimator, str]] = ..., kl_placement: _Optional[_Union[KlPlacement, str]] = ..., entropy_coef: _Optional[float] = ..., temperature: _Optional[float] = ..., importance_mask: _Optional[_Union[ImportanceMask, str]] = ..., importance_mask_low: _Optional[float] = ..., importance_mask_high: _Optional[float] = ...) -> None: ...
 
 class AdvantageConfig(_message.Message):
     __slots__ = ("estimator", "normalize_by_std", "gamma")

@@ -50,6 +50,7 @@ class JobSpec(_message.Message):
     INFERENCE_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     MULTI_AGENT_FIELD_NUMBER: _ClassVar[int]
+    ASYNC_FIELD_NUMBER: _ClassVar[int]
     type: JobType
     display_name: str
     policy: AgentSpec
@@ -62,7 +63,23 @@ class JobSpec(_message.Message):
     inference: InferenceConfig
     labels: _containers.ScalarMap[str, str]
     multi_agent: MultiAgentConfig
-    def __init__(self, type: _Optional[_Union[JobType, str]] = ..., display_name: _Optional[str] = ..., policy: _Optional[_Union[AgentSpec, _Mapping]] = ..., agents: _Optional[_Iterable[_Union[AgentSpec, _Mapping]]] = ..., environment: _Optional[_Union[_environment_pb2.EnvironmentReference, _Mapping]] = ..., training: _Optional[_Union[TrainingConfig, _Mapping]] = ..., resources: _Optional[_Iterable[_Union[_resources_pb2.ResourceRequest, _Mapping]]] = ..., priority: _Optional[int] = ..., dataset: _Optional[_Union[DatasetReference, _Mapping]] = ..., inference: _Optional[_Union[InferenceConfig, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., multi_agent: _Optional[_Union[MultiAgentConfig, _Mapping]] = ...) -> None: ...
+    def __init__(self, type: _Optional[_Union[JobType, str]] = ..., display_name: _Optional[str] = ..., policy: _Optional[_Union[AgentSpec, _Mapping]] = ..., agents: _Optional[_Iterable[_Union[AgentSpec, _Mapping]]] = ..., environment: _Optional[_Union[_environment_pb2.EnvironmentReference, _Mapping]] = ..., training: _Optional[_Union[TrainingConfig, _Mapping]] = ..., resources: _Optional[_Iterable[_Union[_resources_pb2.ResourceRequest, _Mapping]]] = ..., priority: _Optional[int] = ..., dataset: _Optional[_Union[DatasetReference, _Mapping]] = ..., inference: _Optional[_Union[InferenceConfig, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., multi_agent: _Optional[_Union[MultiAgentConfig, _Mapping]] = ..., **kwargs) -> None: ...
+
+class AsyncConfig(_message.Message):
+    __slots__ = ("max_staleness", "in_flight")
+    class InFlight(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        IN_FLIGHT_UNSPECIFIED: _ClassVar[AsyncConfig.InFlight]
+        IN_FLIGHT_FINISH_ON_OLD_WEIGHTS: _ClassVar[AsyncConfig.InFlight]
+        IN_FLIGHT_SWAP_WEIGHTS: _ClassVar[AsyncConfig.InFlight]
+    IN_FLIGHT_UNSPECIFIED: AsyncConfig.InFlight
+    IN_FLIGHT_FINISH_ON_OLD_WEIGHTS: AsyncConfig.InFlight
+    IN_FLIGHT_SWAP_WEIGHTS: AsyncConfig.InFlight
+    MAX_STALENESS_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    max_staleness: int
+    in_flight: AsyncConfig.InFlight
+    def __init__(self, max_staleness: _Optional[int] = ..., in_flight: _Optional[_Union[AsyncConfig.InFlight, str]] = ...) -> None: ...
 
 class MultiAgentConfig(_message.Message):
     __slots__ = ("pairing", "eval_environment", "elo_k", "barrier_timeout_seconds")
