@@ -140,7 +140,7 @@ async def _play_warmup_match(protocol, game: GameConfig, index: int, rng: random
     whether each submitted move was accepted."""
     from opentinker.env.game import opening_user_content
     from opentinker.env.gomoku_game import SEAT_STONES
-    from opentinker_coordinator.seated_environment import MatchEnvironmentRef
+    from opentinker_coordinator.protocol.seated_environment import MatchEnvironmentRef
 
     match = await protocol.open_match(
         job_id="warmup", environment=MatchEnvironmentRef(env_name="gomoku", config=game.config()),
@@ -176,8 +176,8 @@ def warmup_transcripts(game: GameConfig, matches: int, seed: int, legal: float,
     """Both seats' chats of `matches` scripted two-seat matches (up to 2 x matches chats) and
     the share of their moves that were illegal."""
     from opentinker.env.gomoku_game import GomokuGame
-    from opentinker_coordinator.agent_protocol import AgentProtocol
-    from opentinker_coordinator.local_seated import local_environments
+    from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
+    from opentinker_coordinator.protocol.local_seated import local_environments
 
     async def play_all() -> tuple[list[dict], float]:
         protocol = AgentProtocol(local_environments(lambda config: GomokuGame(**config)))

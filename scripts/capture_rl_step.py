@@ -7,7 +7,7 @@
    submitted, the Job once RUNNING (assignments and leases), the lease records in Redis at
    that moment, and every JobEvent (WatchJob).
 3. Replays the job's first step with the Coordinator's own gRPC adapters
-   (`opentinker_coordinator.remote`) and step function (`rl_driver.rl_step`) against the same
+   (`opentinker_coordinator.adapters.remote`) and step function (`rl_driver.rl_step`) against the same
    Trainer and Rollout, recording every request and response at the stubs. The replay is a job
    id of its own without a lease (`<job>-replay`), so it never touches the real job's sessions;
    same spec, seeds and base weights, so its step 1 can be compared with the job's.
@@ -39,9 +39,9 @@ from opentinker.client import SchedulerClient
 from opentinker.core.auth_interceptor import authenticated_channel
 from opentinker.core.redis_store import Keys
 from opentinker.ml.tokenizer import build_byte_tokenizer
-from opentinker_coordinator import job_plans
-from opentinker_coordinator.remote import RemoteRollout, RemoteTrainer, RemoteWeightSync
-from opentinker_coordinator.rl_driver import RlPorts, rl_step
+from opentinker_coordinator.driver import job_plans
+from opentinker_coordinator.adapters.remote import RemoteRollout, RemoteTrainer, RemoteWeightSync
+from opentinker_coordinator.driver.rl_driver import RlPorts, rl_step
 
 CLI = [sys.executable, "-m", "opentinker.cli.main"]
 SPEC = {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from opentinker_coordinator.local_seated import InProcessSeatedEnvironment, local_environments
+from opentinker_coordinator.protocol.local_seated import InProcessSeatedEnvironment, local_environments
 
 factory_of = local_environments
 

@@ -2,8 +2,8 @@ import math
 
 import pytest
 
-from opentinker_coordinator import advantages
-from opentinker_coordinator.advantages import Estimator, compute, discounted_returns, per_turn_grpo
+from opentinker_coordinator.driver import advantages
+from opentinker_coordinator.driver.advantages import Estimator, compute, discounted_returns, per_turn_grpo
 
 
 def test_grpo_subtracts_the_group_mean():

@@ -12,17 +12,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from opentinker_coordinator.agent_protocol import AgentProtocol
-from opentinker_coordinator.barriers import PHASES, Arrival, BarrierKey
-from opentinker_coordinator.matches import MatchState
-from opentinker_coordinator.protocol_errors import (
+from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
+from opentinker_coordinator.protocol.barriers import PHASES, Arrival, BarrierKey
+from opentinker_coordinator.protocol.matches import MatchState
+from opentinker_coordinator.protocol.protocol_errors import (
     AgentLost,
     BarrierOutOfOrder,
     BarrierTimeout,
     InvalidProtocolRequest,
     MatchOver,
 )
-from opentinker_coordinator.seated_environment import MatchEnvironmentRef
+from opentinker_coordinator.protocol.seated_environment import MatchEnvironmentRef
 from tests.coordinator.toy_games import catalog_factory
 
 GOMOKU = MatchEnvironmentRef(env_name="gomoku", config={"size": 3, "win_length": 3})

@@ -1,7 +1,7 @@
 import pytest
 
-from opentinker_coordinator.advantages import Estimator
-from opentinker_coordinator.datums import action_runs, rl_datums, trajectory_advantages, turn_rewards
+from opentinker_coordinator.driver.advantages import Estimator
+from opentinker_coordinator.driver.datums import action_runs, rl_datums, trajectory_advantages, turn_rewards
 from opentinker_coordinator.types import StopReason, Trajectory
 
 

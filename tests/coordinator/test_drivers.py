@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from opentinker_coordinator.env_outages import EnvironmentBroken, OutageBudget
-from opentinker_coordinator.inference_driver import InferencePorts, InOrderWriter, run_inference
-from opentinker_coordinator.plans import InferencePlan, RlPlan, SftPlan
-from opentinker_coordinator.rl_driver import RlPorts, StopRequested, run_rl
-from opentinker_coordinator.sft_driver import SftPorts, batches, run_sft
+from opentinker_coordinator.driver.env_outages import EnvironmentBroken, OutageBudget
+from opentinker_coordinator.driver.inference_driver import InferencePorts, InOrderWriter, run_inference
+from opentinker_coordinator.driver.plans import InferencePlan, RlPlan, SftPlan
+from opentinker_coordinator.driver.rl_driver import RlPorts, StopRequested, run_rl
+from opentinker_coordinator.driver.sft_driver import SftPorts, batches, run_sft
 from opentinker_coordinator.types import CheckpointRef, Datum, StopReason, Trajectory
 from tests.coordinator.fakes import RecordingReporter, RecordingTrainer, ScriptedRollout, VersionSync
 

@@ -12,15 +12,15 @@ import pytest
 
 from opentinker.api.common.v1 import trajectory_pb2
 from opentinker.env.gomoku_game import GomokuGame
-from opentinker_coordinator.agent_protocol import AgentProtocol
-from opentinker_coordinator.env_outages import EnvironmentBroken, EnvironmentUnavailable, OutageBudget
-from opentinker_coordinator.local_seated import local_environments
-from opentinker_coordinator.ma_driver import AgentFailed, AgentPorts, MultiAgentPorts, evaluate_alone, run_multi_agent
-from opentinker_coordinator.pairings import Pairing
-from opentinker_coordinator.plans import AgentPlan, MultiAgentPlan, RlPlan
-from opentinker_coordinator.remote import trajectory_from_message
-from opentinker_coordinator.rl_driver import RlPorts, StopRequested, run_rl
-from opentinker_coordinator.seated_environment import EnvironmentBroke, MatchEnvironmentRef
+from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
+from opentinker_coordinator.driver.env_outages import EnvironmentBroken, EnvironmentUnavailable, OutageBudget
+from opentinker_coordinator.protocol.local_seated import local_environments
+from opentinker_coordinator.driver.ma_driver import AgentFailed, AgentPorts, MultiAgentPorts, evaluate_alone, run_multi_agent
+from opentinker_coordinator.driver.pairings import Pairing
+from opentinker_coordinator.driver.plans import AgentPlan, MultiAgentPlan, RlPlan
+from opentinker_coordinator.adapters.remote import trajectory_from_message
+from opentinker_coordinator.driver.rl_driver import RlPorts, StopRequested, run_rl
+from opentinker_coordinator.protocol.seated_environment import EnvironmentBroke, MatchEnvironmentRef
 from opentinker_coordinator.types import StopReason, Trajectory
 from tests.coordinator.fakes import RecordingReporter, RecordingTrainer, ScriptedRollout, VersionSync
 from tests.coordinator.test_ma_driver import LoggingTrainer, ProtocolAgent, Reporter, Sync

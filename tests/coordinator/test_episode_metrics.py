@@ -2,7 +2,7 @@
 
 import pytest
 
-from opentinker_coordinator.episode_metrics import episode_metrics
+from opentinker_coordinator.driver.episode_metrics import episode_metrics
 from opentinker_coordinator.types import StopReason, Trajectory
 
 

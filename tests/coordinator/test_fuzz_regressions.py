@@ -20,8 +20,8 @@ from opentinker.api.coordinator.v1 import coordinator_service_pb2 as pb
 from opentinker.api.coordinator.v1 import coordinator_service_pb2_grpc as pb_grpc
 from opentinker.api.envhost.v1 import envhost_service_pb2 as env_pb
 from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as env_grpc
-from opentinker_coordinator.agent_protocol import AgentProtocol
-from opentinker_coordinator.envhost_seats import EnvHostChannels
+from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
+from opentinker_coordinator.protocol.envhost_seats import EnvHostChannels
 from opentinker_coordinator.runs import RunRegistry, RunState
 from opentinker_coordinator.servicer import coordinator_service_binding
 from tests._stack import free_ports

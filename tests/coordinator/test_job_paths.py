@@ -11,7 +11,7 @@ import pytest
 from opentinker.api.common.v1 import environment_pb2, model_pb2
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.core.tenant_paths import PathRefused, TenantAreas
-from opentinker_coordinator.job_paths import confine_job_paths
+from opentinker_coordinator.adapters.job_paths import confine_job_paths
 
 
 @pytest.fixture

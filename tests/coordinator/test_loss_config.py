@@ -2,7 +2,7 @@
 
 from opentinker.api.common.v1 import algorithm_pb2 as algo
 from opentinker.api.scheduler.v1 import job_pb2
-from opentinker_coordinator.remote import loss_config
+from opentinker_coordinator.adapters.remote import loss_config
 
 
 def rl_job(**loss_fields) -> job_pb2.Job:

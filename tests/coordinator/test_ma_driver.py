@@ -13,12 +13,12 @@ import random
 import pytest
 
 from opentinker.env.gomoku_game import GomokuGame
-from opentinker_coordinator.agent_protocol import AgentProtocol
-from opentinker_coordinator.ma_driver import AgentFailed, AgentPorts, MultiAgentPorts, run_multi_agent
-from opentinker_coordinator.pairings import Pairing
-from opentinker_coordinator.protocol_errors import ProtocolError
-from opentinker_coordinator.plans import AgentPlan, MultiAgentPlan, MultiAgentResume
-from opentinker_coordinator.seated_environment import MatchEnvironmentRef
+from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
+from opentinker_coordinator.driver.ma_driver import AgentFailed, AgentPorts, MultiAgentPorts, run_multi_agent
+from opentinker_coordinator.driver.pairings import Pairing
+from opentinker_coordinator.protocol.protocol_errors import ProtocolError
+from opentinker_coordinator.driver.plans import AgentPlan, MultiAgentPlan, MultiAgentResume
+from opentinker_coordinator.protocol.seated_environment import MatchEnvironmentRef
 from opentinker_coordinator.types import CheckpointRef, StopReason, Trajectory
 from tests.coordinator.fakes import RecordingTrainer
 from tests.coordinator.seated_games import factory_of
@@ -276,7 +276,7 @@ async def test_a_stop_request_ends_every_pipeline():
         ports.stop.set()
 
     ports.reporter.metrics = stop_after_first
-    from opentinker_coordinator.rl_driver import StopRequested
+    from opentinker_coordinator.driver.rl_driver import StopRequested
     with pytest.raises(StopRequested):
         async with asyncio.timeout(20):
             await run_multi_agent(plan(agents, steps=5, checkpoint_every=0), ports)

@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 
 from opentinker.env.gomoku import Move, move_name
 from opentinker.env.gomoku_game import STONE_SEATS
-from opentinker_coordinator.agent_protocol import AgentProtocol
-from opentinker_coordinator.matches import FORFEIT, ActionResult, Match, MatchState
-from opentinker_coordinator.protocol_errors import (
+from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
+from opentinker_coordinator.protocol.matches import FORFEIT, ActionResult, Match, MatchState
+from opentinker_coordinator.protocol.protocol_errors import (
     AgentLost,
     InvalidProtocolRequest,
     MatchEnvironmentFailed,
@@ -34,7 +34,7 @@ from opentinker_coordinator.protocol_errors import (
     NotYourTurn,
     SeatTaken,
 )
-from opentinker_coordinator.seated_environment import MatchEnvironmentRef
+from opentinker_coordinator.protocol.seated_environment import MatchEnvironmentRef
 from tests.coordinator.toy_games import GAMES, SEAT_NAMES, CounterRace, catalog_factory, secret_tag
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -690,7 +690,7 @@ def test_an_open_whose_first_caller_gives_up_still_answers_the_others() -> None:
 
 
 def test_ended_matches_are_forgotten_beyond_the_limit_and_not_kept_alive(monkeypatch: pytest.MonkeyPatch) -> None:
-    from opentinker_coordinator import agent_protocol
+    from opentinker_coordinator.protocol import agent_protocol
 
     monkeypatch.setattr(agent_protocol, "MAX_ENDED_MATCHES", 3)
 

@@ -18,8 +18,9 @@ from opentinker.api.common.v1 import environment_pb2, errors_pb2, progress_pb2
 from opentinker.api.coordinator.v1 import coordinator_service_pb2 as pb
 from opentinker.api.coordinator.v1 import coordinator_service_pb2_grpc as pb_grpc
 from opentinker.core.errors import REASON_METADATA_KEY, TRACEBACK_METADATA_KEY
-from opentinker_coordinator import match_convert, protocol_errors
-from opentinker_coordinator.agent_protocol import AgentProtocol
+from opentinker_coordinator.protocol import match_convert
+from opentinker_coordinator.protocol import protocol_errors
+from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
 from opentinker_coordinator.runs import RunRegistry, RunState
 from opentinker_coordinator.servicer import coordinator_service_binding
 from tests.coordinator.toy_games import catalog_factory

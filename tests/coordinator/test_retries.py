@@ -7,7 +7,7 @@ import grpc
 import pytest
 from grpc.aio import AioRpcError, Metadata
 
-from opentinker_coordinator.retries import CallGuard, Interrupted, RetryBudget, WorkerLost
+from opentinker_coordinator.adapters.retries import CallGuard, Interrupted, RetryBudget, WorkerLost
 
 FAST = RetryBudget(seconds=5.0, initial_delay=0.001, max_delay=0.005)
 

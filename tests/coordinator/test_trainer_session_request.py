@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from opentinker.api.common.v1 import algorithm_pb2, resources_pb2
 from opentinker.api.scheduler.v1 import job_pb2
-from opentinker_coordinator.remote import session_optimizer, trainer_device_ids
+from opentinker_coordinator.adapters.remote import session_optimizer, trainer_device_ids
 
 
 def job(total_steps: int, optimizer: dict) -> job_pb2.Job:

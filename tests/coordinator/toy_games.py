@@ -22,7 +22,7 @@ from typing import Any
 from opentinker.env.game import AbstractGame, NotYourTurn, StepResult
 from opentinker.env.gomoku_game import GomokuGame
 from opentinker.env.math_game import MathGame
-from opentinker_coordinator.seated_environment import EnvironmentBroke, MatchEnvironmentRef, SeatedStart, SeatedStep
+from opentinker_coordinator.protocol.seated_environment import EnvironmentBroke, MatchEnvironmentRef, SeatedStart, SeatedStep
 from tests.coordinator.seated_games import InProcessSeatedEnvironment
 
 SEAT_NAMES = ("north", "east", "south", "west")

@@ -36,10 +36,10 @@ from opentinker.core.settings import ServiceSettings, port_setting
 from opentinker.env.gomoku_game import GomokuGame
 from opentinker.ml.models import save_model_dir
 from opentinker.ml.tokenizer import build_byte_tokenizer
-from opentinker_coordinator.agent_protocol import AgentProtocol
-from opentinker_coordinator.matches import Match, MatchState
+from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
+from opentinker_coordinator.protocol.matches import Match, MatchState
 from opentinker_coordinator.runs import RunRegistry, RunState
-from opentinker_coordinator.seated_environment import MatchEnvironmentRef
+from opentinker_coordinator.protocol.seated_environment import MatchEnvironmentRef
 from opentinker_coordinator.servicer import coordinator_service_binding
 from opentinker_rollout.engine import FinishReason
 from opentinker_rollout.environment import ResetResult, StepOutcome

@@ -18,18 +18,18 @@ from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as scheduler_
 from opentinker.core.auth_interceptor import JobTokenSlot, authenticated_channel
 from opentinker.core.job_tokens import job_token_of
 from opentinker.core.tenant_paths import DEFAULT_TENANT_DATA_DIR, TenantAreas
-from opentinker_coordinator import job_plans
-from opentinker_coordinator.agent_protocol import AgentProtocol
-from opentinker_coordinator.env_outages import OutageBudget
-from opentinker_coordinator.envhost_resolution import resolve_envhosts, scheduler_envhosts
-from opentinker_coordinator.inference_driver import InferencePorts, run_inference
-from opentinker_coordinator.job_paths import confine_job_paths
-from opentinker_coordinator.ma_driver import AgentFailed, AgentPorts, MultiAgentPorts, run_multi_agent
-from opentinker_coordinator.remote import RemoteRollout, RemoteTrainer, RemoteWeightSync, SchedulerReporter
-from opentinker_coordinator.retries import CallGuard, RetryBudget, WorkerLost
-from opentinker_coordinator.rl_driver import RlPorts, StopRequested, run_rl
+from opentinker_coordinator.driver import job_plans
+from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
+from opentinker_coordinator.driver.env_outages import OutageBudget
+from opentinker_coordinator.adapters.envhost_resolution import resolve_envhosts, scheduler_envhosts
+from opentinker_coordinator.driver.inference_driver import InferencePorts, run_inference
+from opentinker_coordinator.adapters.job_paths import confine_job_paths
+from opentinker_coordinator.driver.ma_driver import AgentFailed, AgentPorts, MultiAgentPorts, run_multi_agent
+from opentinker_coordinator.adapters.remote import RemoteRollout, RemoteTrainer, RemoteWeightSync, SchedulerReporter
+from opentinker_coordinator.adapters.retries import CallGuard, RetryBudget, WorkerLost
+from opentinker_coordinator.driver.rl_driver import RlPorts, StopRequested, run_rl
 from opentinker_coordinator.runs import RunState, RunStatus
-from opentinker_coordinator.sft_driver import SftPorts, run_sft
+from opentinker_coordinator.driver.sft_driver import SftPorts, run_sft
 
 log = structlog.get_logger(__name__)
 
@@ -140,7 +140,7 @@ class JobLauncher:
                     plan = dataclasses.replace(job_plans.rl_plan(job), env_outage=self.config.env_outage)
                     await run_rl(plan, ports)
                 elif kind == job_pb2.JOB_TYPE_SFT:
-                    from opentinker_coordinator.sft_data import load_sft_datums  # torch-free but heavy import
+                    from opentinker_coordinator.driver.sft_data import load_sft_datums  # torch-free but heavy import
 
                     examples = load_sft_datums(job.spec.dataset.path, job.spec.policy.model,
                                                 self.config.checkpoint_dir, job.spec.dataset.messages_field)

@@ -13,11 +13,11 @@ from opentinker.core.memory import keep_freed_memory
 from opentinker.core.server import ServerPlan
 from opentinker.core.tenant_paths import TenantAreas, shared_model_dir
 from opentinker.core.worker_registration import WorkerRegistration
-from opentinker_coordinator.agent_protocol import AgentProtocol
-from opentinker_coordinator.env_outages import OutageBudget
-from opentinker_coordinator.envhost_seats import EnvHostChannels
+from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
+from opentinker_coordinator.driver.env_outages import OutageBudget
+from opentinker_coordinator.protocol.envhost_seats import EnvHostChannels
 from opentinker_coordinator.launch import JobLauncher, LaunchConfig
-from opentinker_coordinator.retries import RetryBudget
+from opentinker_coordinator.adapters.retries import RetryBudget
 from opentinker_coordinator.runs import RunRegistry
 from opentinker_coordinator.servicer import coordinator_service_binding
 from opentinker_coordinator.settings import CoordinatorSettings

@@ -22,9 +22,9 @@ from opentinker.core.errors import REASON_METADATA_KEY, TRACEBACK_METADATA_KEY
 from opentinker.core.server import ServiceBinding
 from opentinker.core.job_token_guard import require_job_token
 from opentinker.core.unimplemented import unimplemented_base
-from opentinker_coordinator import match_convert
-from opentinker_coordinator.agent_protocol import AgentProtocol
-from opentinker_coordinator.protocol_errors import MatchEnvironmentFailed, ProtocolError
+from opentinker_coordinator.protocol import match_convert
+from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
+from opentinker_coordinator.protocol.protocol_errors import MatchEnvironmentFailed, ProtocolError
 from opentinker_coordinator.runs import RunRegistry, RunState, RunStatus
 
 SERVICE_FULL_NAME = pb.DESCRIPTOR.services_by_name["CoordinatorService"].full_name

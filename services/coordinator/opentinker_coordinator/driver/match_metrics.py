@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from opentinker_coordinator.matches import Match, MatchState
+from opentinker_coordinator.protocol.matches import Match, MatchState
 
 WIN, DRAW = "win", "draw"
 

@@ -9,8 +9,8 @@ from google.protobuf import json_format, struct_pb2
 
 from opentinker.api.common.v1 import environment_pb2, progress_pb2
 from opentinker.api.coordinator.v1 import coordinator_service_pb2 as pb
-from opentinker_coordinator.matches import ActionResult, GrantedTurn, Match, MatchState
-from opentinker_coordinator.protocol_errors import (
+from opentinker_coordinator.protocol.matches import ActionResult, GrantedTurn, Match, MatchState
+from opentinker_coordinator.protocol.protocol_errors import (
     AgentLost,
     BarrierOutOfOrder,
     BarrierTimeout,
@@ -19,7 +19,7 @@ from opentinker_coordinator.protocol_errors import (
     MatchNotFound,
     ProtocolError,
 )
-from opentinker_coordinator.seated_environment import MatchEnvironmentRef
+from opentinker_coordinator.protocol.seated_environment import MatchEnvironmentRef
 
 MATCH_STATES = {
     MatchState.WAITING_FOR_AGENTS: pb.Match.STATE_WAITING_FOR_AGENTS,

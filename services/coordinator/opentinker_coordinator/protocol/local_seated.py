@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from opentinker.env.game import AbstractGame, NotYourTurn
-from opentinker_coordinator.seated_environment import (
+from opentinker_coordinator.protocol.seated_environment import (
     EnvironmentBroke,
     MatchEnvironmentRef,
     SeatedEnvironmentFactory,

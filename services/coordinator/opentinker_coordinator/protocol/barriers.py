@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from opentinker_coordinator.protocol_errors import (
+from opentinker_coordinator.protocol.protocol_errors import (
     AgentLost,
     BarrierOutOfOrder,
     BarrierTimeout,

@@ -29,18 +29,19 @@ from typing import Protocol
 
 import structlog
 
-from opentinker_coordinator import elo, episodes
-from opentinker_coordinator.agent_protocol import AgentProtocol
-from opentinker_coordinator.datums import rl_datums
-from opentinker_coordinator.env_outages import retry_while_unreachable, score_or_skip
-from opentinker_coordinator.episode_metrics import episode_metrics
-from opentinker_coordinator.match_metrics import MatchRecord, agent_match_metrics
+from opentinker_coordinator.driver import elo
+from opentinker_coordinator.driver import episodes
+from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
+from opentinker_coordinator.driver.datums import rl_datums
+from opentinker_coordinator.driver.env_outages import retry_while_unreachable, score_or_skip
+from opentinker_coordinator.driver.episode_metrics import episode_metrics
+from opentinker_coordinator.driver.match_metrics import MatchRecord, agent_match_metrics
 from opentinker_coordinator.metrics import count_step, observe_phase
-from opentinker_coordinator.pairings import PlannedMatch, lineups, step_matches
-from opentinker_coordinator.plans import AgentPlan, MultiAgentPlan
-from opentinker_coordinator.ports import TrainerPort, WeightSyncPort
-from opentinker_coordinator.protocol_errors import AgentLost, MatchEnvironmentFailed
-from opentinker_coordinator.rl_driver import StopRequested
+from opentinker_coordinator.driver.pairings import PlannedMatch, lineups, step_matches
+from opentinker_coordinator.driver.plans import AgentPlan, MultiAgentPlan
+from opentinker_coordinator.driver.ports import TrainerPort, WeightSyncPort
+from opentinker_coordinator.protocol.protocol_errors import AgentLost, MatchEnvironmentFailed
+from opentinker_coordinator.driver.rl_driver import StopRequested
 from opentinker_coordinator.types import CheckpointRef, EpisodeRequest, SeatRequest, Trajectory
 
 log = structlog.get_logger(__name__)

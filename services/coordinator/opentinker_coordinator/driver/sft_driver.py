@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import structlog
 
 from opentinker_coordinator.metrics import count_step, observe_phase
-from opentinker_coordinator.plans import SftPlan
-from opentinker_coordinator.ports import ReporterPort, TrainerPort
-from opentinker_coordinator.resume import resume_step
-from opentinker_coordinator.rl_driver import StopRequested, due
+from opentinker_coordinator.driver.plans import SftPlan
+from opentinker_coordinator.driver.ports import ReporterPort, TrainerPort
+from opentinker_coordinator.driver.resume import resume_step
+from opentinker_coordinator.driver.rl_driver import StopRequested, due
 from opentinker_coordinator.types import Datum
 
 log = structlog.get_logger(__name__)

@@ -21,7 +21,7 @@ from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
 from opentinker.core.channel_pool import ChannelPool
 from opentinker.core.errors import traceback_from_metadata
 from opentinker.core.job_tokens import job_call_metadata
-from opentinker_coordinator.seated_environment import (
+from opentinker_coordinator.protocol.seated_environment import (
     EnvironmentBroke,
     MatchEnvironmentRef,
     SeatedEnvironmentFactory,

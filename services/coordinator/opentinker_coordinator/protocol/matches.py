@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from opentinker_coordinator.protocol_errors import (
+from opentinker_coordinator.protocol.protocol_errors import (
     AgentLost,
     InvalidProtocolRequest,
     MatchEnvironmentFailed,
@@ -36,7 +36,7 @@ from opentinker_coordinator.protocol_errors import (
     ProtocolError,
     SeatTaken,
 )
-from opentinker_coordinator.seated_environment import (
+from opentinker_coordinator.protocol.seated_environment import (
     EnvironmentBroke,
     MatchEnvironmentRef,
     SeatedEnvironment,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from opentinker_coordinator.advantages import Estimator
-from opentinker_coordinator.env_outages import OutageBudget
-from opentinker_coordinator.pairings import Pairing
-from opentinker_coordinator.seated_environment import MatchEnvironmentRef
+from opentinker_coordinator.driver.advantages import Estimator
+from opentinker_coordinator.driver.env_outages import OutageBudget
+from opentinker_coordinator.driver.pairings import Pairing
+from opentinker_coordinator.protocol.seated_environment import MatchEnvironmentRef
 from opentinker_coordinator.types import CheckpointRef
 
 

@@ -8,7 +8,7 @@ batches are derived from (seed, step), so the data continues where it stopped to
 
 from __future__ import annotations
 
-from opentinker_coordinator.ports import ReporterPort, TrainerPort
+from opentinker_coordinator.driver.ports import ReporterPort, TrainerPort
 from opentinker_coordinator.types import CheckpointRef
 
 

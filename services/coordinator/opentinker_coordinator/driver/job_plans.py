@@ -6,10 +6,10 @@ from google.protobuf import json_format
 
 from opentinker.api.common.v1 import algorithm_pb2
 from opentinker.api.scheduler.v1 import job_pb2
-from opentinker_coordinator.advantages import Estimator
-from opentinker_coordinator.elo import DEFAULT_K
-from opentinker_coordinator.pairings import Pairing
-from opentinker_coordinator.plans import (
+from opentinker_coordinator.driver.advantages import Estimator
+from opentinker_coordinator.driver.elo import DEFAULT_K
+from opentinker_coordinator.driver.pairings import Pairing
+from opentinker_coordinator.driver.plans import (
     AgentPlan,
     InferencePlan,
     MultiAgentPlan,
@@ -17,7 +17,7 @@ from opentinker_coordinator.plans import (
     RlPlan,
     SftPlan,
 )
-from opentinker_coordinator.seated_environment import MatchEnvironmentRef
+from opentinker_coordinator.protocol.seated_environment import MatchEnvironmentRef
 from opentinker_coordinator.types import CheckpointRef
 
 DEFAULT_BATCH_SIZE = 8

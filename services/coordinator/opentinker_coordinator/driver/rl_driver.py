@@ -14,14 +14,14 @@ from dataclasses import dataclass
 
 import structlog
 
-from opentinker_coordinator import episodes
-from opentinker_coordinator.datums import rl_datums
-from opentinker_coordinator.env_outages import collect_until_usable, score_or_skip, trainable
-from opentinker_coordinator.episode_metrics import episode_metrics
+from opentinker_coordinator.driver import episodes
+from opentinker_coordinator.driver.datums import rl_datums
+from opentinker_coordinator.driver.env_outages import collect_until_usable, score_or_skip, trainable
+from opentinker_coordinator.driver.episode_metrics import episode_metrics
 from opentinker_coordinator.metrics import count_step, observe_phase
-from opentinker_coordinator.plans import RlPlan
-from opentinker_coordinator.ports import ReporterPort, RolloutPort, TrainerPort, WeightSyncPort
-from opentinker_coordinator.resume import resume_step
+from opentinker_coordinator.driver.plans import RlPlan
+from opentinker_coordinator.driver.ports import ReporterPort, RolloutPort, TrainerPort, WeightSyncPort
+from opentinker_coordinator.driver.resume import resume_step
 from opentinker_coordinator.types import Trajectory
 
 log = structlog.get_logger(__name__)

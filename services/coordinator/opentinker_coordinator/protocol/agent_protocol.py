@@ -15,10 +15,10 @@ from typing import Any
 
 import structlog
 
-from opentinker_coordinator.barriers import Arrival, JobBarriers
-from opentinker_coordinator.matches import ActionResult, GrantedTurn, Match
-from opentinker_coordinator.protocol_errors import InvalidProtocolRequest, MatchEnvironmentFailed, MatchNotFound
-from opentinker_coordinator.seated_environment import (
+from opentinker_coordinator.protocol.barriers import Arrival, JobBarriers
+from opentinker_coordinator.protocol.matches import ActionResult, GrantedTurn, Match
+from opentinker_coordinator.protocol.protocol_errors import InvalidProtocolRequest, MatchEnvironmentFailed, MatchNotFound
+from opentinker_coordinator.protocol.seated_environment import (
     EnvironmentBroke,
     MatchEnvironmentRef,
     SeatedEnvironmentFactory,

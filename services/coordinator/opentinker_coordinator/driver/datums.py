@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 
-from opentinker_coordinator import advantages
+from opentinker_coordinator.driver import advantages
 from opentinker_coordinator.types import Datum, Trajectory
 
 

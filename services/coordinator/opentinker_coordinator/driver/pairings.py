@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from opentinker_coordinator.episodes import SEED_STRIDE
+from opentinker_coordinator.driver.episodes import SEED_STRIDE
 
 
 class Pairing(StrEnum):

@@ -24,7 +24,7 @@ from opentinker.api.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
 from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as scheduler_grpc
 from opentinker.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
-from opentinker_coordinator.retries import CallGuard
+from opentinker_coordinator.adapters.retries import CallGuard
 from opentinker_coordinator.types import CheckpointRef, Datum, EpisodeRequest, SeatRequest, StopReason, Trajectory
 
 log = structlog.get_logger(__name__)
