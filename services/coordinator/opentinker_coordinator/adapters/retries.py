@@ -24,7 +24,7 @@ from typing import TypeVar
 import grpc
 import structlog
 
-from opentinker_coordinator.driver.rl_driver import StopRequested
+from opentinker_coordinator.driver.pipeline import StopRequested
 
 log = structlog.get_logger(__name__)
 

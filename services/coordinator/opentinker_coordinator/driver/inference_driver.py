@@ -11,7 +11,7 @@ from opentinker_coordinator.driver import episodes
 from opentinker_coordinator.driver.episode_metrics import episode_metrics
 from opentinker_coordinator.driver.plans import InferencePlan
 from opentinker_coordinator.driver.ports import ReporterPort, RolloutPort
-from opentinker_coordinator.driver.rl_driver import StopRequested
+from opentinker_coordinator.driver.pipeline import StopRequested
 from opentinker_coordinator.types import Trajectory
 
 

@@ -18,6 +18,7 @@ from opentinker_coordinator.driver.plans import (
     SftPlan,
 )
 from opentinker_coordinator.protocol.seated_environment import MatchEnvironmentRef
+from opentinker_coordinator.driver.staleness import AsyncSettings
 from opentinker_coordinator.types import CheckpointRef
 
 DEFAULT_BATCH_SIZE = 8
@@ -50,7 +51,14 @@ def rl_plan(job: job_pb2.Job) -> RlPlan:
         checkpoint_every_steps=training.checkpoint_every_steps, seed=training.seed,
         estimator=ESTIMATORS[advantage.estimator], normalize_by_std=advantage.normalize_by_std,
         gamma=advantage.gamma or 1.0,
-        resume=resume_point(job))
+        resume=resume_point(job), asynchrony=async_settings(job.spec))
+
+
+def async_settings(spec: job_pb2.JobSpec) -> AsyncSettings:
+    """JobSpec.async (a Python keyword, so read with getattr); unset = synchronous."""
+    config = getattr(spec, "async")
+    return AsyncSettings(max_staleness=config.max_staleness,
+                         finish_on_old_weights=config.in_flight != job_pb2.AsyncConfig.IN_FLIGHT_SWAP_WEIGHTS)
 
 
 PAIRINGS = {
@@ -85,7 +93,7 @@ def multi_agent_plan(job: job_pb2.Job, attempt_token: int) -> MultiAgentPlan:
         evaluates_alone=bool(config.eval_environment.env_name),
         checkpoint_every_steps=training.checkpoint_every_steps, seed=training.seed,
         elo_k=config.elo_k or DEFAULT_K, barrier_timeout_s=config.barrier_timeout_seconds or DEFAULT_BARRIER_TIMEOUT_S,
-        resume=multi_agent_resume(job))
+        resume=multi_agent_resume(job), asynchrony=async_settings(job.spec))
 
 
 def multi_agent_resume(job: job_pb2.Job) -> MultiAgentResume | None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from opentinker_coordinator.driver.advantages import Estimator
 from opentinker_coordinator.driver.env_outages import OutageBudget
 from opentinker_coordinator.driver.pairings import Pairing
+from opentinker_coordinator.driver.staleness import AsyncSettings
 from opentinker_coordinator.protocol.seated_environment import MatchEnvironmentRef
 from opentinker_coordinator.types import CheckpointRef
 
@@ -32,6 +33,8 @@ class RlPlan:
     """An earlier attempt's checkpoint to continue from (the job was re-queued)."""
     env_outage: OutageBudget = OutageBudget()
     """How long a batch waits out an unreachable environment (the Coordinator's setting)."""
+    asynchrony: AsyncSettings = AsyncSettings()
+    """JobSpec.async: how far rollouts run ahead of training (0 = synchronous)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,3 +105,6 @@ class MultiAgentPlan:
     resume: MultiAgentResume | None = None
     env_outage: OutageBudget = OutageBudget()
     """How long an evaluation waits out an unreachable environment (the Coordinator's setting)."""
+    asynchrony: AsyncSettings = AsyncSettings()
+    """JobSpec.async: each agent's rollouts run ahead of its training by at most max_staleness
+    steps; 0 = synchronous, the agents in lockstep through the barriers."""

@@ -1,33 +1,38 @@
-"""The RL phase loop: rollout -> advantages -> update -> weight sync -> eval/checkpoint.
+"""A single-agent RL job: the agent pipeline (pipeline.py) with a league of one agent.
 
-One call of `run_rl` drives a whole job through its ports; every phase reports progress,
-every step reports metrics (reward, accuracy, loss, KL, tokens/s, time per phase).
+`SoloTeam` is that league: its batches are the job's episodes (`episodes.train_requests` of
+(seed, step), played group_size times each; a batch with nothing to train on is collected
+again within the outage budget), its barriers are trivially passed, and it reports to the job's
+reporter. One call of `run_rl` drives a whole job: set-up, the baseline evaluation (or the
+resume from a checkpoint), every step, the final evaluation and the final policy.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import dataclasses
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-import structlog
-
 from opentinker_coordinator.driver import episodes
-from opentinker_coordinator.driver.datums import rl_datums
 from opentinker_coordinator.driver.env_outages import collect_until_usable, score_or_skip, trainable
 from opentinker_coordinator.driver.episode_metrics import episode_metrics
-from opentinker_coordinator.metrics import count_step, observe_phase
-from opentinker_coordinator.driver.plans import RlPlan
+from opentinker_coordinator.driver.pipeline import (
+    AgentPipeline,
+    Collected,
+    Learner,
+    PipelineSettings,
+    StopRequested,
+    sleep_unless_stopped,
+)
+from opentinker_coordinator.driver.plans import AgentPlan, RlPlan
 from opentinker_coordinator.driver.ports import ReporterPort, RolloutPort, TrainerPort, WeightSyncPort
 from opentinker_coordinator.driver.resume import resume_step
-from opentinker_coordinator.types import Trajectory
+from opentinker_coordinator.driver.staleness import AsyncSettings, PolicyClock
+from opentinker_coordinator.metrics import observe_phase
+from opentinker_coordinator.types import CheckpointRef, Trajectory
 
-log = structlog.get_logger(__name__)
-
-class StopRequested(Exception):
-    """The job was cancelled or its lease lost; the driver stops at a phase boundary."""
+__all__ = ["RlPorts", "StopRequested", "run_rl", "rl_step"]
 
 
 @dataclass(kw_only=True)
@@ -40,99 +45,97 @@ class RlPorts:
 
 
 async def collect(ports: RlPorts, requests, group_size: int, *, evaluation: bool) -> list[Trajectory]:
-    trajectories = []
-    async for trajectory in ports.rollout.run_episodes(requests, group_size, evaluation=evaluation):
-        trajectories.append(trajectory)
-    return trajectories
+    return [t async for t in ports.rollout.run_episodes(requests, group_size, evaluation=evaluation)]
 
 
-def check_stop(ports: RlPorts) -> None:
-    if ports.stop.is_set():
-        raise StopRequested()
+class SoloTeam:
+    """The league of one agent: the Team of a single-agent job's pipeline."""
 
+    def __init__(self, plan: RlPlan, ports: RlPorts) -> None:
+        self.plan, self.ports = plan, ports
 
-async def rollout_phase(plan: RlPlan, ports: RlPorts, step: int) -> tuple[list[Trajectory], dict]:
-    """The step's episodes. A batch with nothing to train on is collected again (env_outages.py:
-    an outage is waited out within the job's outage budget, a broken game tried a few times):
-    an optimizer step is never taken, nor skipped, for want of data. Failed episodes of every
-    collection are counted in `env_errors`."""
-    await ports.reporter.progress(phase="ROLLOUT", step=step, total_steps=plan.total_steps)
-    started = time.perf_counter()
-    requests = episodes.train_requests(step, plan.batch_size, plan.seed)
-    collected = await collect_until_usable(
-        lambda: collect(ports, requests, plan.group_size, evaluation=False), usable=trainable,
-        what=f"step {step + 1}", budget=plan.env_outage, tell=ports.reporter.log,
-        pause=lambda seconds: _sleep_unless_stopped(ports, seconds))
-    trajectories = collected.trajectories
-    seconds = time.perf_counter() - started
-    observe_phase("rollout", seconds)
-    sampled = sum(t.sampled_tokens for t in trajectories)
-    metrics = episode_metrics(trajectories) | {
-        "time/rollout_s": seconds, "tokens_per_second": sampled / seconds if seconds > 0 else 0.0}
-    metrics["env_errors"] += collected.failed_before
-    if collected.retries:
-        metrics["rollout_retries"] = float(collected.retries)
-    return trajectories, metrics
+    def _pause(self, seconds: float):  # noqa: ANN202
+        return sleep_unless_stopped(self.ports.stop, seconds)
 
+    async def collect(self, agent_id: str, step: int) -> Collected:
+        """The step's episodes. A batch with nothing to train on is collected again
+        (env_outages.py: an outage is waited out within the job's outage budget, a broken game
+        tried a few times): an optimizer step is never taken, nor skipped, for want of data.
+        Failed episodes of every collection are counted in `env_errors`."""
+        started = time.perf_counter()
+        requests = episodes.train_requests(step, self.plan.batch_size, self.plan.seed)
+        collected = await collect_until_usable(
+            lambda: collect(self.ports, requests, self.plan.group_size, evaluation=False), usable=trainable,
+            what=f"step {step + 1}", budget=self.plan.env_outage, tell=self.ports.reporter.log, pause=self._pause)
+        trajectories = collected.trajectories
+        seconds = time.perf_counter() - started
+        observe_phase("rollout", seconds)
+        sampled = sum(t.sampled_tokens for t in trajectories)
+        metrics = episode_metrics(trajectories) | {
+            "time/rollout_s": seconds, "tokens_per_second": sampled / seconds if seconds > 0 else 0.0}
+        metrics["env_errors"] += collected.failed_before
+        if collected.retries:
+            metrics["rollout_retries"] = float(collected.retries)
+        return Collected(trajectories=trajectories, metrics=metrics)
 
-async def _sleep_unless_stopped(ports: RlPorts, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(ports.stop.wait(), seconds)
-    check_stop(ports)
+    async def evaluate(self, agent_id: str, step: int) -> dict[str, float]:
+        """The eval metrics at `step`; none (an event says why) when its episodes stayed unusable."""
+        await self.progress(agent_id, "EVAL", step)
+        started = time.perf_counter()
+        requests = episodes.eval_requests(self.plan.eval_episodes, self.plan.seed)
+        trajectories = await score_or_skip(
+            lambda: collect(self.ports, requests, 1, evaluation=True), what=f"the evaluation at step {step}",
+            budget=self.plan.env_outage, tell=self.ports.reporter.log, pause=self._pause)
+        if trajectories is None:
+            return {}
+        seconds = time.perf_counter() - started
+        observe_phase("eval", seconds)
+        return episode_metrics(trajectories, prefix="eval/") | {"time/eval_s": seconds}
 
+    async def barrier(self, agent_id: str, phase: str, step: int) -> None:
+        """Nobody else to wait for."""
 
-async def update_phase(plan: RlPlan, ports: RlPorts, step: int, trajectories: Sequence[Trajectory]) -> dict:
-    await ports.reporter.progress(phase="UPDATE", step=step, total_steps=plan.total_steps)
-    started = time.perf_counter()
-    datums = rl_datums(trajectories, plan.estimator, normalize_by_std=plan.normalize_by_std,
-                       gamma=plan.gamma)
-    metrics: dict[str, float] = {"datums": float(len(datums))}
-    if datums:
-        metrics |= await ports.trainer.forward_backward(datums)
-    metrics |= await ports.trainer.optim_step(step + 1)
-    metrics["time/update_s"] = time.perf_counter() - started
-    observe_phase("update", metrics["time/update_s"])
-    return metrics
+    async def rollout_done(self, agent_id: str, step: int) -> None:
+        """Nobody else plays this agent's episodes."""
 
-
-async def weight_sync_phase(plan: RlPlan, ports: RlPorts, step: int) -> dict:
-    await ports.reporter.progress(phase="WEIGHT_SYNC", step=step + 1, total_steps=plan.total_steps)
-    started = time.perf_counter()
-    version = await ports.weights.sync()
-    seconds = time.perf_counter() - started
-    observe_phase("weight_sync", seconds)
-    return {"policy_version": float(version), "time/weight_sync_s": seconds}
-
-
-async def evaluate(plan: RlPlan, ports: RlPorts, step: int) -> dict:
-    """The eval metrics at `step`; none (an event says why) when its episodes stayed unusable."""
-    await ports.reporter.progress(phase="EVAL", step=step, total_steps=plan.total_steps)
-    started = time.perf_counter()
-    requests = episodes.eval_requests(plan.eval_episodes, plan.seed)
-    trajectories = await score_or_skip(
-        lambda: collect(ports, requests, 1, evaluation=True), what=f"the evaluation at step {step}",
-        budget=plan.env_outage, tell=ports.reporter.log, pause=lambda seconds: _sleep_unless_stopped(ports, seconds))
-    if trajectories is None:
+    async def step_results(self, agent_id: str, step: int) -> dict[str, float]:
         return {}
-    seconds = time.perf_counter() - started
-    observe_phase("eval", seconds)
-    return episode_metrics(trajectories, prefix="eval/") | {"time/eval_s": seconds}
+
+    async def progress(self, agent_id: str, phase: str, step: int) -> None:
+        await self.ports.reporter.progress(phase=phase, step=step, total_steps=self.plan.total_steps)
+
+    async def report(self, agent_id: str, step: int, metrics: dict[str, float]) -> None:
+        await self.ports.reporter.metrics(step, metrics)
+
+    async def checkpoint(self, agent_id: str, step: int, ref: CheckpointRef, driver_state: dict[str, float]) -> None:
+        if self.plan.asynchrony.synchronous:
+            await self.ports.reporter.checkpoint(ref)
+        else:
+            await self.ports.reporter.checkpoint(ref, driver_state=driver_state)
 
 
-def due(every: int, step: int) -> bool:
-    return every > 0 and step % every == 0
+def solo_pipeline(plan: RlPlan, ports: RlPorts, clock: PolicyClock) -> AgentPipeline:
+    settings = PipelineSettings(job_id=plan.job_id, total_steps=plan.total_steps, eval_every_steps=plan.eval_every_steps,
+                                checkpoint_every_steps=plan.checkpoint_every_steps, asynchrony=plan.asynchrony)
+    agent = AgentPlan(agent_id="", estimator=plan.estimator, normalize_by_std=plan.normalize_by_std, gamma=plan.gamma)
+    return AgentPipeline(agent=agent, team=SoloTeam(plan, ports), learner=Learner(trainer=ports.trainer,
+                         weights=ports.weights), settings=settings, stop=ports.stop, clock=clock)
 
 
-async def rl_step(plan: RlPlan, ports: RlPorts, step: int) -> dict:
-    """One optimizer step; returns its metrics (reported by the caller)."""
-    trajectories, metrics = await rollout_phase(plan, ports, step)
-    check_stop(ports)
-    metrics |= await update_phase(plan, ports, step, trajectories)
-    check_stop(ports)
-    metrics |= await weight_sync_phase(plan, ports, step)
-    if due(plan.eval_every_steps, step + 1) and step + 1 < plan.total_steps:
-        metrics |= await evaluate(plan, ports, step + 1)
-    return metrics
+async def rl_step(plan: RlPlan, ports: RlPorts, step: int, rollout_version: int = 0) -> dict:
+    """One synchronous optimizer step at `step`, the Rollout sampling with `rollout_version` (the
+    weights of `step` steps); its metrics."""
+    plan = dataclasses.replace(plan, total_steps=step + 1, eval_every_steps=0, checkpoint_every_steps=0,
+                               asynchrony=AsyncSettings())
+    pipeline = solo_pipeline(plan, ports, PolicyClock(step, rollout_version))
+    collected = []
+
+    async def keep(agent_id: str, at: int, metrics: dict[str, float]) -> None:
+        collected.append(metrics)  # returned, not reported: the caller reports it
+
+    pipeline.team.report = keep
+    await pipeline.run(step)
+    return collected[-1]
 
 
 async def run_rl(plan: RlPlan, ports: RlPorts) -> None:
@@ -140,31 +143,19 @@ async def run_rl(plan: RlPlan, ports: RlPorts) -> None:
     await ports.reporter.progress(phase="SETUP", step=0, total_steps=plan.total_steps)
     await asyncio.gather(ports.trainer.open(), ports.rollout.open())
     start = await resume_step(plan.resume, ports.trainer, ports.reporter)
+    clock = PolicyClock(start, 0 if not start else None)
+    pipeline = solo_pipeline(plan, ports, clock)
     if start:
-        await ports.weights.sync()  # Rollout samples from the restored policy
-    elif initial := await evaluate(plan, ports, 0):
+        await clock.synced(await ports.weights.sync(), start)  # Rollout samples from the restored policy
+    elif initial := await pipeline.team.evaluate("", 0):
         await ports.reporter.metrics(0, initial)
-    for step in range(start, plan.total_steps):
-        check_stop(ports)
-        started = time.perf_counter()
-        metrics = await rl_step(plan, ports, step)
-        count_step("rl", time.perf_counter() - started)
-        # metrics before the checkpoint: an attempt that dies in between resumes from the previous
-        # checkpoint and reports this step again, instead of skipping a step it never reported
-        await ports.reporter.metrics(step + 1, metrics)
-        log.info("rl_step", job_id=plan.job_id, step=step + 1, **_headline(metrics))
-        if due(plan.checkpoint_every_steps, step + 1):
-            await ports.reporter.checkpoint(await ports.trainer.save_checkpoint(f"step-{step + 1}", final=False))
-    if final := await evaluate(plan, ports, plan.total_steps):
+    await pipeline.run(start)
+    await pipeline.rollout_has(plan.total_steps)
+    if final := await pipeline.team.evaluate("", plan.total_steps):
         await ports.reporter.metrics(plan.total_steps, final)
     await ports.reporter.checkpoint(await ports.trainer.save_checkpoint("final", final=True))
     await ports.reporter.progress(phase="FINISHED", step=plan.total_steps, total_steps=plan.total_steps)
     await ports.reporter.finish(succeeded=True, message=_summary(final))
-
-
-def _headline(metrics: dict) -> dict:
-    keys = ("reward/mean", "accuracy", "loss", "eval/accuracy")
-    return {k.replace("/", "_"): round(metrics[k], 4) for k in keys if k in metrics}
 
 
 def _summary(final: dict) -> str:

@@ -19,7 +19,7 @@ from opentinker_coordinator.metrics import count_step, observe_phase
 from opentinker_coordinator.driver.plans import SftPlan
 from opentinker_coordinator.driver.ports import ReporterPort, TrainerPort
 from opentinker_coordinator.driver.resume import resume_step
-from opentinker_coordinator.driver.rl_driver import StopRequested, due
+from opentinker_coordinator.driver.pipeline import StopRequested, due
 from opentinker_coordinator.types import Datum
 
 log = structlog.get_logger(__name__)
