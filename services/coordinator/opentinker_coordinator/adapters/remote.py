@@ -190,7 +190,8 @@ def trajectory_from_message(message: trajectory_pb2.Trajectory) -> Trajectory:
         stop_reason=StopReason(reason), policy_version=message.policy_version, correct=_verdict(message),
         prompt_text=message.prompt_text, token_rewards=list(message.token_rewards),
         env_error=message.env_error, env_unreachable=bool(UNREACHABLE_ENVIRONMENT.search(message.env_error)),
-        transcript=[{"action": t.action_text, "observation": t.observation_text, "reward": t.reward}
+        transcript=[{"action": t.action_text, "observation": t.observation_text, "reward": t.reward,
+                     "policy_version": t.policy_version}
                     for t in message.turns])
 
 

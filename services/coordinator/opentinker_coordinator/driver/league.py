@@ -89,6 +89,8 @@ class League:
     """State every pipeline shares: the step's matches (opened once), their results and the
     Elo ratings (computed once per step, in match order), and checkpoints being gathered."""
 
+    replays_batches = False
+
     def __init__(self, plan: MultiAgentPlan, ports: MultiAgentPorts, seats: Sequence[str],
                  ratings: dict[str, float]) -> None:
         self.plan, self.ports, self.seats = plan, ports, tuple(seats)

@@ -60,6 +60,10 @@ class Collected:
 class Team(Protocol):
     """What an agent's pipeline needs from the job around it (one agent alone, or a league)."""
 
+    replays_batches: bool
+    """Whether a batch may be collected again (one agent's episodes: yes; a league's matches,
+    shared with the opponents: no, their stale episodes are only dropped)."""
+
     async def collect(self, agent_id: str, step: int) -> Collected: ...
 
     async def evaluate(self, agent_id: str, step: int) -> dict[str, float]: ...
@@ -245,7 +249,7 @@ class AgentPipeline:
         metrics = collected.metrics | staleness_metrics(split)
         if self.settings.asynchrony.synchronous:  # every episode was played by this step's weights
             return collected.trajectories, metrics | {"async/stale_dropped": 0.0}
-        if split.stale and not trainable(split.fresh):
+        if split.stale and not trainable(split.fresh) and self.team.replays_batches:
             log.warning("stale_batch_regenerated", job_id=self.settings.job_id, step=step + 1, stale=len(split.stale))
             await self.rollout_has(step - self.k, force=True)
             again = await self.team.collect(self.agent_id, step)

@@ -51,6 +51,8 @@ async def collect(ports: RlPorts, requests, group_size: int, *, evaluation: bool
 class SoloTeam:
     """The league of one agent: the Team of a single-agent job's pipeline."""
 
+    replays_batches = True
+
     def __init__(self, plan: RlPlan, ports: RlPorts) -> None:
         self.plan, self.ports = plan, ports
 
