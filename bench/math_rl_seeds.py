@@ -29,6 +29,7 @@ CLI = [sys.executable, "-m", "opentinker.cli.main"]
 @dataclass(frozen=True, kw_only=True)
 class SeedResult:
     seed: int
+    max_staleness: int
     sft_accuracy: float
     rl_accuracy: float
     rl_seconds: float
@@ -48,18 +49,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--min-gain", type=float, default=0.25)
     p.add_argument("--max-rl-seconds", type=float, default=600.0)
     p.add_argument("--need", type=int, default=2, help="seeds that must pass")
+    p.add_argument("--max-staleness", type=int, nargs="+", default=[0],
+                   help="run every seed once per k (the RL job's async.max_staleness) and compare "
+                        "each k's held-out accuracy and RL time with k=0's (the first k given)")
     p.add_argument("demo_args", nargs="*", help="after --: passed to examples/math_rl.py")
     return p.parse_args(argv)
 
 
-def run_seed(seed: int, scheduler: str, out: Path, demo_args: list[str], env: dict[str, str] | None = None) -> SeedResult:
-    seed_dir = out / f"seed-{seed}"
+def run_seed(seed: int, scheduler: str, out: Path, demo_args: list[str], env: dict[str, str] | None = None,
+             max_staleness: int = 0) -> SeedResult:
+    seed_dir = out / (f"seed-{seed}" if not max_staleness else f"seed-{seed}-k{max_staleness}")
     command = [sys.executable, str(DEMO), "--scheduler", scheduler, "--seed", str(seed),
-               "--out", str(seed_dir), *demo_args]
+               "--out", str(seed_dir), "--max-staleness", str(max_staleness), *demo_args]
     print(f"== seed {seed}: {' '.join(command[1:])}", file=sys.stderr, flush=True)
     subprocess.run(command, check=True, env=env)
     summary = json.loads((seed_dir / "summary.json").read_text())
-    return SeedResult(seed=seed, sft_accuracy=summary["sft_accuracy"], rl_accuracy=summary["rl_accuracy"],
+    return SeedResult(seed=seed, max_staleness=max_staleness, sft_accuracy=summary["sft_accuracy"], rl_accuracy=summary["rl_accuracy"],
                       rl_seconds=summary["rl_seconds"], total_seconds=summary["total_seconds"])
 
 
@@ -68,12 +73,28 @@ def passed(result: SeedResult, args: argparse.Namespace) -> bool:
 
 
 def table(results: list[SeedResult], args: argparse.Namespace) -> str:
-    lines = [f"{'seed':>4}  {'SFT acc':>7}  {'RL acc':>6}  {'gain':>6}  {'RL s':>6}  {'total s':>7}  verdict"]
+    lines = [f"{'seed':>4}  {'k':>2}  {'SFT acc':>7}  {'RL acc':>6}  {'gain':>6}  {'RL s':>6}  {'total s':>7}  verdict"]
     for r in results:
         verdict = "PASS" if passed(r, args) else "FAIL"
-        lines.append(f"{r.seed:>4}  {r.sft_accuracy:>7.3f}  {r.rl_accuracy:>6.3f}  {r.gain:>+6.3f}  "
+        lines.append(f"{r.seed:>4}  {r.max_staleness:>2}  {r.sft_accuracy:>7.3f}  {r.rl_accuracy:>6.3f}  {r.gain:>+6.3f}  "
                      f"{r.rl_seconds:>6.0f}  {r.total_seconds:>7.0f}  {verdict}")
     return "\n".join(lines)
+
+
+def staleness_comparison(results: list[SeedResult], base_k: int) -> list[str]:
+    """Per seed and k != base_k: held-out accuracy within 0.05 of base_k's, and the RL time ratio
+    (issue 21: max_staleness 1 within 0.05 of 0 for 3 of 3 seeds, in less wall time)."""
+    base = {r.seed: r for r in results if r.max_staleness == base_k}
+    lines = []
+    for r in results:
+        if r.max_staleness == base_k or r.seed not in base:
+            continue
+        b = base[r.seed]
+        close = abs(r.rl_accuracy - b.rl_accuracy) <= 0.05 or r.rl_accuracy >= b.rl_accuracy
+        lines.append(f"seed {r.seed}: k={r.max_staleness} accuracy {r.rl_accuracy:.3f} vs k={base_k} "
+                     f"{b.rl_accuracy:.3f} ({'within 0.05 or better' if close else 'WORSE by more than 0.05'}), "
+                     f"RL time {r.rl_seconds / b.rl_seconds:.2f}x")
+    return lines
 
 
 class Stack:
@@ -101,13 +122,17 @@ def main(argv: list[str] | None = None) -> int:
         if stack is not None:
             env = {k: v for k, v in os.environ.items() if k != "OPENTINKER_API_KEY"}
             env["OPENTINKER_API_KEY_FILE"] = str(stack.state_dir / "admin.key")
-        results = [run_seed(seed, scheduler, args.out, args.demo_args, env) for seed in args.seeds]
+        results = [run_seed(seed, scheduler, args.out, args.demo_args, env, k)
+                   for seed in args.seeds for k in args.max_staleness]
     finally:
         if stack is not None:
             stack.down()
-    passing = sum(passed(r, args) for r in results)
+    baseline = [r for r in results if r.max_staleness == args.max_staleness[0]]
+    passing = sum(passed(r, args) for r in baseline)
     verdict = "PASS" if passing >= args.need else "FAIL"
     print(table(results, args))
+    for line in staleness_comparison(results, args.max_staleness[0]):
+        print(line)
     print(f"{passing}/{len(results)} seeds gained >= {args.min_gain:+.2f} held-out accuracy with RL "
           f"in <= {args.max_rl_seconds:.0f} s (need {args.need}): {verdict}")
     (args.out / "results.json").write_text(json.dumps(

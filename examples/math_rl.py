@@ -52,6 +52,7 @@ class DemoConfig:
     learning_rate: float
     rl_learning_rate: float
     max_new_tokens: int
+    max_staleness: int = 0
 
     @property
     def game_config(self) -> dict:
@@ -84,6 +85,8 @@ def parse_args(argv: list[str] | None) -> DemoConfig:
     p.add_argument("--learning-rate", type=float, default=1e-3)
     p.add_argument("--rl-learning-rate", type=float, default=3e-4)
     p.add_argument("--max-new-tokens", type=int, default=6)
+    p.add_argument("--max-staleness", type=int, default=0,
+                   help="RL job's async.max_staleness: 0 = synchronous; k >= 1 = rollouts k steps ahead")
     a = p.parse_args(argv)
     return DemoConfig(**{k: v for k, v in vars(a).items()})
 
@@ -131,6 +134,7 @@ def rl_spec(config: DemoConfig, checkpoint_id: str) -> dict:
         "training": {"total_steps": config.rl_steps, "batch_size": config.batch_size,
                      "group_size": config.group_size, "eval_every_steps": config.eval_every,
                      "eval_episodes": config.eval_episodes, "seed": config.seed},
+        "async": {"max_staleness": config.max_staleness},
     }
 
 

@@ -22,8 +22,11 @@ SEED = 20261123
 
 
 def chaos_spec(total_steps: int) -> dict:
-    """A tiny RL job that checkpoints every step and may be re-queued many times."""
-    return tiny_rl_spec(total_steps=total_steps, checkpoint_every_steps=1, max_retries=100)
+    """A tiny asynchronous RL job (the Rollout one step ahead, new weights swapped in while it
+    generates) that checkpoints every step and may be re-queued many times: a resumed attempt
+    plays the rollouts that were in flight again, so no prompt is trained twice or skipped."""
+    return tiny_rl_spec(total_steps=total_steps, checkpoint_every_steps=1, max_retries=100) | {
+        "async": {"max_staleness": 1, "in_flight": "IN_FLIGHT_SWAP_WEIGHTS"}}
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +53,10 @@ def test_the_job_succeeds_with_exactly_its_optimizer_steps(chaos_run) -> None:  
     assert proof.adam_steps == {total_steps}  # no step lost, none applied twice
     assert proof.final_matches_last_state  # the final checkpoint loads and holds the trained weights
     assert trained_steps(run) == set(range(1, total_steps + 1))
+    # every checkpoint records where the rollouts in flight were (the data cursor)
+    saved = [e.checkpoint for e in run.events if e.WhichOneof("payload") == "checkpoint" and not
+             e.checkpoint.checkpoint_id.endswith("final")]
+    assert saved and all(c.driver_state["async/rollout_cursor"] >= c.step for c in saved)
 
 
 def test_the_event_stream_is_gap_free_and_shows_every_killed_service(chaos_run) -> None:  # noqa: ANN001

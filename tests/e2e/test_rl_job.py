@@ -52,6 +52,24 @@ def test_rl_job_walks_from_submit_to_succeeded_with_an_ordered_event_stream(sche
     assert final.state == S.STATE_SUCCEEDED and final.last_event_sequence == events[-1].sequence
 
 
+@pytest.mark.parametrize("in_flight", ["IN_FLIGHT_FINISH_ON_OLD_WEIGHTS", "IN_FLIGHT_SWAP_WEIGHTS"])
+def test_an_asynchronous_rl_job_trains_each_step_once_on_tokens_at_most_k_versions_stale(
+        scheduler: SchedulerClient, in_flight: str):
+    spec = tiny_rl_spec(total_steps=4) | {"async": {"max_staleness": 1, "in_flight": in_flight}}
+    job = scheduler.submit_job(spec)
+    events = list(scheduler.watch_job(job.job_id))
+    assert states_of(events)[-1] == "SUCCEEDED", scheduler.get_job(job.job_id).status_message
+    step_metrics = {e.metrics.step: dict(e.metrics.values) for e in events
+                    if e.WhichOneof("payload") == "metrics" and "reward/mean" in e.metrics.values}
+    assert sorted(step_metrics) == [1, 2, 3, 4]
+    for values in step_metrics.values():
+        assert 0 <= values["async/staleness_mean"] <= values["async/staleness_max"] <= 1
+        assert values["async/stale_dropped"] == 0
+        assert {"time/rollout_idle_s", "time/trainer_idle_s", "ratio/mean", "loss"} <= set(values)
+    checkpoints = [e.checkpoint for e in events if e.WhichOneof("payload") == "checkpoint"]
+    assert checkpoints[0].step == 2 and checkpoints[0].driver_state["async/rollout_cursor"] >= 2
+
+
 def test_watch_resumes_after_a_sequence_without_gaps(scheduler: SchedulerClient):
     job = scheduler.submit_job(tiny_rl_spec(total_steps=1))
     everything = list(scheduler.watch_job(job.job_id))
@@ -86,6 +104,8 @@ def test_sft_checkpoint_feeds_an_inference_job_that_writes_jsonl(scheduler: Sche
     lines = [json.loads(line) for line in output.read_text().splitlines()]
     assert [line["group_id"] for line in lines] == [f"eval-{i}" for i in range(5)]
     assert all(line["prompt"].endswith("<|im_start|>assistant\n") for line in lines)
+    # every turn says which policy version sampled it (a fixed checkpoint: the loaded weights, 0)
+    assert all(turn["policy_version"] == line["policy_version"] == 0 for line in lines for turn in line["transcript"])
 
 
 def test_cancel_stops_a_running_job_and_frees_its_devices(scheduler: SchedulerClient):
