@@ -106,6 +106,9 @@ class Recipe:
     eval_episodes: int = 16
     eval_every: int = 10
     elo_k: float = 16.0
+    max_staleness: int = 0
+    """The self-play job's async.max_staleness: 0 = the agents in lockstep (barriers); k >= 1 =
+    each agent's rollouts run up to k steps ahead of its training."""
     checkpoint_every: int = 0
 
 
@@ -223,7 +226,8 @@ def selfplay_spec(checkpoint_id: str, seed: int, recipe: Recipe) -> dict:
             "training": {"total_steps": recipe.rl_steps, "batch_size": recipe.batch_size,
                          "group_size": recipe.group_size, "eval_episodes": recipe.eval_episodes,
                          "eval_every_steps": recipe.eval_every, "seed": seed,
-                         "checkpoint_every_steps": recipe.checkpoint_every}}
+                         "checkpoint_every_steps": recipe.checkpoint_every},
+            "async": {"max_staleness": recipe.max_staleness}}
 
 
 # -- results ----------------------------------------------------------------------------------

@@ -6,8 +6,9 @@ Agent Protocol) who plays off the board 60% of the time; then alpha and beta, bo
 from that checkpoint, play each other in both colours every step (ROUND_ROBIN) and learn with
 per-turn advantages and KL to the warm-up policy. Both agents' invalid-move rates fall
 well below where they started in the bench (3/3 seeds over 60 steps, docs/decisions.md); here
-a 5-step run checks the pipeline: every agent's match metrics for every step, zero-sum win
-rates, Elo ratings that sum to 2000, and common checkpoints that name both agents.
+a 5-step asynchronous run (max_staleness 1) checks the pipeline: every agent's match metrics
+for every step, zero-sum win rates, Elo ratings that sum to 2000, and common checkpoints that
+name both agents.
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ def test_a_short_self_play_run_reports_every_agent_every_step(stack, tmp_path):
     learning claim (invalid moves fall) needs ~30+ steps (20 were not enough for every seed:
     one agent's rate spiked at the end) and lives in the bench (3/3 seeds, docs/decisions.md)."""
     bench = load_bench("gomoku_selfplay")
-    recipe = bench.Recipe(sft_steps=60, warmup_matches=300, rl_steps=STEPS, eval_episodes=2, eval_every=0)
+    # asynchronous (k = 1): both agents on the one pipeline, each playing a step ahead of its training
+    recipe = bench.Recipe(sft_steps=60, warmup_matches=300, rl_steps=STEPS, eval_episodes=2, eval_every=0,
+                          max_staleness=1)
     result = bench.run_seed(stack.address("scheduler"), SEED, tmp_path, recipe, window=WINDOW,
                             api_key=stack.api_key, log=lambda *_: None)
     assert result.succeeded
