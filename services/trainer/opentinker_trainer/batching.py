@@ -18,7 +18,8 @@ PER_TOKEN_FIELDS = ("loss_mask", "advantages", "sampling_logprobs", "reference_l
 class Datum:
     """One training sequence; per-token arrays are aligned with `tokens` (index 0 untrained).
 
-    Optional arrays are empty when absent.
+    Optional arrays are empty when absent. `importance_keep` is never sent by a caller: the
+    Trainer's importance pre-pass sets it (1 = the token keeps its loss weight, 0 = masked).
     """
 
     tokens: tuple[int, ...]
@@ -27,6 +28,7 @@ class Datum:
     sampling_logprobs: tuple[float, ...] = ()
     reference_logprobs: tuple[float, ...] = ()
     group_id: str = ""
+    importance_keep: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,7 +36,8 @@ class Batch:
     """Datums right-padded to the longest; absent per-token arrays are zeros.
 
     loss_mask_B_T is 0 at index 0 and on padding. reference_logprobs_B_T is None unless every
-    datum carries reference logprobs.
+    datum carries reference logprobs; importance_keep_B_T unless every datum carries its
+    importance keep (then 1 on padding).
     """
 
     tokens_B_T: torch.Tensor
@@ -45,6 +48,7 @@ class Batch:
     reference_logprobs_B_T: torch.Tensor | None
     lengths: tuple[int, ...]
     has_sampling_logprobs: bool
+    importance_keep_B_T: torch.Tensor | None = None
 
 
 def validate_datums(datums: Sequence[Datum], loss: LossConfig, *, vocab_size: int,
@@ -81,7 +85,7 @@ def _validate_tokens(datum: Datum, where: str, vocab_size: int, max_length: int)
 
 def _validate_arrays(datum: Datum, where: str, loss: LossConfig) -> None:
     required = {"loss_mask": True, "advantages": loss.uses_advantages,
-                "sampling_logprobs": loss.uses_ratio or loss.kl_in_reward,
+                "sampling_logprobs": loss.uses_ratio or loss.kl_in_reward or loss.masks_importance,
                 "reference_logprobs": False}
     for name in PER_TOKEN_FIELDS:
         values = getattr(datum, name)
@@ -99,7 +103,7 @@ def _validate_arrays(datum: Datum, where: str, loss: LossConfig) -> None:
 
 def _needed_by(loss: LossConfig, name: str) -> str:
     if name == "sampling_logprobs" and not loss.uses_ratio:
-        return "KL_PLACEMENT_REWARD"
+        return "importance_mask" if loss.masks_importance else "KL_PLACEMENT_REWARD"
     return str(loss.function)
 
 
@@ -108,6 +112,7 @@ def pad_batch(datums: Sequence[Datum], device: str | torch.device = "cpu") -> Ba
     lengths = tuple(len(d.tokens) for d in datums)
     width = max(lengths)
     references = all(d.reference_logprobs for d in datums)
+    keeps = all(d.importance_keep for d in datums)
     loss_mask_B_T = _padded([d.loss_mask for d in datums], width, torch.float32, device)
     loss_mask_B_T[:, 0] = 0.0
     return Batch(
@@ -119,12 +124,14 @@ def pad_batch(datums: Sequence[Datum], device: str | torch.device = "cpu") -> Ba
                                       torch.float32, device),
         reference_logprobs_B_T=_padded([d.reference_logprobs for d in datums], width,
                                        torch.float32, device) if references else None,
-        lengths=lengths, has_sampling_logprobs=all(d.sampling_logprobs for d in datums))
+        lengths=lengths, has_sampling_logprobs=all(d.sampling_logprobs for d in datums),
+        importance_keep_B_T=_padded([d.importance_keep for d in datums], width, torch.float32,
+                                    device, fill=1.0) if keeps else None)
 
 
 def _padded(rows: Sequence[Sequence[float]], width: int, dtype: torch.dtype,
-            device: str | torch.device) -> torch.Tensor:
-    out_B_T = torch.zeros(len(rows), width, dtype=dtype)
+            device: str | torch.device, fill: float = 0.0) -> torch.Tensor:
+    out_B_T = torch.full((len(rows), width), fill, dtype=dtype)
     for row, values in enumerate(rows):
         if values:
             out_B_T[row, :len(values)] = torch.tensor(values, dtype=dtype)
@@ -148,7 +155,15 @@ def plan_micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int
 
 
 def datum_loss_mask(datum: Datum) -> torch.Tensor:
-    """mask_T of one datum with index 0 zeroed (what the loss sees)."""
+    """mask_T of one datum with index 0 zeroed (the tokens it trains)."""
     mask_T = torch.tensor(datum.loss_mask, dtype=torch.float32)
     mask_T[0] = 0.0
+    return mask_T
+
+
+def datum_loss_weights(datum: Datum) -> torch.Tensor:
+    """weights_T the loss sees: the loss mask times the importance keep, when there is one."""
+    mask_T = datum_loss_mask(datum)
+    if datum.importance_keep:
+        mask_T = mask_T * torch.tensor(datum.importance_keep, dtype=torch.float32)
     return mask_T

@@ -44,6 +44,15 @@ class KlPlacement(StrEnum):
     REWARD = "reward"  # -kl_coef * kl per token, added to the advantages as a reward-to-go
 
 
+class ImportanceMask(StrEnum):
+    """Masked importance sampling: which tokens lose their loss weight when their importance
+    ratio r = p / p_sampling leaves the band [importance_mask_low, importance_mask_high]."""
+
+    OFF = "off"
+    TOKEN = "token"        # each token whose own ratio leaves the band
+    SEQUENCE = "sequence"  # every token of a sequence whose geometric-mean ratio leaves it
+
+
 class LrSchedule(StrEnum):
     CONSTANT = "constant"
     LINEAR = "linear"
@@ -61,7 +70,12 @@ class Lease:
 
 @dataclass(frozen=True, kw_only=True)
 class LossConfig:
-    """What ForwardBackward minimises. Clip ranges: ratio in [1 - clip_low, 1 + clip_high]."""
+    """What ForwardBackward minimises. Clip ranges: ratio in [1 - clip_low, 1 + clip_high].
+
+    importance_mask: tokens (or sequences) whose importance ratio, taken at the current
+    parameters before any gradient, leaves [importance_mask_low, importance_mask_high] get no
+    loss weight and count in no denominator (`training.objective`).
+    """
 
     function: LossFunction
     aggregation: LossAggregation = LossAggregation.TOKEN_MEAN
@@ -75,15 +89,21 @@ class LossConfig:
     kl_placement: KlPlacement = KlPlacement.NONE
     entropy_coef: float = 0.0
     temperature: float = 1.0
+    importance_mask: ImportanceMask = ImportanceMask.OFF
+    importance_mask_low: float = 0.5
+    importance_mask_high: float = 2.0
 
     def __post_init__(self) -> None:
         for name in ("clip_low", "clip_high", "dual_clip_c", "truncation_cap",
-                     "token_sum_divisor", "kl_coef", "entropy_coef", "temperature"):
+                     "token_sum_divisor", "kl_coef", "entropy_coef", "temperature",
+                     "importance_mask_low", "importance_mask_high"):
             _require_finite(f"loss.{name}", getattr(self, name))
         _require(self.temperature > 0, "loss.temperature", "must be > 0")
         _require(self.token_sum_divisor >= 0, "loss.token_sum_divisor", "must be >= 0")
         _require(self.kl_coef >= 0, "loss.kl_coef", "must be >= 0")
         self._check_function_parameters()
+        if self.masks_importance:
+            self._check_importance_mask()
 
     def _check_function_parameters(self) -> None:
         if self.function in (LossFunction.PPO_CLIP, LossFunction.DUAL_CLIP, LossFunction.GSPO):
@@ -99,6 +119,20 @@ class LossConfig:
         if self.function == LossFunction.TRUNCATED_IS:
             _require(self.truncation_cap > 0, "loss.truncation_cap",
                      f"must be > 0, got {self.truncation_cap}")
+
+    def _check_importance_mask(self) -> None:
+        _require(self.uses_advantages, "loss.importance_mask", "masks a policy-gradient loss by "
+                 "its importance ratio, and CROSS_ENTROPY has none: leave it "
+                 "IMPORTANCE_MASK_UNSPECIFIED (off), or use a policy-gradient loss")
+        low, high = self.importance_mask_low, self.importance_mask_high
+        _require(0 < low <= 1, "loss.importance_mask_low", f"must be in (0, 1] (0 = 0.5), got {low:g}")
+        _require(high >= 1, "loss.importance_mask_high", f"must be >= 1 (0 = 2.0), got {high:g}")
+        _require(low < high, "loss.importance_mask_high", f"must be > importance_mask_low "
+                 f"({low:g}): the band [{low:g}, {high:g}] keeps no ratio but exactly 1")
+
+    @property
+    def masks_importance(self) -> bool:
+        return self.importance_mask != ImportanceMask.OFF
 
     @property
     def uses_ratio(self) -> bool:

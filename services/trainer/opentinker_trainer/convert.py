@@ -3,7 +3,8 @@ servicer that knows the generated messages).
 
 Proto3 zeros mean "unset": temperature 0 = 1; checkpoint format UNSPECIFIED = TRAINING_STATE;
 beta1/beta2/epsilon 0 = AdamW's defaults; LoRA alpha 0 = 2 x rank; aggregation UNSPECIFIED =
-TOKEN_MEAN; KL estimator UNSPECIFIED = K3; weights format UNSPECIFIED = LORA_ADAPTER for LoRA
+TOKEN_MEAN; KL estimator UNSPECIFIED = K3; importance mask UNSPECIFIED = off, its band's
+low 0 = 0.5 and high 0 = 2.0; weights format UNSPECIFIED = LORA_ADAPTER for LoRA
 sessions, FULL otherwise. Clip ranges are not defaulted: a ratio loss with clip_low 0 is
 refused, naming the field.
 """
@@ -25,8 +26,9 @@ from opentinker.ml.sources import LoraSpec, ModelInfo, ModelSource, Precision
 from opentinker.ml.weights import Chunk, TensorSpec
 from opentinker_trainer.batching import Datum
 from opentinker_trainer.checkpointing import CheckpointRecord
-from opentinker_trainer.config import (KlEstimator, KlPlacement, Lease, LossAggregation, LossConfig,
-                                       LossFunction, LrSchedule, OptimizerConfig, SessionSpec)
+from opentinker_trainer.config import (ImportanceMask, KlEstimator, KlPlacement, Lease,
+                                       LossAggregation, LossConfig, LossFunction, LrSchedule,
+                                       OptimizerConfig, SessionSpec)
 from opentinker_trainer.errors import ValidationError
 from opentinker_trainer.export import WeightsExport, WeightsFormat
 from opentinker_trainer.session import SessionView
@@ -51,6 +53,10 @@ KL_ESTIMATORS = {algo_pb.KL_ESTIMATOR_UNSPECIFIED: KlEstimator.K3,
 KL_PLACEMENTS = {algo_pb.KL_PLACEMENT_UNSPECIFIED: KlPlacement.NONE,
                  algo_pb.KL_PLACEMENT_LOSS: KlPlacement.LOSS,
                  algo_pb.KL_PLACEMENT_REWARD: KlPlacement.REWARD}
+IMPORTANCE_MASKS = {algo_pb.IMPORTANCE_MASK_UNSPECIFIED: ImportanceMask.OFF,
+                    algo_pb.IMPORTANCE_MASK_TOKEN: ImportanceMask.TOKEN,
+                    algo_pb.IMPORTANCE_MASK_SEQUENCE: ImportanceMask.SEQUENCE}
+DEFAULT_IMPORTANCE_MASK_LOW, DEFAULT_IMPORTANCE_MASK_HIGH = 0.5, 2.0
 SCHEDULES = {algo_pb.LR_SCHEDULE_UNSPECIFIED: LrSchedule.CONSTANT,
              algo_pb.LR_SCHEDULE_CONSTANT: LrSchedule.CONSTANT,
              algo_pb.LR_SCHEDULE_LINEAR: LrSchedule.LINEAR,
@@ -159,7 +165,11 @@ def loss_config(message: algo_pb.LossConfig) -> LossConfig:
                                 algo_pb.KlEstimator),
         kl_placement=enum_value(KL_PLACEMENTS, message.kl_placement, "loss.kl_placement",
                                 algo_pb.KlPlacement),
-        entropy_coef=message.entropy_coef, temperature=message.temperature or 1.0)
+        entropy_coef=message.entropy_coef, temperature=message.temperature or 1.0,
+        importance_mask=enum_value(IMPORTANCE_MASKS, message.importance_mask,
+                                   "loss.importance_mask", algo_pb.ImportanceMask),
+        importance_mask_low=message.importance_mask_low or DEFAULT_IMPORTANCE_MASK_LOW,
+        importance_mask_high=message.importance_mask_high or DEFAULT_IMPORTANCE_MASK_HIGH)
 
 
 def datum(message: datum_pb2.Datum) -> Datum:

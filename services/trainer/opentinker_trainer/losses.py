@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import torch
 
-from opentinker_trainer.config import KlEstimator, LossAggregation
+from opentinker_trainer.config import ImportanceMask, KlEstimator, LossAggregation
 
 LOG_RATIO_LIMIT = 20.0  # |log ratio| is clamped before exp() so one outlier cannot overflow
 
@@ -54,6 +54,27 @@ def importance_ratio(logprobs_B_T: torch.Tensor, sampling_logprobs_B_T: torch.Te
     """ratio_B_T = p / p_sampling, from logprobs (log ratio clamped to +-20)."""
     log_ratio_B_T = (logprobs_B_T - sampling_logprobs_B_T).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
     return log_ratio_B_T.exp()
+
+
+def importance_keep(logprobs_B_T: torch.Tensor, sampling_logprobs_B_T: torch.Tensor,
+                    mask_B_T: torch.Tensor, mode: ImportanceMask, low: float,
+                    high: float) -> torch.Tensor:
+    """keep_B_T: 0 where masked importance sampling drops a trained token, 1 elsewhere
+    (untrained tokens included). Computed without gradient.
+
+    TOKEN drops each token whose ratio r_t leaves [low, high]; SEQUENCE drops every trained
+    token of a sequence whose geometric-mean ratio exp(sum_t m_t log r_t / sum_t m_t) leaves it.
+    """
+    with torch.no_grad():
+        log_ratio_B_T = (logprobs_B_T - sampling_logprobs_B_T).clamp(-LOG_RATIO_LIMIT,
+                                                                      LOG_RATIO_LIMIT)
+        if mode == ImportanceMask.SEQUENCE:
+            lengths_B_1 = mask_B_T.sum(-1, keepdim=True).clamp(min=1e-8)
+            log_ratio_B_T = ((log_ratio_B_T * mask_B_T).sum(-1, keepdim=True)
+                             / lengths_B_1).expand_as(mask_B_T)
+        ratio_B_T = log_ratio_B_T.exp()
+        in_band_B_T = (ratio_B_T >= low) & (ratio_B_T <= high)
+        return (in_band_B_T | (mask_B_T <= 0)).to(mask_B_T.dtype)
 
 
 def ppo_clip(logprobs_B_T: torch.Tensor, sampling_logprobs_B_T: torch.Tensor,
@@ -145,7 +166,8 @@ def aggregate(values_B_T: torch.Tensor, mask_B_T: torch.Tensor, aggregation: Los
 
 
 def loss_norm(masks: list[torch.Tensor], token_divisor: float) -> LossNorm:
-    """LossNorm of a batch from each datum's loss mask (mask_T tensors, index 0 already 0).
+    """LossNorm of a batch from each datum's loss weights (mask_T tensors, index 0 already 0,
+    tokens dropped by the importance mask already 0).
 
     token_divisor 0 = the longest sequence of the batch.
     """

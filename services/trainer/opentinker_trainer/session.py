@@ -31,6 +31,7 @@ from opentinker_trainer.batching import (Datum, pad_batch, plan_micro_batches, v
 from opentinker_trainer.config import LossConfig, SessionSpec
 from opentinker_trainer.errors import (CheckpointNotFoundError, NoGradientsError, NoReferenceError,
                                        ValidationError)
+from opentinker_trainer.importance import needs_pre_pass, with_importance_keep
 from opentinker_trainer.optim import build_optimizer, learning_rate_at, set_learning_rate
 from opentinker_trainer.replicas import (ReplicaError, ReplicaGroup, all_reduce_gradients,
                                          broadcast_parameters, rank_rng_state, shard_datums)
@@ -128,7 +129,13 @@ class TrainingSession:
                         max_length=self.info.max_context_length)
         if loss.needs_reference and not all(d.reference_logprobs for d in datums):
             self._require_reference(f"loss.kl_coef > 0 with KL_PLACEMENT_{loss.kl_placement.upper()}")
-        norm = batch_norm(datums, loss)
+        max_tokens = self.spec.max_tokens_per_micro_batch
+        pre_pass = needs_pre_pass(datums, loss, max_tokens=max_tokens, world_size=self.world_size)
+        if pre_pass:
+            datums = with_importance_keep(datums, loss, self.policy_logprobs,
+                                          max_tokens=max_tokens, device=self.device)
+        # Unsplit, the one micro-batch computes its importance mask and norm (no extra forward).
+        norm = None if loss.masks_importance and not pre_pass else batch_norm(datums, loss)
         shards = shard_datums([len(d.tokens) for d in datums], self.world_size)
         for rank, shard in enumerate(shards[1:], start=1):
             self.replicas.send(rank, "forward_backward", [datums[i] for i in shard], loss, norm)
@@ -145,7 +152,8 @@ class TrainingSession:
 
     def accumulate_shard(self, datums: Sequence[Datum], loss: LossConfig,
                          norm: Any) -> ShardResult:
-        """Backward of this rank's share of a batch (`norm`: the whole batch's denominators)."""
+        """Backward of this rank's share of a batch (`norm`: the whole batch's denominators;
+        None: this is the whole batch, one micro-batch, which computes its importance mask)."""
         self.model.train()
         with self._session_rng():
             return accumulate(self.model, datums, loss, norm,
@@ -221,6 +229,11 @@ class TrainingSession:
             for row, index in enumerate(indices):
                 results[index] = logprobs_B_T[row, :batch.lengths[row]].tolist()
         return results
+
+    def policy_logprobs(self, tokens_B_T: torch.Tensor, attention_mask_B_T: torch.Tensor,
+                        temperature: float) -> torch.Tensor:
+        """logprobs_B_T under the current policy, without gradient (no dropout)."""
+        return self._logprobs(tokens_B_T, attention_mask_B_T, temperature, reference=False)
 
     def reference_logprobs(self, tokens_B_T: torch.Tensor, attention_mask_B_T: torch.Tensor,
                            temperature: float) -> torch.Tensor:

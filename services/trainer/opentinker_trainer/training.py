@@ -1,7 +1,12 @@
 """One ForwardBackward: micro-batches, loss terms, backward, metrics. `batch_norm` fixes the
 whole batch's denominators, `accumulate` runs one shard of it (all of it on one device, a
 rank's share when data-parallel), `combine` merges the shards' results. Gradients accumulate
-in the model's parameters until the session's optimizer step."""
+in the model's parameters until the session's optimizer step.
+
+Masked importance sampling changes the denominators (a masked token counts in none), so they
+are known only once the keep mask is: for a batch that is one micro-batch on one device the
+micro-batch computes the mask and the denominators itself (`norm` None); otherwise the
+session runs `importance.with_importance_keep` first and the datums carry their masks."""
 
 from __future__ import annotations
 
@@ -15,7 +20,8 @@ import torch
 
 from opentinker.ml.logprobs import entropy_from_logits, forward_logits, logprobs_from_logits
 from opentinker_trainer import losses
-from opentinker_trainer.batching import Batch, Datum, datum_loss_mask, pad_batch, plan_micro_batches
+from opentinker_trainer.batching import (Batch, Datum, datum_loss_mask, datum_loss_weights,
+                                         pad_batch, plan_micro_batches)
 from opentinker_trainer.config import LossConfig, LossFunction
 
 # (tokens_B_T, attention_mask_B_T, temperature) -> reference logprobs_B_T
@@ -34,23 +40,38 @@ class ForwardBackwardResult:
 
 @dataclass
 class MetricSums:
-    """Masked sums and their token counts, merged over micro-batches (and ranks) into means."""
+    """Masked sums and their token counts, merged over micro-batches (and ranks) into means;
+    masked maxima, merged into maxima."""
 
     sums: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     counts: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    maxima: dict[str, float] = field(default_factory=dict)
 
     def add(self, name: str, values_B_T: torch.Tensor, mask_B_T: torch.Tensor) -> None:
         self.sums[name] += float((values_B_T.detach().float() * mask_B_T).sum())
         self.counts[name] += float(mask_B_T.sum())
 
+    def add_max(self, name: str, values_B_T: torch.Tensor, mask_B_T: torch.Tensor) -> None:
+        """The largest value where mask_B_T > 0 (nothing when it is 0 everywhere)."""
+        selected = values_B_T.detach().float()[mask_B_T > 0]
+        if selected.numel():
+            self._max(name, float(selected.max()))
+
     def merge(self, other: MetricSums) -> None:
         for name in other.sums:
             self.sums[name] += other.sums[name]
             self.counts[name] += other.counts[name]
+        for name, value in other.maxima.items():
+            self._max(name, value)
 
     def means(self) -> dict[str, float]:
-        return {name: self.sums[name] / self.counts[name]
-                for name in self.sums if self.counts[name] > 0}
+        """Every mean and every maximum, by name."""
+        means = {name: self.sums[name] / self.counts[name]
+                 for name in self.sums if self.counts[name] > 0}
+        return {**means, **self.maxima}
+
+    def _max(self, name: str, value: float) -> None:
+        self.maxima[name] = max(self.maxima.get(name, value), value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,18 +85,23 @@ class ShardResult:
 
 
 def batch_norm(datums: Sequence[Datum], loss: LossConfig) -> losses.LossNorm:
-    """The denominators of the whole batch, which every micro-batch and rank divides by."""
-    return losses.loss_norm([datum_loss_mask(d) for d in datums], loss.token_sum_divisor)
+    """The denominators of the whole batch, which every micro-batch and rank divides by
+    (tokens the datums' importance keep drops count in none)."""
+    return losses.loss_norm([datum_loss_weights(d) for d in datums], loss.token_sum_divisor)
 
 
-def accumulate(model: Any, datums: Sequence[Datum], loss: LossConfig, norm: losses.LossNorm, *,
-               max_tokens: int, reference: ReferenceFn | None,
+def accumulate(model: Any, datums: Sequence[Datum], loss: LossConfig,
+               norm: losses.LossNorm | None, *, max_tokens: int, reference: ReferenceFn | None,
                device: str | torch.device = "cpu") -> ShardResult:
-    """Backward of `datums`' share of a batch whose denominators are `norm`."""
+    """Backward of `datums`' share of a batch whose denominators are `norm` (None: `datums`
+    are the whole batch, one micro-batch, which computes its importance mask and norm)."""
     metrics = MetricSums()
     logprobs: list[list[float]] = [[] for _ in datums]
     total = 0.0
-    for indices in plan_micro_batches([len(d.tokens) for d in datums], max_tokens):
+    plan = plan_micro_batches([len(d.tokens) for d in datums], max_tokens)
+    if norm is None and len(plan) > 1:
+        raise AssertionError("only a batch of one micro-batch computes its own norm")
+    for indices in plan:
         batch = pad_batch([datums[i] for i in indices], device)
         value, logprobs_B_T = _micro_batch(model, batch, loss, norm, reference, metrics)
         total += value
@@ -99,7 +125,7 @@ def combine(datums: Sequence[Datum],
                                  num_tokens=num_tokens, logprobs=logprobs)
 
 
-def _micro_batch(model: Any, batch: Batch, loss: LossConfig, norm: losses.LossNorm,
+def _micro_batch(model: Any, batch: Batch, loss: LossConfig, norm: losses.LossNorm | None,
                  reference: ReferenceFn | None, metrics: MetricSums) -> tuple[float, torch.Tensor]:
     """Backward of this micro-batch's share of the loss; (its value, its logprobs_B_T)."""
     reference_B_T = _reference_logprobs(batch, loss, reference)
@@ -112,32 +138,54 @@ def _micro_batch(model: Any, batch: Batch, loss: LossConfig, norm: losses.LossNo
     entropy_B_T = entropy_from_logits(logits_B_T_V, batch.attention_mask_B_T, loss.temperature)
     if loss.entropy_coef == 0:
         entropy_B_T = entropy_B_T.detach()
-    objective = _objective(logprobs_B_T, entropy_B_T, reference_B_T, batch, loss, norm, metrics)
-    objective.backward()
-    return float(objective.detach()), logprobs_B_T.detach()
+    value = objective(logprobs_B_T, entropy_B_T, reference_B_T, batch, loss, norm, metrics)
+    value.backward()
+    return float(value.detach()), logprobs_B_T.detach()
 
 
-def _objective(logprobs_B_T: torch.Tensor, entropy_B_T: torch.Tensor,
-               reference_B_T: torch.Tensor | None, batch: Batch, loss: LossConfig,
-               norm: losses.LossNorm, metrics: MetricSums) -> torch.Tensor:
-    """Policy term + kl_coef * KL - entropy_coef * entropy, each aggregated; records metrics."""
-    mask_B_T = batch.loss_mask_B_T
-    trained_B_T = (mask_B_T > 0).float()
-    policy = policy_loss(logprobs_B_T, batch, loss)
-    objective = losses.aggregate(policy.loss_B_T, mask_B_T, loss.aggregation, norm)
+def objective(logprobs_B_T: torch.Tensor, entropy_B_T: torch.Tensor,
+              reference_B_T: torch.Tensor | None, batch: Batch, loss: LossConfig,
+              norm: losses.LossNorm | None, metrics: MetricSums) -> torch.Tensor:
+    """Policy term + kl_coef * KL - entropy_coef * entropy, each aggregated over the loss
+    weights (the loss mask times the importance keep); records metrics. norm None: `batch` is
+    the whole batch, and its weights give the denominators."""
+    trained_B_T = (batch.loss_mask_B_T > 0).float()
+    keep_B_T = importance_keep(logprobs_B_T, batch, loss)
+    weights_B_T = batch.loss_mask_B_T if keep_B_T is None else batch.loss_mask_B_T * keep_B_T
+    if norm is None:
+        norm = losses.loss_norm([row[:n] for row, n in zip(weights_B_T, batch.lengths)],
+                                loss.token_sum_divisor)
+    policy = policy_loss(logprobs_B_T, batch, loss, weights_B_T)
+    total = losses.aggregate(policy.loss_B_T, weights_B_T, loss.aggregation, norm)
     if reference_B_T is not None:
         kl_B_T = losses.kl_penalty(logprobs_B_T, reference_B_T, loss.kl_estimator)
-        objective = objective + loss.kl_coef * losses.aggregate(kl_B_T, mask_B_T, loss.aggregation, norm)
+        total = total + loss.kl_coef * losses.aggregate(kl_B_T, weights_B_T, loss.aggregation, norm)
         metrics.add("kl", kl_B_T, trained_B_T)
     if loss.entropy_coef:
-        objective = objective - loss.entropy_coef * losses.aggregate(
-            entropy_B_T, mask_B_T, loss.aggregation, norm)
-    _record_metrics(metrics, policy, logprobs_B_T, entropy_B_T, batch, trained_B_T)
-    return objective
+        total = total - loss.entropy_coef * losses.aggregate(
+            entropy_B_T, weights_B_T, loss.aggregation, norm)
+    _record_metrics(metrics, policy, logprobs_B_T, entropy_B_T, batch, loss, trained_B_T)
+    _record_importance_metrics(metrics, policy, keep_B_T, loss, trained_B_T)
+    return total
 
 
-def policy_loss(logprobs_B_T: torch.Tensor, batch: Batch, loss: LossConfig) -> losses.PolicyLoss:
-    """The per-token policy term of `loss.function`."""
+def importance_keep(logprobs_B_T: torch.Tensor, batch: Batch,
+                    loss: LossConfig) -> torch.Tensor | None:
+    """The batch's importance keep: the pre-pass's when the datums carry one, else computed
+    from these (detached) logprobs; None when the loss masks nothing."""
+    if not loss.masks_importance:
+        return None
+    if batch.importance_keep_B_T is not None:
+        return batch.importance_keep_B_T
+    return losses.importance_keep(logprobs_B_T, batch.sampling_logprobs_B_T, batch.loss_mask_B_T,
+                                  loss.importance_mask, loss.importance_mask_low,
+                                  loss.importance_mask_high)
+
+
+def policy_loss(logprobs_B_T: torch.Tensor, batch: Batch, loss: LossConfig,
+                weights_B_T: torch.Tensor | None = None) -> losses.PolicyLoss:
+    """The per-token policy term of `loss.function` (GSPO's sequence ratio averages over
+    `weights_B_T`, the batch's loss mask when None)."""
     old_B_T, advantages_B_T = batch.sampling_logprobs_B_T, batch.advantages_B_T
     match loss.function:
         case LossFunction.CROSS_ENTROPY:
@@ -152,21 +200,43 @@ def policy_loss(logprobs_B_T: torch.Tensor, batch: Batch, loss: LossConfig) -> l
         case LossFunction.TRUNCATED_IS:
             return losses.truncated_is(logprobs_B_T, old_B_T, advantages_B_T, loss.truncation_cap)
         case LossFunction.GSPO:
-            return losses.gspo(logprobs_B_T, old_B_T, advantages_B_T, batch.loss_mask_B_T,
+            weights_B_T = batch.loss_mask_B_T if weights_B_T is None else weights_B_T
+            return losses.gspo(logprobs_B_T, old_B_T, advantages_B_T, weights_B_T,
                                loss.clip_low, loss.clip_high)
     raise AssertionError(f"unhandled loss function {loss.function}")
 
 
 def _record_metrics(metrics: MetricSums, policy: losses.PolicyLoss, logprobs_B_T: torch.Tensor,
-                    entropy_B_T: torch.Tensor, batch: Batch, trained_B_T: torch.Tensor) -> None:
+                    entropy_B_T: torch.Tensor, batch: Batch, loss: LossConfig,
+                    trained_B_T: torch.Tensor) -> None:
+    """Means over the trained tokens (loss mask > 0, masked by the importance mask or not)."""
     metrics.add("entropy", entropy_B_T, trained_B_T)
     metrics.add("logprob/mean", logprobs_B_T, trained_B_T)
+    ratio_B_T = policy.ratio_B_T
     if policy.ratio_B_T is not None:
-        metrics.add("ratio/mean", policy.ratio_B_T, trained_B_T)
         metrics.add("clip_fraction", policy.clipped_B_T.float(), trained_B_T)
+    elif batch.has_sampling_logprobs and loss.uses_advantages:
+        ratio_B_T = losses.importance_ratio(logprobs_B_T, batch.sampling_logprobs_B_T)
+    if ratio_B_T is not None:
+        metrics.add("ratio/mean", ratio_B_T, trained_B_T)
+        metrics.add_max("ratio/max", ratio_B_T, trained_B_T)
     if batch.has_sampling_logprobs:
         gap_B_T = (logprobs_B_T - batch.sampling_logprobs_B_T).abs()
         metrics.add("logprob_gap/mean", gap_B_T, trained_B_T)
+
+
+def _record_importance_metrics(metrics: MetricSums, policy: losses.PolicyLoss,
+                               keep_B_T: torch.Tensor | None, loss: LossConfig,
+                               trained_B_T: torch.Tensor) -> None:
+    """is/masked_fraction and is/truncated_fraction of the trained tokens (policy-gradient
+    losses only; 0 when the mask is off or the loss truncates nothing)."""
+    if not loss.uses_advantages:
+        return
+    masked_B_T = torch.zeros_like(trained_B_T) if keep_B_T is None else 1 - keep_B_T
+    metrics.add("is/masked_fraction", masked_B_T, trained_B_T)
+    truncated_B_T = (policy.clipped_B_T.float() if loss.function == LossFunction.TRUNCATED_IS
+                     else torch.zeros_like(trained_B_T))
+    metrics.add("is/truncated_fraction", truncated_B_T, trained_B_T)
 
 
 def _with_kl_reward(batch: Batch, reference_B_T: torch.Tensor, loss: LossConfig,
