@@ -14,7 +14,7 @@ from google.protobuf import struct_pb2
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from opentinker.api.common.v1 import environment_pb2, progress_pb2, resources_pb2
+from opentinker.api.common.v1 import algorithm_pb2, environment_pb2, progress_pb2, resources_pb2
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker_scheduler.convert_common import enum_from_proto, enum_to_proto, milliseconds_from_proto, timestamp
 from opentinker_scheduler.convert_workers import assignment_to_proto, role_from_proto, role_to_proto
@@ -39,6 +39,7 @@ from opentinker_scheduler.model import (
     JobSpecFacts,
     JobState,
     JobType,
+    LossFacts,
     NumericField,
     Progress,
     ResourceRequest,
@@ -72,7 +73,8 @@ def facts_from_spec(spec: job_pb2.JobSpec) -> JobSpecFacts:
         numbers=tuple(numeric_fields(spec, "spec")), label_count=len(spec.labels),
         labels=tuple(spec.labels.items()), display_name=spec.display_name,
         unknown_enums=tuple(unknown_enum_values(spec, "spec")), output_path=spec.inference.output_path,
-        multi_agent_set=spec.HasField("multi_agent"), envhost_fields=tuple(envhost_fields(spec, "spec")))
+        multi_agent_set=spec.HasField("multi_agent"), envhost_fields=tuple(envhost_fields(spec, "spec")),
+        max_staleness=getattr(spec, "async").max_staleness)
 
 
 ENVIRONMENT_REFERENCE = environment_pb2.EnvironmentReference.DESCRIPTOR.full_name
@@ -90,7 +92,16 @@ def agent_facts(agent: job_pb2.AgentSpec, path: str) -> AgentFacts:
     has_model = agent.HasField("model") and agent.model.WhichOneof("source") is not None
     return AgentFacts(path=path, agent_id=agent.agent_id, has_model=has_model, frozen=agent.frozen,
                       has_adaptation=agent.adaptation.WhichOneof("kind") is not None,
-                      learning_rate=agent.algorithm.optimizer.learning_rate)
+                      learning_rate=agent.algorithm.optimizer.learning_rate,
+                      loss=loss_facts(agent.algorithm.loss))
+
+
+def loss_facts(loss: algorithm_pb2.LossConfig) -> LossFacts:
+    return LossFacts(function=_name_or(algorithm_pb2.LossFunction, loss.function, "LOSS_FUNCTION_", ""),
+                     importance_mask=_name_or(algorithm_pb2.ImportanceMask, loss.importance_mask,
+                                              "IMPORTANCE_MASK_", ""),
+                     importance_mask_low=loss.importance_mask_low,
+                     importance_mask_high=loss.importance_mask_high)
 
 
 def resource_from_proto(request: resources_pb2.ResourceRequest, path: str) -> ResourceRequest:

@@ -102,6 +102,17 @@ class PathField:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LossFacts:
+    """What validation needs to know about an agent's LossConfig. Enum values are the protobuf
+    value names without their prefix, "" when unspecified; the band as sent (0 = default)."""
+
+    function: str = ""
+    importance_mask: str = ""
+    importance_mask_low: float = 0.0
+    importance_mask_high: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
 class AgentFacts:
     """What validation needs to know about one AgentSpec (`spec.policy` or `spec.agents[i]`)."""
 
@@ -111,6 +122,7 @@ class AgentFacts:
     has_adaptation: bool = False
     frozen: bool = False
     learning_rate: float = 0.0
+    loss: LossFacts = field(default_factory=LossFacts)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,6 +157,8 @@ class JobSpecFacts:
     """spec.multi_agent is set."""
     envhost_fields: tuple[EnvHostField, ...] = ()
     """Every EnvHost a spec's environments name (envhost_address or envhost), wherever they sit."""
+    max_staleness: int = 0
+    """spec.async.max_staleness: 0 = synchronous."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,7 +6,7 @@ import math
 import re
 
 from opentinker_scheduler.errors import InvalidArgument
-from opentinker_scheduler.model import AgentFacts, JobSpecFacts, JobType, ResourceRequest, Role
+from opentinker_scheduler.model import AgentFacts, JobSpecFacts, JobType, LossFacts, ResourceRequest, Role
 
 MAX_PRIORITY = 100
 MAX_TOTAL_STEPS = 10_000_000
@@ -25,6 +25,10 @@ TRAINING_JOB_TYPES = (JobType.RL, JobType.SFT)
 LEASABLE_ROLES = (Role.TRAINER, Role.ROLLOUT)
 MAX_LORA_RANK = 1024  # the Trainer's and Rollout's bound: a larger adapter is gigabytes per layer
 # Fields named so must not exceed the bound (AdamW betas < 1 are checked by the Trainer).
+MAX_STALENESS = 8  # spec.async.max_staleness: policy versions the Rollout may run ahead
+# LossConfig.importance_mask's band when left 0 (the Trainer's defaults and rules, checked here
+# too so a bad band fails at submit, not at the job's first step).
+DEFAULT_IMPORTANCE_MASK_LOW, DEFAULT_IMPORTANCE_MASK_HIGH = 0.5, 2.0
 UNIT_INTERVAL_FIELDS = {"top_p": 1.0, "dropout": 1.0, "beta1": 1.0, "beta2": 1.0, "gamma": 1.0,
                         "rank": MAX_LORA_RANK}
 
@@ -55,6 +59,10 @@ def validate_spec(facts: JobSpecFacts) -> None:
     if facts.type in TRAINING_JOB_TYPES:
         _check_training(facts)
     _check_numbers(facts)
+    _check_async(facts)
+    for agent in (facts.policy, *facts.agents):
+        if agent is not None:
+            _check_importance_mask(f"{agent.path}.algorithm.loss", agent.loss, facts.type)
     for index, request in enumerate(facts.resources):
         _check_resource(f"spec.resources[{index}]", request)
     if facts.label_count > MAX_LABELS:
@@ -132,6 +140,39 @@ def _check_numbers(facts: JobSpecFacts) -> None:
         if name in UNIT_INTERVAL_FIELDS and number.value > UNIT_INTERVAL_FIELDS[name]:
             raise InvalidArgument(number.path, f"must be at most {UNIT_INTERVAL_FIELDS[name]:g}, "
                                   f"got {number.value:g}")
+
+
+def _check_async(facts: JobSpecFacts) -> None:
+    """spec.async: k in 0..MAX_STALENESS, and k >= 1 only where a Rollout runs ahead of a
+    Trainer (RL). A negative k and an unknown in_flight were refused as numbers and enums."""
+    path = "spec.async.max_staleness"
+    if facts.max_staleness > MAX_STALENESS:
+        raise InvalidArgument(path, f"must be between 0 and {MAX_STALENESS} (0 = synchronous), "
+                              f"got {facts.max_staleness}")
+    if facts.max_staleness and facts.type is not JobType.RL:
+        raise InvalidArgument(path, f"only RL jobs run asynchronously (the Rollout sampling ahead "
+                              f"of the Trainer); an {facts.type} job has no such overlap: leave "
+                              f"spec.async unset or max_staleness 0")
+
+
+def _check_importance_mask(path: str, loss: LossFacts, job_type: JobType) -> None:
+    """The Trainer's rules for LossConfig.importance_mask (its band only when the mask is on)."""
+    if not loss.importance_mask:
+        return
+    cross_entropy = loss.function == "CROSS_ENTROPY" or (not loss.function and job_type is JobType.SFT)
+    if cross_entropy:
+        raise InvalidArgument(f"{path}.importance_mask", "masks a policy-gradient loss by its "
+                              "importance ratio, and CROSS_ENTROPY (an SFT job's loss) has none: "
+                              "leave it IMPORTANCE_MASK_UNSPECIFIED (off), or use a policy-gradient loss")
+    low = loss.importance_mask_low or DEFAULT_IMPORTANCE_MASK_LOW
+    high = loss.importance_mask_high or DEFAULT_IMPORTANCE_MASK_HIGH
+    if not 0 < low <= 1:
+        raise InvalidArgument(f"{path}.importance_mask_low", f"must be in (0, 1] (0 = 0.5), got {low:g}")
+    if high < 1:
+        raise InvalidArgument(f"{path}.importance_mask_high", f"must be >= 1 (0 = 2.0), got {high:g}")
+    if low >= high:
+        raise InvalidArgument(f"{path}.importance_mask_high", f"must be > importance_mask_low "
+                              f"({low:g}): the band [{low:g}, {high:g}] keeps no ratio but exactly 1")
 
 
 def _check_resource(path: str, request: ResourceRequest) -> None:
