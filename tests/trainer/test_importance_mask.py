@@ -27,7 +27,8 @@ from opentinker_trainer.batching import Batch, Datum, pad_batch
 from opentinker_trainer.config import ImportanceMask, LossAggregation, LossConfig, LossFunction
 from opentinker_trainer.errors import ValidationError
 from opentinker_trainer.training import MetricSums, batch_norm, objective
-from tests.trainer.helpers import rl_datums, session
+from opentinker_trainer.session import create_session
+from tests.trainer.helpers import rl_datums, session, spec
 from tests.trainer.test_servicer import call_error, create_request, fb_request, stub  # noqa: F401
 
 TOKEN, SEQUENCE, OFF = ImportanceMask.TOKEN, ImportanceMask.SEQUENCE, ImportanceMask.OFF
@@ -263,6 +264,25 @@ def test_micro_batches_give_the_gradient_of_one_batch(mode) -> None:
     assert result_zeroed.loss == pytest.approx(result_whole.loss, rel=1e-5)
     for a, b in zip(whole.model.parameters(), zeroed.model.parameters()):
         assert torch.allclose(a.grad, b.grad, atol=1e-6)
+
+
+@pytest.mark.timeout(240)
+def test_two_ranks_mask_like_one_process(tmp_path) -> None:
+    """Data-parallel: rank 0's pre-pass masks, both ranks divide by the masked batch's norm."""
+    single = create_session("one", spec(seed=3), checkpoint_root=tmp_path)
+    parallel = create_session("two", spec(seed=3), checkpoint_root=tmp_path, device_ids=("cpu:0", "cpu:1"))
+    try:
+        base = rl_datums(count=5, length=14)
+        datums = shifted(base, single.compute_logprobs([d.tokens for d in base], reference=False,
+                                                       temperature=1.0))
+        loss = loss_config(LossFunction.GSPO, TOKEN, SEQ_MEAN)
+        one, two = single.forward_backward(datums, loss), parallel.forward_backward(datums, loss)
+        assert two.loss == pytest.approx(one.loss, rel=1e-5) and one.loss != 0
+        assert two.metrics == pytest.approx(one.metrics, rel=1e-4, abs=1e-6)
+        assert 0.2 < one.metrics["is/masked_fraction"] < 0.8
+        assert parallel.optim_step().grad_norm == pytest.approx(single.optim_step().grad_norm, rel=1e-4)
+    finally:
+        parallel.close()
 
 
 def _keep_of(datums: list[Datum], loss: LossConfig) -> list[list[float]]:
