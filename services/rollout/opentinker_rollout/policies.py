@@ -7,10 +7,20 @@ own named adapter (resident side by side), so requests of several jobs batch tog
 each row runs its own adapter. A full-weights policy has a base of its own (its updates
 replace the base). Unloading a LoRA policy deletes its adapter; the base goes with the last
 policy on it. `policy_version` starts at 0 (the base weights) and only grows: UpdateWeights
-with a version <= the current one is refused with WEIGHTS_VERSION_CONFLICT. New weights are
-assembled and verified (sizes, sha256, names and shapes) before anything is touched, then
-applied while the batcher is held with no row decoding, so no generation ever sees
-half-updated weights.
+with a version <= the current one is refused with WEIGHTS_VERSION_CONFLICT.
+
+Weight sync does not stall generation. New weights are received, assembled and verified
+(sizes, sha256, names and shapes) while the policy keeps generating on its current ones;
+nothing is touched until they pass. They are then applied between two decode steps
+(`GenerationBatcher.between_steps`: the step in progress ends, no row is drained), and the
+version changes at that same moment, so no step ever sees half-updated weights and no request
+waits for the longest generation in flight. A generation in flight at a swap has its first
+tokens from the old weights and its later ones from the new weights (reading the KV cache the
+old ones wrote); each token's sampling logprob is that of the weights that sampled it, and the
+generation reports the version it was admitted under, the older one (the conservative one for
+staleness). A LoRA update copies into its own adapter only: the other policies on the base keep
+their weights, their versions and their rows. Adding or deleting an adapter still waits until
+no row is in flight (`exclusive()`).
 
 No policy outlives its attempt: loading a policy for a job's newer attempt (higher fencing token),
 or the Scheduler assigning one here (`attempt_assigned`), unloads the policies the job's earlier
@@ -316,18 +326,22 @@ class PolicyRegistry:
 
     async def update_weights(self, policy_id: str, lease: Lease, header: WeightsHeader,
                              chunks: AsyncIterator[WeightsChunk]) -> tuple[PolicyInfo, int]:
-        """Receive, verify and apply new weights; (the policy afterwards, bytes received)."""
+        """Receive and verify new weights while generation goes on, then apply them between two
+        decode steps; (the policy afterwards, bytes received)."""
         policy = self.get(policy_id)
         self.check_lease(policy, lease)
         _check_header(policy, header)
         state_dict, received = await _assemble(header, chunks)
         _check_shapes(_expected_tensors(policy, header.format), state_dict)
-        async with policy.batcher.exclusive():
+        verified = time.perf_counter()
+        async with policy.batcher.between_steps():
             _check_version(policy, header.policy_version)
             await run_in_engine_thread(_apply, policy, header.format, state_dict)
             policy.batcher.versions[policy.adapter] = header.policy_version
         count_weight_update(header.format.value, received)
-        log.info("weights_updated", policy_id=policy_id, version=policy.version, bytes=received)
+        log.info("weights_updated", policy_id=policy_id, version=policy.version, bytes=received,
+                 swap_s=round(time.perf_counter() - verified, 4),
+                 rows_in_flight=policy.engine.running_rows)
         return policy.info(), received
 
     def _replay(self, request: LoadRequest) -> LoadedPolicy | None:
