@@ -7,6 +7,7 @@ from opentinker.core.entrypoint import run_service
 from opentinker.core.memory import keep_freed_memory
 from opentinker.core.reaping import attempt_callbacks, idle_reaper
 from opentinker.core.server import ServerPlan
+from opentinker.core.torch_threads import apply_torch_threads
 from opentinker.core.worker_registration import WorkerRegistration
 from opentinker_rollout.envhost_client import EnvHostChannels
 from opentinker_rollout.match_client import CoordinatorChannels
@@ -20,6 +21,7 @@ SERVICE_NAME = "rollout"
 async def build_plan(settings: RolloutSettings) -> ServerPlan:
     """The RolloutService over a policy registry; EnvHost and Coordinator channels are dialled
     on first use."""
+    apply_torch_threads(settings.torch_threads, service=SERVICE_NAME)
     keep_freed_memory()  # weight updates allocate and free a model's worth of buffers each time
     registry = PolicyRegistry(checkpoint_root=settings.checkpoint_dir,
                               default_max_batch_size=settings.max_batch_size,

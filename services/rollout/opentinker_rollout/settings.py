@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from opentinker.core.settings import ServiceSettings, address_setting, port_setting, setting
+from opentinker.core.torch_threads import torch_threads_setting
 from opentinker.ml.checkpoints import checkpoint_dir_setting
 
 
@@ -40,3 +41,4 @@ class RolloutSettings(ServiceSettings):
     max_concurrent_episodes: int = setting(
         256, "Most episodes of one RunEpisodes call that run at the same time (match episodes all run at "
         "once: a bounded agent could wait on a seat the other agent has not reached).", min=1)
+    torch_threads: int = torch_threads_setting()

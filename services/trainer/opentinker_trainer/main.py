@@ -7,6 +7,7 @@ from opentinker.core.entrypoint import run_service
 from opentinker.core.memory import keep_freed_memory
 from opentinker.core.reaping import attempt_callbacks, idle_reaper
 from opentinker.core.server import ServerPlan
+from opentinker.core.torch_threads import apply_torch_threads
 from opentinker.core.worker_registration import WorkerRegistration
 from opentinker_trainer.settings import TrainerSettings
 
@@ -19,6 +20,7 @@ async def build_plan(settings: TrainerSettings) -> ServerPlan:
     from opentinker_trainer.servicer import build_registry, trainer_service_binding
 
     quiet_transformers()
+    apply_torch_threads(settings.torch_threads, service=SERVICE_NAME)  # before any session computes
     keep_freed_memory()  # exports allocate and free a model's worth of buffers each time
     devices = discover_devices(settings.cpu_slots)
     registry = build_registry(settings.checkpoint_dir, settings.device,

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from opentinker.core.settings import ServiceSettings, address_setting, port_setting, setting
+from opentinker.core.torch_threads import torch_threads_setting
 from opentinker.ml.checkpoints import checkpoint_dir_setting
 
 
@@ -30,3 +31,4 @@ class TrainerSettings(ServiceSettings):
         "state freed, unless it belongs to a job attempt the Scheduler has assigned this Trainer "
         "(those end with their lease: sessions of an attempt that a newer one replaced, or of a job "
         "the Scheduler stopped or moved away, are closed at once).", positive=True)
+    torch_threads: int = torch_threads_setting()
