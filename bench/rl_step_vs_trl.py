@@ -3,6 +3,7 @@
     .venv/bin/pip install -r requirements/bench.txt      # TRL: optional, for this bench only
     .venv/bin/python bench/rl_step_vs_trl.py              # starts and stops a private stack
     .venv/bin/python bench/rl_step_vs_trl.py --scheduler 127.0.0.1:50051   # reuse a running stack
+    .venv/bin/python bench/rl_step_vs_trl.py --max-staleness 0 1 2         # ours once per k
 
 Both sides train the builtin `tiny-llama` (same seed, byte tokenizer, full parameters) on the
 `math` game's train problems, in the same order, with the same batch size B (problems per
@@ -27,13 +28,19 @@ One difference stays: our agent loop ends an episode cut off at N tokens without
 (reward 0), TRL scores every completion; the untrained model rarely stops on its own, so our
 side plays fewer game steps (EnvHost still opens, resets and closes a session per episode).
 
-Each of --rounds rounds runs both sides once (the order alternates, so slow drifts in the
-machine's load hit both alike); every run drops its first --warmup steps and the table shows
-medians over the remaining steps of all rounds. CPU seconds per step are the CPU time of this
-process (TRL) or of all stack processes (ours, private stack only) over the timed steps.
-torch uses --threads threads in this process and in every service of the private stack
-(OMP_NUM_THREADS; the default, one per core, is torch's own default, so a reused stack started
-without it matches). Results go to bench/results/rl_step_vs_trl-<time>.json.
+--max-staleness K [K ...] runs our job once per k with the JobSpec's `"async": {"max_staleness":
+k}` (0 = synchronous) and prints one ratio per k against the same TRL runs; a k the stack refuses
+is reported and skipped.
+
+Each of --rounds rounds runs TRL once and ours once per k (the order alternates, so slow drifts
+in the machine's load hit both alike); every run drops its first --warmup steps and the table
+shows medians over the remaining steps of all rounds. CPU seconds per step are the CPU time of
+this process (TRL) or of each stack process (ours, private stack only: the table shows the
+Trainer's, the Rollout's, the EnvHost's and the rest's) over the timed steps. torch uses
+--threads threads in this process (TRL; default one per core, torch's own default); the private
+stack's Trainer and Rollout use --trainer-threads and --rollout-threads (their
+OPENTINKER_*_TORCH_THREADS settings; 0 = the services' own default, half the cores).
+Results go to bench/results/rl_step_vs_trl-<time>.json.
 """
 
 from __future__ import annotations
@@ -56,6 +63,10 @@ from pathlib import Path
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 STEP_KEYS = ("wall_s", "rollout_s", "update_s", "weight_sync_s", "generated_tokens")
+CPU_COLUMNS = ("trainer", "rollout", "envhost")
+"""Stack processes with a CPU column of their own; the others add up in "rest"."""
+K1_TARGET = 0.8
+"""Issue 21's goal: with max_staleness 1 a step takes at most this fraction of TRL's."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +82,9 @@ class BenchConfig:
     model: str
     difficulty: str
     threads: int
+    trainer_threads: int
+    rollout_threads: int
+    max_staleness: tuple[int, ...]
     scheduler: str | None
     state_dir: Path
     base_port: int
@@ -103,8 +117,13 @@ def parse_args(argv: list[str] | None) -> BenchConfig:
     p.add_argument("--model", default="tiny-llama")
     p.add_argument("--difficulty", default="easy")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
-                   help="torch threads of TRL (this process) and of the private stack's services "
-                        "(OMP_NUM_THREADS); default: one per core, torch's own default")
+                   help="torch threads of TRL (this process); default: one per core, torch's own default")
+    p.add_argument("--trainer-threads", type=int, default=0,
+                   help="OPENTINKER_TRAINER_TORCH_THREADS of the private stack (0 = the service default)")
+    p.add_argument("--rollout-threads", type=int, default=0,
+                   help="OPENTINKER_ROLLOUT_TORCH_THREADS of the private stack (0 = the service default)")
+    p.add_argument("--max-staleness", type=int, nargs="+", default=[0], metavar="K",
+                   help="run ours once per k with the JobSpec's async.max_staleness = k (0 = synchronous)")
     p.add_argument("--scheduler", default=None, help="use this running stack instead of a private one")
     p.add_argument("--state-dir", type=Path, default=Path("/tmp/bench-stack"))
     p.add_argument("--base-port", type=int, default=55251)
@@ -120,6 +139,9 @@ def parse_args(argv: list[str] | None) -> BenchConfig:
     a = p.parse_args(argv)
     if a.steps < 1 or a.warmup < 1 or a.rounds < 1:
         p.error("--steps, --warmup and --rounds must be >= 1 (the first step has no start time)")
+    if min(a.max_staleness) < 0 or min(a.threads, a.trainer_threads, a.rollout_threads) < 0:
+        p.error("--max-staleness and the thread counts must be >= 0")
+    a.max_staleness = tuple(dict.fromkeys(a.max_staleness))
     return BenchConfig(**vars(a))
 
 
@@ -154,7 +176,11 @@ class Stack:
 @contextlib.contextmanager
 def private_stack(config: BenchConfig) -> Iterator[Stack]:
     """`opentinker up` on private ports; always `opentinker down` afterwards."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(config.threads)}  # torch's default thread count
+    env = dict(os.environ)
+    if config.trainer_threads:
+        env["OPENTINKER_TRAINER_TORCH_THREADS"] = str(config.trainer_threads)
+    if config.rollout_threads:
+        env["OPENTINKER_ROLLOUT_TORCH_THREADS"] = str(config.rollout_threads)
     if config.rollout_max_batch_size:
         env["OPENTINKER_ROLLOUT_MAX_BATCH_SIZE"] = str(config.rollout_max_batch_size)
     state = ["--state-dir", str(config.state_dir)]
@@ -171,9 +197,10 @@ def private_stack(config: BenchConfig) -> Iterator[Stack]:
         subprocess.run([*opentinker_cli(), "down", *state], check=False, stdout=subprocess.DEVNULL)
 
 
-def rl_spec(config: BenchConfig) -> dict:
+def rl_spec(config: BenchConfig, max_staleness: int = 0) -> dict:
     return {
-        "type": "RL", "display_name": "bench: rl step vs trl",
+        "type": "RL", "display_name": f"bench: rl step vs trl, max_staleness {max_staleness}",
+        "async": {"max_staleness": max_staleness},
         "policy": {
             "model": {"builtin": {"name": config.model, "seed": config.seed}}, "adaptation": {"full": {}},
             "algorithm": {"optimizer": {"learning_rate": config.learning_rate, "max_grad_norm": 1.0},
@@ -189,9 +216,11 @@ def rl_spec(config: BenchConfig) -> dict:
     }
 
 
-def run_ours(config: BenchConfig, stack: Stack) -> dict:
+def run_ours(config: BenchConfig, stack: Stack, max_staleness: int = 0) -> dict:
+    """One job; {"refused": why} when the Scheduler refuses its spec (e.g. an unsupported k)."""
     from opentinker.api.scheduler.v1 import job_pb2
     from opentinker.client import SchedulerClient
+    from opentinker.client.errors import FailedPrecondition, InvalidArgument, Unimplemented
 
     steps: list[dict] = []
     previous: list[float] = []
@@ -205,8 +234,9 @@ def run_ours(config: BenchConfig, stack: Stack) -> dict:
             episodes = values.get("episodes", 0.0) - values.get("env_errors", 0.0)
             steps.append({
                 "step": event.metrics.step, "wall_s": at - previous[-1] if previous else float("nan"),
-                "rollout_s": values["time/rollout_s"], "update_s": values["time/update_s"],
-                "weight_sync_s": values["time/weight_sync_s"], "completions": episodes,
+                "rollout_s": values["time/rollout_s"], "update_s": values.get("time/update_s", 0.0),
+                # an asynchronous job reports a weight sync with the step after it (or not at all)
+                "weight_sync_s": values.get("time/weight_sync_s", 0.0), "completions": episodes,
                 "generated_tokens": values.get("response_tokens/mean", 0.0) * episodes,
                 "reward_mean": values.get("reward/mean", 0.0)})
             if len(steps) in (config.warmup, config.total_steps):
@@ -214,14 +244,19 @@ def run_ours(config: BenchConfig, stack: Stack) -> dict:
         previous.append(at)
 
     with SchedulerClient(stack.scheduler, api_key=stack.api_key) as client:
-        job = client.submit_job(rl_spec(config))
-        print(f"ours: job {job.job_id} on {stack.scheduler}", file=sys.stderr)
+        try:
+            job = client.submit_job(rl_spec(config, max_staleness))
+        except (InvalidArgument, FailedPrecondition, Unimplemented) as error:
+            print(f"ours k={max_staleness}: refused: {error}", file=sys.stderr)
+            return {"max_staleness": max_staleness, "refused": str(error)}
+        print(f"ours k={max_staleness}: job {job.job_id} on {stack.scheduler}", file=sys.stderr)
         final = client.wait(job.job_id, on_event=on_event)
     if final.state != job_pb2.Job.STATE_SUCCEEDED:
         raise SystemExit(f"ours: job {job.job_id} ended {final.state}: {final.status_message}")
     cpu_per_step = ({name: (cpu[1][name] - cpu[0][name]) / config.steps for name in cpu[0]}
                     if len(cpu) == 2 else {})
-    return {"job_id": job.job_id, "steps": steps, "cpu_s_per_step": cpu_per_step}
+    return {"job_id": job.job_id, "max_staleness": max_staleness, "steps": steps,
+            "cpu_s_per_step": cpu_per_step}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,31 +410,77 @@ def summarize(runs: list[dict], config: BenchConfig) -> dict:
             "runs": runs}
 
 
+def summarize_ours(runs_by_k: dict[int, list[dict]], config: BenchConfig) -> dict[str, dict]:
+    """Per k (as a string, a JSON key): the summary of its runs, or why the stack refused it."""
+    summaries: dict[str, dict] = {}
+    for k, runs in runs_by_k.items():
+        refused = [run["refused"] for run in runs if "refused" in run]
+        summaries[str(k)] = ({"max_staleness": k, "refused": refused[0]} if refused
+                             else {"max_staleness": k, **summarize(runs, config)})
+    return summaries
+
+
 def load_note() -> str:
     one, five, fifteen = os.getloadavg()
     return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
 
 
+def cpu_columns(cpu_s_per_step: dict[str, float]) -> list[float | None]:
+    """CPU s per step of the CPU_COLUMNS processes and of the rest (None: not measured)."""
+    if not cpu_s_per_step:
+        return [None] * (len(CPU_COLUMNS) + 1)
+    rest = sum(v for name, v in cpu_s_per_step.items() if name not in CPU_COLUMNS)
+    return [cpu_s_per_step.get(name) for name in CPU_COLUMNS] + [rest]
+
+
+def _cell(value: float | None, width: int, digits: int = 2) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:{width}.{digits}f}"
+
+
+def table_lines(results: dict, config: BenchConfig) -> list[str]:
+    """One row per side (ours once per k): wall time split by phase, then CPU s per step in all
+    and by process."""
+    header = (f"{'':9} {'step s':>7} {'rollout s':>9} {'update s':>9} {'w.sync s':>9} {'gen tokens':>10} "
+              f"{'tokens/s':>8} {'CPU s':>6} " + " ".join(f"{name:>8}" for name in (*CPU_COLUMNS, "rest")))
+    lines = [header]
+    sides = [(f"ours k={k}", side) for k, side in results.get("ours_by_max_staleness", {}).items()]
+    sides += [("trl", results["trl"])] if "trl" in results else []
+    for label, side in sides:
+        if "refused" in side:
+            lines.append(f"{label:9} refused: {side['refused']}")
+            continue
+        m, cpu = side["median"], side["cpu_s_per_step"]
+        total = side["cpu_s_per_step_total"] if cpu else None
+        by_process = cpu_columns(cpu) if label != "trl" else [None] * (len(CPU_COLUMNS) + 1)
+        lines.append(f"{label:9} {m['wall_s']:7.3f} {m['rollout_s']:9.3f} {m['update_s']:9.3f} "
+                     f"{m['weight_sync_s']:9.3f} {m['generated_tokens']:10.0f} "
+                     f"{m['generated_tokens'] / m['wall_s']:8.0f} {_cell(total, 6)} "
+                     + " ".join(_cell(v, 8) for v in by_process))
+    return lines
+
+
+def ratio_line(results: dict) -> str | None:
+    """One ratio ours/TRL per k, and the issue's target."""
+    ratios = results.get("ratios", {})
+    if not ratios:
+        return None
+    parts = ", ".join(f"k={k} {ratio:.2f}x" for k, ratio in ratios.items())
+    return f"ratio ours/TRL step time: {parts} (target: k=1 <= {K1_TARGET}x)"
+
+
 def print_table(results: dict, config: BenchConfig) -> None:
     print(f"\nOne GRPO step, {config.model}: B={config.batch_size} problems x G={config.group_size} = "
           f"{config.batch_size * config.group_size} completions of <= {config.max_new_tokens} new tokens; "
-          f"median of {config.rounds} run(s) x {config.steps} steps (after {config.warmup} warm-up) per side")
-    print(f"{'':5} {'step s':>7} {'rollout s':>9} {'update s':>9} {'w.sync s':>9} "
-          f"{'gen tokens':>10} {'tokens/s':>8} {'CPU s':>6}")
-    for name in ("ours", "trl"):
-        if name not in results:
-            continue
-        side = results[name]
-        m = side["median"]
-        cpu = f"{side['cpu_s_per_step_total']:6.2f}" if side["cpu_s_per_step"] else f"{'-':>6}"
-        print(f"{name:5} {m['wall_s']:7.3f} {m['rollout_s']:9.3f} {m['update_s']:9.3f} "
-              f"{m['weight_sync_s']:9.3f} {m['generated_tokens']:10.0f} "
-              f"{m['generated_tokens'] / m['wall_s']:8.0f} {cpu}")
-    if "ratio" in results:
-        print(f"ratio ours/TRL: {results['ratio']:.2f}x (target <= 1.5x)")
-    if results.get("ours", {}).get("cpu_s_per_step"):
-        parts = ", ".join(f"{k} {v:.2f}" for k, v in results["ours"]["cpu_s_per_step"].items())
-        print(f"ours CPU s per step by process: {parts}")
+          f"median of {config.rounds} run(s) x {config.steps} steps (after {config.warmup} warm-up) per side; "
+          f"CPU s per step in all and by process")
+    for line in table_lines(results, config):
+        print(line)
+    if (line := ratio_line(results)) is not None:
+        print(line)
+    for k, side in results.get("ours_by_max_staleness", {}).items():
+        if side.get("cpu_s_per_step"):
+            parts = ", ".join(f"{name} {v:.2f}" for name, v in side["cpu_s_per_step"].items())
+            print(f"ours k={k} CPU s per step by process: {parts}")
     print(f"{results['load_before']} before, {results['load_after']} after")
 
 
@@ -421,7 +502,8 @@ def main(argv: list[str] | None = None) -> int:
                      "load_before": load_note()}
     if not config.skip_trl:
         results["trl_version"] = trl_version()
-    runs: dict[str, list[dict]] = {"ours": [], "trl": []}
+    trl_runs: list[dict] = []
+    ours_runs: dict[int, list[dict]] = {k: [] for k in config.max_staleness}
     with contextlib.ExitStack() as exits:
         stack = None
         if not config.skip_ours:
@@ -432,15 +514,15 @@ def main(argv: list[str] | None = None) -> int:
             for name in order:
                 if name == "trl" and not config.skip_trl:
                     print(f"round {round_index + 1}: TRL", file=sys.stderr)
-                    runs["trl"].append(run_trl(config))
+                    trl_runs.append(run_trl(config))
                 elif name == "ours" and stack is not None:
-                    print(f"round {round_index + 1}: ours", file=sys.stderr)
-                    runs["ours"].append(run_ours(config, stack))
-    for name, side_runs in runs.items():
-        if side_runs:
-            results[name] = summarize(side_runs, config)
-    if "ours" in results and "trl" in results:
-        results["ratio"] = results["ours"]["median"]["wall_s"] / results["trl"]["median"]["wall_s"]
+                    for k in config.max_staleness:
+                        print(f"round {round_index + 1}: ours, max_staleness {k}", file=sys.stderr)
+                        ours_runs[k].append(run_ours(config, stack, k))
+    if trl_runs:
+        results["trl"] = summarize(trl_runs, config)
+    if stack is not None:
+        add_ours(results, summarize_ours(ours_runs, config))
     results["load_after"] = load_note()
     config.out.mkdir(parents=True, exist_ok=True)
     path = config.out / f"rl_step_vs_trl-{time.strftime('%Y%m%d-%H%M%S')}.json"
@@ -448,6 +530,21 @@ def main(argv: list[str] | None = None) -> int:
     print_table(results, config)
     print(f"results: {path}")
     return 0
+
+
+def add_ours(results: dict, by_k: dict[str, dict]) -> None:
+    """`ours_by_max_staleness` and `ratios` per k; `ours` and `ratio` repeat the first k's."""
+    results["ours_by_max_staleness"] = by_k
+    first = next(iter(by_k.values()))
+    if "refused" not in first:
+        results["ours"] = first
+    if "trl" not in results:
+        return
+    trl_wall = results["trl"]["median"]["wall_s"]
+    results["ratios"] = {k: side["median"]["wall_s"] / trl_wall for k, side in by_k.items()
+                         if "refused" not in side}
+    if "ours" in results:
+        results["ratio"] = results["ratios"][next(iter(by_k))]
 
 
 if __name__ == "__main__":
