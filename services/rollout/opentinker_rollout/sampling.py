@@ -7,8 +7,10 @@ same token whatever else shares its batch.
 The logprob returned for a sampled token is taken from the distribution actually sampled
 from: logits / temperature, tokens outside top-k and top-p set to -inf, log-softmax
 renormalised over what is left. With temperature 1 and top-k/top-p disabled this is exactly
-`log_softmax(logits)`. A greedy row (temperature 0) samples from a point mass; it reports the
-model's plain `log_softmax(logits)` of the argmax token instead of a constant 0.
+`log_softmax(logits)` (top_p 1 drops nothing, even where float32 mass sums reach 1 before the
+tail; a step where no row filters skips the sort that top-k/top-p need). A greedy row
+(temperature 0) samples from a point mass; it reports the model's plain `log_softmax(logits)`
+of the argmax token instead of a constant 0.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ class RowParams:
     temperature_B: torch.Tensor
     top_k_B: torch.Tensor
     top_p_B: torch.Tensor
+    filtered: bool = True
+    """Whether some sampled row has a top-k or top-p filter (False: skip the filtering)."""
 
     @property
     def greedy_B(self) -> torch.Tensor:
@@ -35,9 +39,11 @@ class RowParams:
 def row_params(temperatures: Sequence[float], top_ks: Sequence[int],
                top_ps: Sequence[float]) -> RowParams:
     """Pack per-row settings (top_k 0 = off; top_p 0 or 1 = off)."""
+    top_ps = [p if 0 < p < 1 else 1.0 for p in top_ps]
+    filtered = any(t > 0 and (k > 0 or p < 1.0) for t, k, p in zip(temperatures, top_ks, top_ps, strict=True))
     return RowParams(temperature_B=torch.tensor(temperatures, dtype=torch.float32),
-                     top_k_B=torch.tensor(top_ks, dtype=torch.long),
-                     top_p_B=torch.tensor([p if 0 < p < 1 else 1.0 for p in top_ps]))
+                     top_k_B=torch.tensor(top_ks, dtype=torch.long), top_p_B=torch.tensor(top_ps),
+                     filtered=filtered)
 
 
 def processed_logprobs(logits_B_V: torch.Tensor, params: RowParams) -> torch.Tensor:
@@ -47,6 +53,8 @@ def processed_logprobs(logits_B_V: torch.Tensor, params: RowParams) -> torch.Ten
     """
     temperature_B = torch.where(params.greedy_B, 1.0, params.temperature_B).to(logits_B_V)
     scaled_B_V = logits_B_V.float() / temperature_B[:, None]
+    if not params.filtered:
+        return torch.log_softmax(scaled_B_V, dim=-1)
     keep_B_V = _keep_mask(scaled_B_V, params)
     keep_B_V[params.greedy_B] = True
     return torch.log_softmax(scaled_B_V.masked_fill(~keep_B_V, float("-inf")), dim=-1)
@@ -61,7 +69,8 @@ def _keep_mask(scaled_B_V: torch.Tensor, params: RowParams) -> torch.Tensor:
     keep_sorted_B_V = rank_V[None, :] < top_k_B[:, None]
     probs_B_V = torch.softmax(sorted_B_V.masked_fill(~keep_sorted_B_V, float("-inf")), dim=-1)
     mass_before_B_V = torch.cumsum(probs_B_V, dim=-1) - probs_B_V
-    keep_sorted_B_V &= mass_before_B_V < params.top_p_B[:, None].to(probs_B_V)
+    top_p_B = params.top_p_B[:, None].to(probs_B_V)
+    keep_sorted_B_V &= (mass_before_B_V < top_p_B) | (top_p_B >= 1.0)
     keep_sorted_B_V[:, 0] = True
     return torch.zeros_like(keep_sorted_B_V).scatter(-1, order_B_V, keep_sorted_B_V)
 
