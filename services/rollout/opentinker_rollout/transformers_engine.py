@@ -76,13 +76,13 @@ class TransformersEngine(TokenizerEngineBase):
         self._max_context = max_context_length or int(config.max_position_embeddings)
         self._eos_ids = _eos_ids(model, tokenizer) if eos_token_ids is None else eos_token_ids
         self._pad_id = _pad_id(tokenizer, self._eos_ids)
-        self._running = DecodeBatch(self._forward, self._sample, self._pad_id)
+        self._running = self._decode_batch()
         self._open: dict[Hashable, list[_Row]] = {}
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Generation]]:
         """Decode every request to the end in a batch of its own."""
         rows_per_request = [self._rows(request) for request in requests]
-        batch = DecodeBatch(self._forward, self._sample, self._pad_id)
+        batch = self._decode_batch()
         with torch.inference_mode():
             batch.advance([row for group in rows_per_request for row in group if not row.finished])
             while len(batch):
@@ -117,8 +117,19 @@ class TransformersEngine(TokenizerEngineBase):
 
     def reset(self) -> None:
         """Forget the continuous batch (after a failed step left it in an unknown state)."""
-        self._running = DecodeBatch(self._forward, self._sample, self._pad_id)
+        self._running = self._decode_batch()
         self._open.clear()
+
+    def _decode_batch(self) -> DecodeBatch:
+        return DecodeBatch(self._forward, self._sample, self._pad_id, weights_version=self._weights_version)
+
+    def _weights_version(self) -> Hashable:
+        """Changes whenever a parameter is written in place (torch counts each tensor's in-place
+        writes) or replaced: a running row's prompt KV is reused only while this stays the same."""
+        try:
+            return tuple((id(p), p._version) for p in self.model.parameters())
+        except RuntimeError:  # inference tensors count nothing: never reuse
+            return object()
 
     def _forward(self, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor,
                  cache: DynamicCache, rows: Sequence[_Row]) -> torch.Tensor:
