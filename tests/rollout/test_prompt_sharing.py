@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from opentinker.ml.models import load_model
+from opentinker.ml.models import add_lora_adapter, apply_lora, load_model
 from opentinker.ml.sources import ModelSource
 from opentinker_rollout.decode_batch import DecodeBatch
 from opentinker_rollout.engine import GenerationRequest, SamplingConfig
@@ -16,6 +16,7 @@ from opentinker_rollout.transformers_engine import TransformersEngine
 from tests.rollout._support import MODEL_NAME, tiny_engine
 from tests.rollout.test_continuous_batching import drive
 from tests.rollout.test_engine import prompts
+from tests.rollout.test_policies import LORA
 
 
 def request(prompt, **sampling) -> GenerationRequest:
@@ -117,3 +118,28 @@ def test_rows_of_one_prompt_on_different_adapters_are_computed_apart():
     batch.advance([FakeRow(prompt_ids=(1, 2, 3), adapter="b"), FakeRow(prompt_ids=(1, 2, 3), adapter="c")])
     # prefill a and b; decode the 3 rows; b is held by a running row, c is prefilled
     assert adapters_per_forward == [["a", "b"], ["a", "b", "a"], ["c"]]
+
+
+def test_an_adapter_added_later_and_updated_between_steps_is_computed_again():
+    """The engine notices new parameters (an adapter added after it first looked at the model)
+    and their in-place updates: a held prompt of that adapter is not reused across an update."""
+    loaded = load_model(ModelSource.builtin(MODEL_NAME, 0))
+    model = apply_lora(loaded.model, LORA, adapter_name="first")
+    engine = TransformersEngine(model, loaded.tokenizer, eos_token_ids=())
+    shapes = recording(engine)
+    engine.generate([request(prompts()[0], max_new_tokens=2, temperature=0.0)])  # the engine looks at the model
+    add_lora_adapter(model, LORA, "second")
+    model.eval()
+    held = GenerationRequest(prompt_ids=prompts()[1], adapter="second",
+                             sampling=SamplingConfig(max_new_tokens=10, temperature=1.0, seed=1))
+    after = GenerationRequest(prompt_ids=prompts()[1], adapter="second",
+                              sampling=SamplingConfig(max_new_tokens=4, temperature=1.0, seed=2))
+    engine.advance([("held", held)])
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if ".second." in name:
+                parameter.add_(0.05)
+    answers = drive(engine, {0: [("after", after)]})
+    assert len(prefills(shapes)) == 3  # the warm-up, held, and after again (not copied from held)
+    updated = TransformersEngine(model, loaded.tokenizer, eos_token_ids=())
+    assert_same(answers["after"], updated.generate([after])[0])

@@ -35,6 +35,17 @@ from opentinker_rollout.sampling import row_params, sample_tokens
 BASE_ADAPTER = "__base__"
 """peft's name for "no adapter" in a mixed-adapter batch."""
 
+_registered_parameters = [0]
+"""Parameters registered on any module of this process so far (torch's global hook): a model
+that gains or replaces parameters (a new LoRA adapter, weights loaded with assign) moves it."""
+
+
+def _count_registration(module: torch.nn.Module, name: str, parameter: torch.nn.Parameter) -> None:
+    _registered_parameters[0] += 1
+
+
+torch.nn.modules.module.register_module_parameter_registration_hook(_count_registration)
+
 
 @dataclass(kw_only=True)
 class _Row:
@@ -76,6 +87,8 @@ class TransformersEngine(TokenizerEngineBase):
         self._max_context = max_context_length or int(config.max_position_embeddings)
         self._eos_ids = _eos_ids(model, tokenizer) if eos_token_ids is None else eos_token_ids
         self._pad_id = _pad_id(tokenizer, self._eos_ids)
+        self._parameters: list[torch.nn.Parameter] = []
+        self._parameters_seen = -1
         self._running = self._decode_batch()
         self._open: dict[Hashable, list[_Row]] = {}
 
@@ -125,9 +138,13 @@ class TransformersEngine(TokenizerEngineBase):
 
     def _weights_version(self) -> Hashable:
         """Changes whenever a parameter is written in place (torch counts each tensor's in-place
-        writes) or replaced: a running row's prompt KV is reused only while this stays the same."""
+        writes), gets other storage, or the process registers parameters (a new adapter): a
+        running row's prompt KV is reused only while this stays the same."""
+        if self._parameters_seen != _registered_parameters[0]:  # walking the modules is slow
+            self._parameters = list(self.model.parameters())
+            self._parameters_seen = _registered_parameters[0]
         try:
-            return tuple((id(p), p._version) for p in self.model.parameters())
+            return self._parameters_seen, tuple((p.data_ptr(), p._version) for p in self._parameters)
         except RuntimeError:  # inference tensors count nothing: never reuse
             return object()
 
