@@ -21,7 +21,6 @@ SERVICE_NAME = "rollout"
 async def build_plan(settings: RolloutSettings) -> ServerPlan:
     """The RolloutService over a policy registry; EnvHost and Coordinator channels are dialled
     on first use."""
-    apply_torch_threads(settings.torch_threads, service=SERVICE_NAME)
     keep_freed_memory()  # weight updates allocate and free a model's worth of buffers each time
     registry = PolicyRegistry(checkpoint_root=settings.checkpoint_dir,
                               default_max_batch_size=settings.max_batch_size,
@@ -41,4 +40,11 @@ async def build_plan(settings: RolloutSettings) -> ServerPlan:
 
 def main() -> int:
     """Run until SIGTERM/SIGINT; the process exit code."""
-    return run_service(RolloutSettings, build_plan, service=SERVICE_NAME)
+    return run_service(RolloutSettings, _process_plan, service=SERVICE_NAME)
+
+
+async def _process_plan(settings: RolloutSettings) -> ServerPlan:
+    """The service process's plan: its torch threads first (process-wide, so not in `build_plan`,
+    which tests call inside their own process), before any model computes."""
+    apply_torch_threads(settings.torch_threads, service=SERVICE_NAME)
+    return await build_plan(settings)

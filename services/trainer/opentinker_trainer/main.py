@@ -20,7 +20,6 @@ async def build_plan(settings: TrainerSettings) -> ServerPlan:
     from opentinker_trainer.servicer import build_registry, trainer_service_binding
 
     quiet_transformers()
-    apply_torch_threads(settings.torch_threads, service=SERVICE_NAME)  # before any session computes
     keep_freed_memory()  # exports allocate and free a model's worth of buffers each time
     devices = discover_devices(settings.cpu_slots)
     registry = build_registry(settings.checkpoint_dir, settings.device,
@@ -35,4 +34,11 @@ async def build_plan(settings: TrainerSettings) -> ServerPlan:
 
 def main() -> int:
     """Run until SIGTERM/SIGINT; the process exit code."""
-    return run_service(TrainerSettings, build_plan, service=SERVICE_NAME)
+    return run_service(TrainerSettings, _process_plan, service=SERVICE_NAME)
+
+
+async def _process_plan(settings: TrainerSettings) -> ServerPlan:
+    """The service process's plan: its torch threads first (process-wide, so not in `build_plan`,
+    which tests call inside their own process), before any model computes."""
+    apply_torch_threads(settings.torch_threads, service=SERVICE_NAME)
+    return await build_plan(settings)
