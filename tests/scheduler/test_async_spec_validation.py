@@ -15,6 +15,7 @@ from opentinker.api.common.v1 import algorithm_pb2 as algo_pb
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
 from tests.scheduler._harness import rl_spec, rpc_error, scheduler_server
+from tests.scheduler.test_jobs_api import _two_agents
 
 SWAP = job_pb2.AsyncConfig.IN_FLIGHT_SWAP_WEIGHTS
 TOKEN, SEQUENCE = algo_pb.IMPORTANCE_MASK_TOKEN, algo_pb.IMPORTANCE_MASK_SEQUENCE
@@ -24,16 +25,7 @@ def asynchronous(spec: job_pb2.JobSpec) -> job_pb2.AsyncConfig:
     return getattr(spec, "async")
 
 
-def two_agents(spec: job_pb2.JobSpec) -> job_pb2.JobSpec:
-    """The rl_spec's policy as agents "black" and "white"."""
-    policy = job_pb2.AgentSpec()
-    policy.CopyFrom(spec.policy)
-    spec.ClearField("policy")
-    for name in ("black", "white"):
-        agent = spec.agents.add()
-        agent.CopyFrom(policy)
-        agent.agent_id = name
-    return spec
+two_agents = _two_agents  # the rl_spec's policy as agents "black" and "white"
 
 
 def sft(spec: job_pb2.JobSpec) -> job_pb2.JobSpec:

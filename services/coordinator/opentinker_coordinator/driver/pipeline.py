@@ -110,13 +110,12 @@ class _Batch:
 class _SyncLog:
     seconds: float = 0.0
     version: int | None = None
-    count: int = 0
 
     def take(self) -> dict[str, float]:
         if self.version is None:
             return {}
         values = {"policy_version": float(self.version), "time/weight_sync_s": self.seconds}
-        self.seconds, self.count = 0.0, 0
+        self.seconds = 0.0
         return values
 
 
@@ -281,7 +280,7 @@ class AgentPipeline:
         seconds = time.perf_counter() - started
         observe_phase("weight_sync", seconds)
         self._syncs.seconds += seconds
-        self._syncs.version, self._syncs.count = version, self._syncs.count + 1
+        self._syncs.version = version
         await self.clock.synced(version, steps)
 
     async def rollout_has(self, steps: int, *, force: bool = False) -> None:
