@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import redis.asyncio
 import structlog
 
+from opentinker.core.cancellation import raise_if_cancelled
 from opentinker.core.redis_store import REDIS_DOWN_ERRORS
 from opentinker_scheduler.config import SchedulerConfig
 from opentinker_scheduler.job_store import JobStore, StartResult
@@ -67,6 +68,7 @@ class Allocator:
                     log.warning("allocator_redis_unavailable", error=str(error))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), self.config.allocator_interval_ms / 1000)
+                raise_if_cancelled()
                 self.wake.clear()
         finally:
             if listener is not None:

@@ -24,6 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from opentinker.core import metrics
+from opentinker.core.cancellation import gather_cancelled
 from opentinker.core.errors import PortInUseError
 from opentinker.core.metrics_http import MetricsEndpoint
 from opentinker.core.metrics_interceptor import MetricsInterceptor
@@ -34,6 +35,7 @@ log = structlog.get_logger(__name__)
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+BACKGROUND_STOP_SECONDS = 10.0  # a start hook that ignores its cancel longer is left behind, logged
 SERVER_OPTIONS = (("grpc.so_reuseport", 0),)  # a port held by another process must fail to bind
 
 
@@ -187,9 +189,7 @@ def auth_interceptors(settings: ServiceSettings, plan: ServerPlan) -> tuple[list
 async def stop_server(started: StartedServer, *, grace_seconds: float) -> None:
     """NOT_SERVING, cancel background hooks, let in-flight RPCs finish within the grace."""
     await started.health.enter_shutdown()
-    for task in started.background:
-        task.cancel()
-    await asyncio.gather(*started.background, return_exceptions=True)
+    await gather_cancelled(started.background, timeout_seconds=BACKGROUND_STOP_SECONDS, what="start hooks")
     await started.server.stop(grace_seconds)
     await run_close_hooks(started.closers)
     if started.metrics is not None:  # last: a scrape during the drain still sees the final counts
