@@ -31,6 +31,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_ENVHOST_NOT_FOUND: _ClassVar[ErrorReason]
     ERROR_REASON_STREAM_LIMIT: _ClassVar[ErrorReason]
     ERROR_REASON_PATH_NOT_ALLOWED: _ClassVar[ErrorReason]
+    ERROR_REASON_WEIGHTS_SHARED_FILE_UNAVAILABLE: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 ERROR_REASON_INVALID_FIELD: ErrorReason
 ERROR_REASON_JOB_NOT_FOUND: ErrorReason
@@ -55,6 +56,7 @@ ERROR_REASON_ADMIN_ONLY_FIELD: ErrorReason
 ERROR_REASON_ENVHOST_NOT_FOUND: ErrorReason
 ERROR_REASON_STREAM_LIMIT: ErrorReason
 ERROR_REASON_PATH_NOT_ALLOWED: ErrorReason
+ERROR_REASON_WEIGHTS_SHARED_FILE_UNAVAILABLE: ErrorReason
 
 class ErrorDetail(_message.Message):
     __slots__ = ("code", "message", "reason", "traceback")

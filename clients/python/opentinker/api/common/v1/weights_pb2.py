@@ -25,21 +25,29 @@ _sym_db = _symbol_database.Default()
 from opentinker.api.common.v1 import model_pb2 as opentinker_dot_common_dot_v1_dot_model__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"opentinker/common/v1/weights.proto\x12\x14opentinker.common.v1\x1a opentinker/common/v1/model.proto\"\xea\x01\n\rWeightsHeader\x12\x33\n\x06\x66ormat\x18\x01 \x01(\x0e\x32#.opentinker.common.v1.WeightsFormat\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\x34\n\nadaptation\x18\x03 \x01(\x0b\x32 .opentinker.common.v1.Adaptation\x12\x31\n\x07tensors\x18\x04 \x03(\x0b\x32 .opentinker.common.v1.TensorSpec\x12\x13\n\x0btotal_bytes\x18\x05 \x01(\x03\x12\x0e\n\x06sha256\x18\x06 \x01(\t\"p\n\nTensorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\x05\x64type\x18\x02 \x01(\x0e\x32!.opentinker.common.v1.TensorDtype\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x13\n\x0b\x62yte_length\x18\x04 \x01(\x03\"A\n\x0cWeightsChunk\x12\x13\n\x0btensor_name\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c*i\n\rWeightsFormat\x12\x1e\n\x1aWEIGHTS_FORMAT_UNSPECIFIED\x10\x00\x12\x1f\n\x1bWEIGHTS_FORMAT_LORA_ADAPTER\x10\x01\x12\x17\n\x13WEIGHTS_FORMAT_FULL\x10\x02*z\n\x0bTensorDtype\x12\x1c\n\x18TENSOR_DTYPE_UNSPECIFIED\x10\x00\x12\x18\n\x14TENSOR_DTYPE_FLOAT32\x10\x01\x12\x19\n\x15TENSOR_DTYPE_BFLOAT16\x10\x02\x12\x18\n\x14TENSOR_DTYPE_FLOAT16\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"opentinker/common/v1/weights.proto\x12\x14opentinker.common.v1\x1a opentinker/common/v1/model.proto\"\xe1\x02\n\rWeightsHeader\x12\x33\n\x06\x66ormat\x18\x01 \x01(\x0e\x32#.opentinker.common.v1.WeightsFormat\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\x34\n\nadaptation\x18\x03 \x01(\x0b\x32 .opentinker.common.v1.Adaptation\x12\x31\n\x07tensors\x18\x04 \x03(\x0b\x32 .opentinker.common.v1.TensorSpec\x12\x13\n\x0btotal_bytes\x18\x05 \x01(\x03\x12\x0e\n\x06sha256\x18\x06 \x01(\t\x12\x37\n\x08\x63hecksum\x18\x07 \x01(\x0b\x32%.opentinker.common.v1.WeightsChecksum\x12<\n\x0bshared_file\x18\x08 \x01(\x0b\x32\'.opentinker.common.v1.SharedWeightsFile\"a\n\x0fWeightsChecksum\x12:\n\talgorithm\x18\x01 \x01(\x0e\x32\'.opentinker.common.v1.ChecksumAlgorithm\x12\x12\n\nhex_digest\x18\x02 \x01(\t\"D\n\x11SharedWeightsFile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x03\x12\r\n\x05nonce\x18\x03 \x01(\t\"p\n\nTensorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\x05\x64type\x18\x02 \x01(\x0e\x32!.opentinker.common.v1.TensorDtype\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x13\n\x0b\x62yte_length\x18\x04 \x01(\x03\"A\n\x0cWeightsChunk\x12\x13\n\x0btensor_name\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c*i\n\rWeightsFormat\x12\x1e\n\x1aWEIGHTS_FORMAT_UNSPECIFIED\x10\x00\x12\x1f\n\x1bWEIGHTS_FORMAT_LORA_ADAPTER\x10\x01\x12\x17\n\x13WEIGHTS_FORMAT_FULL\x10\x02*x\n\x10WeightsTransport\x12!\n\x1dWEIGHTS_TRANSPORT_UNSPECIFIED\x10\x00\x12\x1c\n\x18WEIGHTS_TRANSPORT_STREAM\x10\x01\x12#\n\x1fWEIGHTS_TRANSPORT_SHARED_MEMORY\x10\x02*W\n\x11\x43hecksumAlgorithm\x12\"\n\x1e\x43HECKSUM_ALGORITHM_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x43HECKSUM_ALGORITHM_XXH3_64\x10\x01*z\n\x0bTensorDtype\x12\x1c\n\x18TENSOR_DTYPE_UNSPECIFIED\x10\x00\x12\x18\n\x14TENSOR_DTYPE_FLOAT32\x10\x01\x12\x19\n\x15TENSOR_DTYPE_BFLOAT16\x10\x02\x12\x18\n\x14TENSOR_DTYPE_FLOAT16\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'opentinker.common.v1.weights_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_WEIGHTSFORMAT']._serialized_start=512
-  _globals['_WEIGHTSFORMAT']._serialized_end=617
-  _globals['_TENSORDTYPE']._serialized_start=619
-  _globals['_TENSORDTYPE']._serialized_end=741
+  _globals['_WEIGHTSFORMAT']._serialized_start=800
+  _globals['_WEIGHTSFORMAT']._serialized_end=905
+  _globals['_WEIGHTSTRANSPORT']._serialized_start=907
+  _globals['_WEIGHTSTRANSPORT']._serialized_end=1027
+  _globals['_CHECKSUMALGORITHM']._serialized_start=1029
+  _globals['_CHECKSUMALGORITHM']._serialized_end=1116
+  _globals['_TENSORDTYPE']._serialized_start=1118
+  _globals['_TENSORDTYPE']._serialized_end=1240
   _globals['_WEIGHTSHEADER']._serialized_start=95
-  _globals['_WEIGHTSHEADER']._serialized_end=329
-  _globals['_TENSORSPEC']._serialized_start=331
-  _globals['_TENSORSPEC']._serialized_end=443
-  _globals['_WEIGHTSCHUNK']._serialized_start=445
-  _globals['_WEIGHTSCHUNK']._serialized_end=510
+  _globals['_WEIGHTSHEADER']._serialized_end=448
+  _globals['_WEIGHTSCHECKSUM']._serialized_start=450
+  _globals['_WEIGHTSCHECKSUM']._serialized_end=547
+  _globals['_SHAREDWEIGHTSFILE']._serialized_start=549
+  _globals['_SHAREDWEIGHTSFILE']._serialized_end=617
+  _globals['_TENSORSPEC']._serialized_start=619
+  _globals['_TENSORSPEC']._serialized_end=731
+  _globals['_WEIGHTSCHUNK']._serialized_start=733
+  _globals['_WEIGHTSCHUNK']._serialized_end=798
 # @@protoc_insertion_point(module_scope)

@@ -14,6 +14,17 @@ class WeightsFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WEIGHTS_FORMAT_LORA_ADAPTER: _ClassVar[WeightsFormat]
     WEIGHTS_FORMAT_FULL: _ClassVar[WeightsFormat]
 
+class WeightsTransport(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WEIGHTS_TRANSPORT_UNSPECIFIED: _ClassVar[WeightsTransport]
+    WEIGHTS_TRANSPORT_STREAM: _ClassVar[WeightsTransport]
+    WEIGHTS_TRANSPORT_SHARED_MEMORY: _ClassVar[WeightsTransport]
+
+class ChecksumAlgorithm(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CHECKSUM_ALGORITHM_UNSPECIFIED: _ClassVar[ChecksumAlgorithm]
+    CHECKSUM_ALGORITHM_XXH3_64: _ClassVar[ChecksumAlgorithm]
+
 class TensorDtype(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TENSOR_DTYPE_UNSPECIFIED: _ClassVar[TensorDtype]
@@ -23,26 +34,53 @@ class TensorDtype(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 WEIGHTS_FORMAT_UNSPECIFIED: WeightsFormat
 WEIGHTS_FORMAT_LORA_ADAPTER: WeightsFormat
 WEIGHTS_FORMAT_FULL: WeightsFormat
+WEIGHTS_TRANSPORT_UNSPECIFIED: WeightsTransport
+WEIGHTS_TRANSPORT_STREAM: WeightsTransport
+WEIGHTS_TRANSPORT_SHARED_MEMORY: WeightsTransport
+CHECKSUM_ALGORITHM_UNSPECIFIED: ChecksumAlgorithm
+CHECKSUM_ALGORITHM_XXH3_64: ChecksumAlgorithm
 TENSOR_DTYPE_UNSPECIFIED: TensorDtype
 TENSOR_DTYPE_FLOAT32: TensorDtype
 TENSOR_DTYPE_BFLOAT16: TensorDtype
 TENSOR_DTYPE_FLOAT16: TensorDtype
 
 class WeightsHeader(_message.Message):
-    __slots__ = ("format", "policy_version", "adaptation", "tensors", "total_bytes", "sha256")
+    __slots__ = ("format", "policy_version", "adaptation", "tensors", "total_bytes", "sha256", "checksum", "shared_file")
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     ADAPTATION_FIELD_NUMBER: _ClassVar[int]
     TENSORS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
+    CHECKSUM_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FILE_FIELD_NUMBER: _ClassVar[int]
     format: WeightsFormat
     policy_version: int
     adaptation: _model_pb2.Adaptation
     tensors: _containers.RepeatedCompositeFieldContainer[TensorSpec]
     total_bytes: int
     sha256: str
-    def __init__(self, format: _Optional[_Union[WeightsFormat, str]] = ..., policy_version: _Optional[int] = ..., adaptation: _Optional[_Union[_model_pb2.Adaptation, _Mapping]] = ..., tensors: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., total_bytes: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
+    checksum: WeightsChecksum
+    shared_file: SharedWeightsFile
+    def __init__(self, format: _Optional[_Union[WeightsFormat, str]] = ..., policy_version: _Optional[int] = ..., adaptation: _Optional[_Union[_model_pb2.Adaptation, _Mapping]] = ..., tensors: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., total_bytes: _Optional[int] = ..., sha256: _Optional[str] = ..., checksum: _Optional[_Union[WeightsChecksum, _Mapping]] = ..., shared_file: _Optional[_Union[SharedWeightsFile, _Mapping]] = ...) -> None: ...
+
+class WeightsChecksum(_message.Message):
+    __slots__ = ("algorithm", "hex_digest")
+    ALGORITHM_FIELD_NUMBER: _ClassVar[int]
+    HEX_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    algorithm: ChecksumAlgorithm
+    hex_digest: str
+    def __init__(self, algorithm: _Optional[_Union[ChecksumAlgorithm, str]] = ..., hex_digest: _Optional[str] = ...) -> None: ...
+
+class SharedWeightsFile(_message.Message):
+    __slots__ = ("name", "size_bytes", "nonce")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    size_bytes: int
+    nonce: str
+    def __init__(self, name: _Optional[str] = ..., size_bytes: _Optional[int] = ..., nonce: _Optional[str] = ...) -> None: ...
 
 class TensorSpec(_message.Message):
     __slots__ = ("name", "dtype", "shape", "byte_length")

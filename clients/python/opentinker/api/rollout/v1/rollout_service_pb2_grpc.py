@@ -81,8 +81,9 @@ class RolloutServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def UpdateWeights(self, request_iterator, context):
-        """New weights for a policy: one header, then chunks. Applied atomically
-        between generation steps once the whole transfer has arrived and verified.
+        """New weights for a policy: one header, then chunks (or a header naming a shared-memory file
+        under this worker's directory, and no chunks). Applied atomically between generation steps
+        once the whole transfer has arrived and verified.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -229,14 +229,16 @@ class LoadCheckpointResponse(_message.Message):
     def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., data_cursor: _Optional[bytes] = ...) -> None: ...
 
 class ExportWeightsRequest(_message.Message):
-    __slots__ = ("session_id", "format", "chunk_bytes")
+    __slots__ = ("session_id", "format", "chunk_bytes", "transport")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     format: _weights_pb2.WeightsFormat
     chunk_bytes: int
-    def __init__(self, session_id: _Optional[str] = ..., format: _Optional[_Union[_weights_pb2.WeightsFormat, str]] = ..., chunk_bytes: _Optional[int] = ...) -> None: ...
+    transport: _weights_pb2.WeightsTransport
+    def __init__(self, session_id: _Optional[str] = ..., format: _Optional[_Union[_weights_pb2.WeightsFormat, str]] = ..., chunk_bytes: _Optional[int] = ..., transport: _Optional[_Union[_weights_pb2.WeightsTransport, str]] = ...) -> None: ...
 
 class ExportWeightsResponse(_message.Message):
     __slots__ = ("header", "chunk")

@@ -136,7 +136,8 @@ class TrainerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ExportWeights(self, request, context):
-        """The current weights as a stream: one header, then chunks.
+        """The current weights: one header, then chunks; or, with transport SHARED_MEMORY, a header
+        naming a file in the host's shared memory.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
