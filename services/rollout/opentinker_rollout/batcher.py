@@ -6,8 +6,15 @@ arrived since the last one join the running batch (up to `max_batch_size` rows i
 counting samples), every running row decodes one token, and each request whose rows have all
 finished is answered at once. So an episode whose action is done goes to its environment
 while longer actions keep decoding, and an episode back from its environment starts at the
-next step rather than after the whole batch (continuous batching). When nothing runs, the
-worker waits for a request and then a short gathering window, so a burst starts together.
+next step rather than after the whole batch (continuous batching).
+
+Arrivals are gathered: while requests wait and more keep arriving (each within
+`gather_window_s` of the last), the next step waits for the burst to end, at most
+`max_gather_s`, or until the waiting rows fill the batch. Episodes of an RL batch reach the
+engine in a trickle (each after its own environment reset); stepping on every arrival spends
+an engine step's fixed cost on one or two new rows dozens of times per batch, CPU that the
+processes producing the arrivals need on a small machine. A lone request, or one arriving after
+a quiet gap, is admitted after one `gather_window_s` at most.
 
 An engine with only `generate(requests)` (one blocking call per batch, e.g. vLLM's offline
 API) is driven the same way through `WholeBatchEngine`: each step is one whole batch.
@@ -113,9 +120,11 @@ class GenerationBatcher:
     """Schedules concurrent generation requests onto one continuously batched engine."""
 
     def __init__(self, engine: Engine, *, max_batch_size: int = 32,
-                 gather_window_s: float = 0.002) -> None:
+                 gather_window_s: float = 0.002, max_gather_s: float = 0.02) -> None:
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
+        if not 0 <= gather_window_s <= max_gather_s:
+            raise ValueError("need 0 <= gather_window_s <= max_gather_s")
         self.engine = engine
         self._stepper = engine if hasattr(engine, "advance") else WholeBatchEngine(engine)
         self.max_batch_size = max_batch_size
@@ -125,6 +134,8 @@ class GenerationBatcher:
         them only inside `between_steps()` or `exclusive()`, with the weights."""
         self._closed_adapters: set[str] = set()
         self._gather_window_s = gather_window_s
+        self._max_gather_s = max_gather_s
+        self._last_arrival = 0.0
         self._pending: list[_Pending] = []
         self._running: dict[int, _Admitted] = {}
         self._keys = itertools.count()
@@ -142,6 +153,7 @@ class GenerationBatcher:
             raise BatcherClosed("the policy was unloaded")
         future: asyncio.Future[BatchedGeneration] = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(request=request, future=future))
+        self._last_arrival = time.monotonic()
         self._wakeup.set()
         self._ensure_worker()
         started = time.perf_counter()
@@ -207,11 +219,26 @@ class GenerationBatcher:
                 if self._holds or not self._pending:
                     await self._wakeup.wait()
                     self._wakeup.clear()
-                    await asyncio.sleep(self._gather_window_s)
+            if not self._holds:
+                await self._gather_arrivals()
             admitted = [] if self._holds else self._take_batch()
             if admitted or self._running:
                 self._idle.clear()
                 await self._step(admitted)
+
+    async def _gather_arrivals(self) -> None:
+        """Wait while requests keep arriving (see the module docstring): until no request came
+        for `gather_window_s`, `max_gather_s` passed, or the waiting rows fill the batch."""
+        deadline = time.monotonic() + self._max_gather_s
+        while self._pending and self._waiting_rows() < self.max_batch_size - self._stepper.running_rows:
+            now = time.monotonic()
+            until = min(self._last_arrival + self._gather_window_s, deadline)
+            if now >= until:
+                return
+            await asyncio.sleep(until - now)
+
+    def _waiting_rows(self) -> int:
+        return sum(item.request.sampling.n for item in self._pending if not item.future.done())
 
     def _take_batch(self) -> list[_Pending]:
         """Pending requests (cancelled ones dropped) that fit beside the running rows; when
