@@ -1,7 +1,10 @@
 """`EnvironmentSession` over the EnvHostService (the service edge: grpc and stubs live here).
 
-One session per episode: OpenSession, Reset, Step..., CloseSession, as unary calls on a
-channel shared by every episode that plays on the same EnvHost. A job's episodes call with the
+An episode plays Reset, Step... on a session as unary calls, on a channel shared by every episode
+that plays on the same EnvHost. Sessions outlive episodes (`envhost_sessions`): an episode takes
+a parked session of its job's scope (or opens one) and gives it back, so OpenSession and
+CloseSession are paid once per concurrent episode slot, not once per episode; a session whose
+call failed is closed, never reused. A job's episodes call with the
 job's token and id as their only credential (the token the RunEpisodes call came with): the
 EnvHost may be a tenant's own, at an address the tenant chose, and never sees the Rollout's key.
 Only episodes without a job (an admin's own RunEpisodes) call with the Rollout's key. Any RPC error becomes an
@@ -24,11 +27,12 @@ from opentinker.core.errors import traceback_from_metadata
 from opentinker.core.job_tokens import job_call_metadata
 from opentinker.core.channel_pool import ChannelPool
 from opentinker_rollout.environment import (
-    EnvironmentFactory,
     EnvironmentFailure,
+    EnvironmentSession,
     ResetResult,
     StepOutcome,
 )
+from opentinker_rollout.envhost_sessions import PooledSession, SessionPools, SessionScope
 from opentinker_rollout.episode import Episode
 
 DEFAULT_CALL_TIMEOUT_S = 120.0
@@ -47,7 +51,16 @@ class EnvironmentTarget:
 
 
 class EnvHostChannels(ChannelPool):
-    """Channels per EnvHost address, closed together: keyless ones for jobs' calls."""
+    """Channels per EnvHost address, closed together: keyless ones for jobs' calls; and the
+    sessions parked between episodes (closed first)."""
+
+    def __init__(self, api_key: str = "", *, sessions: SessionPools | None = None) -> None:
+        super().__init__(api_key)
+        self.sessions = sessions or SessionPools()
+
+    async def close(self) -> None:
+        await self.sessions.close()
+        await super().close()
 
     def stub(self, target: EnvironmentTarget) -> envhost_grpc.EnvHostServiceStub:
         """A job's calls go on a channel without the service key (they carry the job's token)."""
@@ -56,16 +69,41 @@ class EnvHostChannels(ChannelPool):
 
 
 def envhost_environments(channels: EnvHostChannels, target: EnvironmentTarget, *,
-                         call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> EnvironmentFactory:
-    """A factory of fresh sessions on `target`, for the episode runner (every episode plays
-    the same game; the episode only picks its reset kwargs and seed, at reset)."""
-    def make(episode: Episode) -> EnvHostSession:
-        return EnvHostSession(channels.stub(target), target, call_timeout_s=call_timeout_s)
-    return make
+                         call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
+                         reuse_sessions: bool = True) -> EnvHostEnvironments:
+    """The sessions of one RunEpisodes call on `target` (every episode plays the same game; the
+    episode only picks its reset kwargs and seed, at reset)."""
+    return EnvHostEnvironments(channels, target, call_timeout_s=call_timeout_s, reuse_sessions=reuse_sessions)
+
+
+class EnvHostEnvironments:
+    """An `EnvironmentFactory`: per episode a session taken from the channels' pools (or, with
+    `reuse_sessions=False`, a fresh one opened and closed by the episode)."""
+
+    def __init__(self, channels: EnvHostChannels, target: EnvironmentTarget, *,
+                 call_timeout_s: float, reuse_sessions: bool) -> None:
+        self.channels = channels
+        self.target = target
+        self.call_timeout_s = call_timeout_s
+        self.reuse_sessions = reuse_sessions
+        self.scope = SessionScope.of(address=target.address, env_name=target.env_name, config=target.config,
+                                     job_id=target.job_id, job_token=target.job_token)
+
+    def __call__(self, episode: Episode) -> EnvironmentSession:
+        if not self.reuse_sessions:
+            return self._fresh()
+        return PooledSession(self.channels.sessions, self.scope, self._fresh)
+
+    async def aclose(self) -> None:
+        """The call is over: a call without a job closes its sessions (a job's stay parked)."""
+        await self.channels.sessions.end_call(self.scope)
+
+    def _fresh(self) -> EnvHostSession:
+        return EnvHostSession(self.channels.stub(self.target), self.target, call_timeout_s=self.call_timeout_s)
 
 
 class EnvHostSession:
-    """One EnvHost session, used by one episode."""
+    """One EnvHost session, used by one episode at a time."""
 
     def __init__(self, stub: envhost_grpc.EnvHostServiceStub, target: EnvironmentTarget, *,
                  call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> None:

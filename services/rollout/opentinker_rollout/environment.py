@@ -10,7 +10,8 @@ raised as `EnvironmentFailure`, which ends the episode with STOP_REASON_ENV_ERRO
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -69,5 +70,38 @@ class EnvironmentSession(Protocol):
 
 
 EnvironmentFactory = Callable[[Episode], EnvironmentSession]
-"""Makes a fresh, unopened session for one episode (which game or match it plays may depend
-on the episode: a match episode names its match and seat)."""
+"""Makes an unopened session for one episode (which game or match it plays may depend on the
+episode: a match episode names its match and seat). A factory with an `async aclose()` is told
+when the call's episodes are all done (`envhost_client.EnvHostEnvironments` then closes the
+sessions it kept for reuse, unless they belong to a job)."""
+
+
+class TimedEnvironment:
+    """Wraps a session and sums the seconds its open, reset and close took (`overhead_s`: what
+    the environment costs an episode besides its steps). Other attributes pass through."""
+
+    def __init__(self, session: EnvironmentSession) -> None:
+        self.session = session
+        self.overhead_s = 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session, name)
+
+    async def open(self) -> None:
+        await self._timed(self.session.open())
+
+    async def reset(self, kwargs: Mapping[str, Any], seed: int) -> ResetResult:
+        return await self._timed(self.session.reset(kwargs, seed))
+
+    async def step(self, action: str) -> StepOutcome:
+        return await self.session.step(action)
+
+    async def close(self) -> None:
+        await self._timed(self.session.close())
+
+    async def _timed(self, call: Awaitable[Any]) -> Any:
+        started = time.perf_counter()
+        try:
+            return await call
+        finally:
+            self.overhead_s += time.perf_counter() - started

@@ -1,8 +1,10 @@
 """RunEpisodes as a domain operation: play every spec group_size times, yield as they finish.
 
 All episodes of a call run as concurrent tasks (at most `max_concurrency` at once), each
-with its own environment session, sharing one batcher so their generation steps batch
-together. Results come back in completion order: a `Trajectory` per finished episode
+with its own environment session (an EnvHost session may be reused by later episodes: see
+envhost_sessions.py; the factory's `aclose`, if any, runs when the call ends), sharing one
+batcher so their generation steps batch together. Each trajectory's metrics include
+`env_overhead_seconds`: what opening, resetting and closing its session cost the episode. Results come back in completion order: a `Trajectory` per finished episode
 (environment failures included, with stop reason ENV_ERROR), or an `EpisodeError` for an
 episode that crashed for another reason; either way the others go on.
 
@@ -30,7 +32,7 @@ import structlog
 
 from opentinker_rollout.metrics import count_episode
 from opentinker_rollout.engine import SamplingConfig, derive_seed
-from opentinker_rollout.environment import EnvironmentFactory
+from opentinker_rollout.environment import EnvironmentFactory, TimedEnvironment
 from opentinker_rollout.episode import Episode, EpisodeLimits, Trajectory, to_trajectory
 from opentinker_rollout.fsm import AgentLoop, AgentLoopConfig, ChatRenderer, Generator
 
@@ -119,6 +121,7 @@ async def run_episodes(batch: EpisodeBatch, services: EpisodeServices) -> AsyncI
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await _end_call(services.environments)
 
 
 async def _play(episode: Episode, config: AgentLoopConfig, services: EpisodeServices,
@@ -126,8 +129,9 @@ async def _play(episode: Episode, config: AgentLoopConfig, services: EpisodeServ
     async with limit:
         started = time.monotonic()
         try:
+            environment = TimedEnvironment(services.environments(episode))
             loop = AgentLoop(generator=services.generator, renderer=services.renderer,
-                             environment=services.environments(episode), config=config)
+                             environment=environment, config=config)
             await loop.run(episode)
         except Exception as error:  # noqa: BLE001 - one crashed episode must not end the stream
             log.exception("episode_crashed", trajectory_id=episode.trajectory_id)
@@ -135,7 +139,8 @@ async def _play(episode: Episode, config: AgentLoopConfig, services: EpisodeServ
             return EpisodeError(group_id=episode.group_id, episode_index=episode.episode_index,
                                 message=f"{type(error).__name__}: {error}",
                                 traceback=traceback.format_exc())
-        trajectory = to_trajectory(episode, _metrics(episode, time.monotonic() - started))
+        metrics = _metrics(episode, time.monotonic() - started) | {"env_overhead_seconds": environment.overhead_s}
+        trajectory = to_trajectory(episode, metrics)
         count_episode(trajectory.stop_reason.value)
         return trajectory
 
@@ -144,3 +149,13 @@ def _metrics(episode: Episode, seconds: float) -> dict[str, float]:
     sampled = sum(episode.loss_mask)
     return {"episode_seconds": seconds, "sampled_tokens": float(sampled),
             "total_tokens": float(len(episode.token_ids)), "turns": float(len(episode.turns))}
+
+
+async def _end_call(environments: EnvironmentFactory) -> None:
+    """Tell a factory that has `aclose` that the call is over (it may close its sessions)."""
+    aclose = getattr(environments, "aclose", None)
+    if aclose is not None:
+        try:
+            await aclose()
+        except Exception:  # noqa: BLE001 - closing sessions must not fail a finished call
+            log.exception("environments_close_failed")

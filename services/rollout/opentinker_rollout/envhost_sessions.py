@@ -1,0 +1,236 @@
+"""EnvHost sessions kept open between episodes, so an episode costs one Reset instead of
+OpenSession + Reset + CloseSession (domain code: sessions are opened through a callable).
+
+A `SessionScope` names who may reuse a session: the EnvHost address, the game and its config,
+and the credentials its calls carry (the job id and the job's attempt token, or the Rollout's own
+key for a call without a job). Only a caller of the same scope ever gets a parked session back:
+never another job, another attempt of the same job, or another tenant. Calls without a job get
+a scope of their own (`call_nonce`), closed when the call ends.
+
+Each episode takes a session (a parked one, else a newly opened one), plays, and gives it back:
+`PooledSession` parks it again when every call on it succeeded, and closes it otherwise (an
+EnvironmentFailure, a game error, a call cut by a timeout or a cancel: a failed session is
+never reused). Resetting a parked session starts the next episode with that episode's own kwargs
+and seed, exactly as on a fresh one, so a game whose reset() fully restarts it plays the same.
+
+Parked sessions are closed when they have been idle for `idle_ttl_s`, when the same job opens a
+session with another attempt token (the old attempt is over), on `job_stopped`, and on `close`
+(the Rollout stopping). At most `max_parked` sessions are parked per scope; more are closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import structlog
+
+from opentinker_rollout.environment import ResetResult, StepOutcome
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_IDLE_TTL_S = 60.0
+DEFAULT_MAX_PARKED = 128
+CLOSE_TIMEOUT_S = 5.0
+
+
+class OpenableSession(Protocol):
+    """An EnvHost session as the pool needs it (`envhost_client.EnvHostSession`)."""
+
+    async def open(self) -> None: ...
+    async def reset(self, kwargs: Mapping[str, Any], seed: int) -> ResetResult: ...
+    async def step(self, action: str) -> StepOutcome: ...
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionScope:
+    """Who may reuse a session: everything that decides what a fresh open would give, and the
+    credentials its calls carry."""
+
+    address: str
+    env_name: str
+    config_json: str
+    job_id: str = ""
+    job_token: str = field(default="", repr=False)
+    call_nonce: str = ""
+    """Set for calls without a job: their sessions live for the call only."""
+
+    @classmethod
+    def of(cls, *, address: str, env_name: str, config: Mapping[str, Any], job_id: str,
+           job_token: str) -> SessionScope:
+        return cls(address=address, env_name=env_name, job_id=job_id, job_token=job_token,
+                   config_json=json.dumps(dict(config), sort_keys=True, default=str),
+                   call_nonce="" if job_id else uuid.uuid4().hex)
+
+    @property
+    def per_call(self) -> bool:
+        return bool(self.call_nonce)
+
+
+@dataclass(kw_only=True)
+class _Parked:
+    session: OpenableSession
+    since: float
+
+
+class SessionPools:
+    """Parked sessions by scope; one per Rollout process (see the module docstring)."""
+
+    def __init__(self, *, idle_ttl_s: float = DEFAULT_IDLE_TTL_S, max_parked: int = DEFAULT_MAX_PARKED,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.idle_ttl_s = idle_ttl_s
+        self.max_parked = max_parked
+        self.clock = clock
+        self._parked: dict[SessionScope, list[_Parked]] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+        self._reaper: asyncio.Task[None] | None = None
+        self.opened = 0
+        """Sessions opened through the pools so far (reused ones are not counted again)."""
+
+    async def take(self, scope: SessionScope, make: Callable[[], OpenableSession]) -> OpenableSession:
+        """A parked session of `scope` (the most recently parked), else a newly opened one."""
+        self._close_other_attempts(scope)
+        parked = self._parked.get(scope)
+        if parked:
+            return parked.pop().session
+        session = make()
+        await session.open()
+        self.opened += 1
+        return session
+
+    def give_back(self, scope: SessionScope, session: OpenableSession, *, reusable: bool) -> None:
+        """Park `session` for the scope's next episode, or close it (in the background) when it
+        failed or the scope has enough parked. Never awaits: safe in a cancelled episode."""
+        parked = self._parked.setdefault(scope, [])
+        if reusable and len(parked) < self.max_parked:
+            parked.append(_Parked(session=session, since=self.clock()))
+            self._start_reaper()
+        else:
+            self._close_in_background(session)
+
+    async def end_call(self, scope: SessionScope) -> None:
+        """A call ended: a per-call scope's sessions are closed (a job's stay parked)."""
+        if scope.per_call:
+            await self._close_scopes([scope])
+
+    async def job_stopped(self, job_id: str) -> None:
+        """Close every parked session of `job_id` (it finished, or moved off this Rollout)."""
+        await self._close_scopes([s for s in self._parked if job_id and s.job_id == job_id])
+
+    async def reap_idle(self) -> int:
+        """Close sessions parked for longer than the idle TTL; how many."""
+        cutoff = self.clock() - self.idle_ttl_s
+        stale = []
+        for scope, parked in list(self._parked.items()):
+            stale += [p.session for p in parked if p.since <= cutoff]
+            self._parked[scope] = [p for p in parked if p.since > cutoff]
+            if not self._parked[scope]:
+                del self._parked[scope]
+        await _close_all(stale)
+        return len(stale)
+
+    def parked_count(self, scope: SessionScope | None = None) -> int:
+        if scope is not None:
+            return len(self._parked.get(scope, ()))
+        return sum(map(len, self._parked.values()))
+
+    async def close(self) -> None:
+        """Close every parked session, and wait for closes under way (the Rollout is stopping)."""
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+            self._reaper = None
+        await self._close_scopes(list(self._parked))
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _close_other_attempts(self, scope: SessionScope) -> None:
+        """A job calling with another attempt token: its earlier attempt's sessions go."""
+        if not scope.job_id:
+            return
+        for other in [s for s in self._parked if s.job_id == scope.job_id and s.job_token != scope.job_token]:
+            log.info("envhost_sessions_of_replaced_attempt_closed", job_id=scope.job_id[:128],
+                     sessions=len(self._parked[other]))
+            for parked in self._parked.pop(other):
+                self._close_in_background(parked.session)
+
+    async def _close_scopes(self, scopes: list[SessionScope]) -> None:
+        sessions = [p.session for scope in scopes for p in self._parked.pop(scope, [])]
+        await _close_all(sessions)
+
+    def _close_in_background(self, session: OpenableSession) -> None:
+        task = asyncio.get_running_loop().create_task(_close_quietly(session))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    def _start_reaper(self) -> None:
+        if self._reaper is None or self._reaper.done():
+            self._reaper = asyncio.get_running_loop().create_task(self._reap_while_parked())
+
+    async def _reap_while_parked(self) -> None:
+        """Reap every quarter TTL while anything is parked; then stop (restarted on the next park)."""
+        while self._parked:
+            await asyncio.sleep(max(0.05, self.idle_ttl_s / 4))
+            await self.reap_idle()
+
+
+class PooledSession:
+    """One episode's `EnvironmentSession` over a session taken from `pools`: open takes one,
+    close gives it back (parked only if every call on it succeeded)."""
+
+    def __init__(self, pools: SessionPools, scope: SessionScope, make: Callable[[], OpenableSession]) -> None:
+        self.pools = pools
+        self.scope = scope
+        self.make = make
+        self.session: OpenableSession | None = None
+        self.reusable = True
+
+    async def open(self) -> None:
+        self.session = await self._guarded(self.pools.take(self.scope, self.make))
+
+    async def reset(self, kwargs: Mapping[str, Any], seed: int) -> ResetResult:
+        return await self._guarded(self._open_session().reset(kwargs, seed))
+
+    async def step(self, action: str) -> StepOutcome:
+        return await self._guarded(self._open_session().step(action))
+
+    async def close(self) -> None:
+        session, self.session = self.session, None
+        if session is not None:
+            self.pools.give_back(self.scope, session, reusable=self.reusable)
+
+    def _open_session(self) -> OpenableSession:
+        if self.session is None:
+            raise RuntimeError("the session is not open")
+        return self.session
+
+    async def _guarded(self, call: Awaitable[Any]) -> Any:
+        """Any failure (an EnvironmentFailure, a timeout or cancel cutting the call) makes the
+        session unfit for another episode."""
+        try:
+            return await call
+        except BaseException:
+            self.reusable = False
+            raise
+
+
+async def _close_quietly(session: OpenableSession) -> None:
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(CLOSE_TIMEOUT_S):
+            await session.close()
+
+
+async def _close_all(sessions: list[OpenableSession]) -> None:
+    if sessions:
+        await asyncio.gather(*(_close_quietly(s) for s in sessions))
+
