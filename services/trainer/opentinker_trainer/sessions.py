@@ -22,6 +22,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -280,10 +281,16 @@ class SessionRegistry:
         return result
 
 
+_TORCH_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trainer-torch")
+"""The one thread that runs every session's torch work. torch keeps an intra-op pool per
+calling thread: hopping between `asyncio.to_thread`'s threads left a pool per hop spinning
+against the busy one. Sessions' steps compete for the same cores anyway."""
+
+
 async def _in_thread(function: Callable[[], T]) -> T:
-    """Run `function` in a worker thread; if the caller is cancelled, still wait for the
+    """Run `function` on the torch thread; if the caller is cancelled, still wait for the
     thread to finish before returning control (so a lock held around this stays held)."""
-    future = asyncio.ensure_future(asyncio.to_thread(function))
+    future = asyncio.get_running_loop().run_in_executor(_TORCH_THREAD, function)
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
