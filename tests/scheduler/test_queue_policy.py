@@ -129,7 +129,7 @@ def test_backfilling_and_the_starvation_guard(redis_url: str) -> None:
 def test_tenant_quotas_limit_queued_running_and_devices(redis_url: str) -> None:
     async def scenario() -> None:
         async with scheduler_server(redis_url, clock=ManualClock()) as h:
-            tenants = h.scheduler.allocator.tenants
+            tenants = h.scheduler.tenant_admin.tenants
             await tenants.create(Tenant(tenant_id="default", quota=Quota(
                 max_devices=3, max_concurrent_jobs=1, max_queued_jobs=2)))
             await pool(h, trainer_devices=4)
@@ -153,7 +153,6 @@ def test_tenant_quotas_limit_queued_running_and_devices(redis_url: str) -> None:
             three = await submit(h, "three", sft_spec())  # a queued slot is free again
 
             await tenants.set_quota("default", Quota(max_devices=2, max_concurrent_jobs=5))
-            h.scheduler.allocator._quotas.clear()  # the allocator caches quotas per housekeeping pass
             big = await submit(h, "big", sft_spec(trainer_devices=2))
             await h.scheduler.allocator.tick()
             assert await running(h, [one, two, three, big]) == {one, two}  # 2 devices: the quota

@@ -174,8 +174,9 @@ def test_discover_devices_without_a_gpu_gives_cpu_slots() -> None:
 
 
 def test_a_submission_wakes_the_allocator_long_before_its_interval(redis_url: str) -> None:
-    """The allocator passes every 10 s here; a SubmitJob publishes a wake-up, so the job starts
-    at once (this catches a broken pub/sub listener: the job would wait ~10 s)."""
+    """The allocator passes every 10 s here; a SubmitJob wakes it, so the job starts at once (the
+    job would wait ~10 s otherwise). Another replica's submissions wake it by pub/sub: see
+    test_allocation_pass.py."""
     async def scenario() -> None:
         slow = dataclasses.replace(FAST, allocator_interval_ms=10_000)
         async with scheduler_server(redis_url, config=slow, run_allocator=True) as h, pool(h.address):

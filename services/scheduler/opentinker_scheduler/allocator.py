@@ -6,11 +6,18 @@ A job that does not fit now is skipped (a smaller job behind it may start: backf
 backfilling stops behind it so a stream of small jobs cannot starve it (only if the alive workers
 could run it once free: a job none of them can ever run must not stop the queue). A job starts with one
 Lua script (START: every lease plus QUEUED -> ALLOCATING -> RUNNING, within the tenant's quota,
-or nothing), so a pass costs two pipelined round trips plus one per started job.
+or nothing). A pass reads everything it needs in one round trip (READ_PASS), plans every job that
+fits against that view, then sends the START of every planned job in one pipelined round trip:
+two round trips for a pass that starts jobs, whatever their number. A START that finds the world
+changed since the read (a slot taken, a worker gone, the quota used) changes nothing, and another
+pass follows at once.
 
 The loop wakes when a job is queued or devices are freed (a Redis pub/sub message any scheduler
-replica sends), and at least every allocator interval. Only the scheduler holding the allocator
-lock in Redis allocates, so replicas never race each other; another takes over when it dies.
+replica sends; a job submitted to this replica wakes it directly, and the message it sent itself
+is then ignored), and at least every allocator interval. Housekeeping (expired leases, dead
+workers) runs after the pass, at most once per interval, so it never delays a start. Only the
+scheduler holding the allocator lock in Redis allocates, so replicas never race each other;
+another takes over when it dies.
 """
 
 from __future__ import annotations
@@ -27,17 +34,19 @@ import structlog
 from opentinker.core.cancellation import raise_if_cancelled
 from opentinker.core.redis_store import REDIS_DOWN_ERRORS
 from opentinker_scheduler.config import SchedulerConfig
-from opentinker_scheduler.job_store import JobStore, StartResult
+from opentinker_scheduler.job_store import JobStore, Start, StartResult
 from opentinker_scheduler.job_tokens import JobTokenIssuer
 from opentinker_scheduler.leases import LeaseDraft, LeaseTable
 from opentinker_scheduler.lifecycle import Lifecycle
 from opentinker_scheduler.model import JobState, Quota, QueuedJob, Usage
 from opentinker_scheduler.placement import COORDINATOR_REQUEST, Placement, place, worker_slots
 from opentinker_scheduler.queue_view import PassView, QueueReader
-from opentinker_scheduler.tenants import TenantStore
 from opentinker_scheduler.workers import WorkerRegistry
 
 log = structlog.get_logger(__name__)
+
+START_BATCH = 64
+"""STARTs sent in one pipelined round trip."""
 
 
 @dataclass(kw_only=True)
@@ -47,12 +56,10 @@ class Allocator:
     leases: LeaseTable
     workers: WorkerRegistry
     lifecycle: Lifecycle
-    tenants: TenantStore
     reader: QueueReader
     tokens: JobTokenIssuer
     owner: str = field(default_factory=lambda: uuid.uuid4().hex)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
-    _quotas: dict[str, Quota] = field(default_factory=dict)
     _last_housekeeping_ms: int = 0
 
     async def run_forever(self, subscriber: redis.asyncio.Redis | None = None) -> None:
@@ -86,10 +93,12 @@ class Allocator:
             client = redis.asyncio.Redis(connection_pool=type(pool)(connection_class=pool.connection_class,
                                                                     **pool.connection_kwargs))
             pubsub = client.pubsub(ignore_subscribe_messages=True)
+            own = self.store.origin.encode()
             try:
                 await pubsub.subscribe(self.store.keys.allocator_wake())
                 while True:
-                    if await pubsub.get_message(timeout=1.0) is not None:
+                    message = await pubsub.get_message(timeout=1.0)
+                    if message is not None and message["data"] != own:  # own submissions woke it already
                         self.wake.set()
             except Exception as error:  # noqa: BLE001 - never die silently: passes still run on the interval
                 log.warning("allocator_wakeups_unavailable", error=f"{type(error).__name__}: {error}")
@@ -106,19 +115,22 @@ class Allocator:
         return self.config.allocator_interval_ms * 4 + 1000
 
     async def tick(self, *, housekeeping: bool = True) -> None:
-        """One pass: (housekeeping,) then start what fits. Nothing unless this replica holds
-        the allocator lock."""
-        view = await self.reader.read(owner=self.owner, lock_ttl_ms=self.lock_ttl_ms,
-                                      scan_limit=self.config.queue_scan_limit)
-        if not view.holds_lock:
+        """One pass: start what fits (then housekeeping, and another pass if it freed anything).
+        Nothing unless this replica holds the allocator lock."""
+        if not await self._pass():
             return
         if housekeeping:
             self._last_housekeeping_ms = self.store.clock.now_ms()
-            self._quotas.clear()
             if await self.expire_leases() + await self.forget_dead_workers():
-                view = await self.reader.read(owner=self.owner, lock_ttl_ms=self.lock_ttl_ms,
-                                              scan_limit=self.config.queue_scan_limit)
-        await self.allocate(view)
+                await self._pass()
+
+    async def _pass(self) -> bool:
+        """Read and allocate; False when another replica holds the allocator lock."""
+        view = await self.reader.read(owner=self.owner, lock_ttl_ms=self.lock_ttl_ms,
+                                      scan_limit=self.config.queue_scan_limit)
+        if view.holds_lock:
+            await self.allocate(view)
+        return view.holds_lock
 
     async def expire_leases(self) -> int:
         """Re-queue or end the jobs of leases whose TTL passed (their worker stopped
@@ -154,11 +166,11 @@ class Allocator:
         waiting: dict[str, str] = {}
         starving: QueuedJob | None = None
         usage = dict(view.usage)
-        quotas = await self._quotas_of({job.tenant_id for job in view.queued})
+        starts: list[Start] = []
         for job in view.queued:
             if job.state is not JobState.QUEUED:
                 continue
-            reason = quota_reason(job, quotas.get(job.tenant_id, Quota()), usage.get(job.tenant_id, Usage()))
+            reason = quota_reason(job, view.quotas.get(job.tenant_id, Quota()), usage.get(job.tenant_id, Usage()))
             if reason is None and starving is not None:
                 reason = waiting_behind(job, starving, self._waited_s(starving))
             plan = place([*job.resources, COORDINATOR_REQUEST], view.alive, view.free) if reason is None else reason
@@ -167,12 +179,15 @@ class Allocator:
                 if reason is None and starving is None and self._starves(job, view):
                     starving = job
                 continue
-            result = await self._start(job, plan)
-            if result.ok:
-                take_slots(view, plan)
-                usage[job.tenant_id] = add_running(usage.get(job.tenant_id, Usage()), job.device_count)
-            elif result.status.startswith("quota"):
-                waiting[job.job_id] = f"waiting for the tenant's quota ({result.status}: {result.detail} in use)"
+            starts.append(self._draft_start(job, plan))
+            take_slots(view, plan)
+            usage[job.tenant_id] = add_running(usage.get(job.tenant_id, Usage()), job.device_count)
+        for start, result in zip(starts, await self._start_all(starts), strict=True):
+            if result.status.startswith("quota"):
+                waiting[start.job.job_id] = (f"waiting for the tenant's quota ({result.status}: "
+                                             f"{result.detail} in use)")
+            if not result.ok and result.status != "state":
+                self.wake.set()  # the view was stale: the next pass (at once) sees the truth
         await self._note_waiting(view.queued, waiting)
 
     def _starves(self, job: QueuedJob, view: PassView) -> bool:
@@ -187,24 +202,25 @@ class Allocator:
     def _waited_s(self, job: QueuedJob) -> int:
         return max(0, self.store.clock.now_ms() - job.create_time_ms) // 1000
 
-    async def _quotas_of(self, tenant_ids: set[str]) -> dict[str, Quota]:
-        missing = tenant_ids - set(self._quotas)
-        if missing:
-            self._quotas.update(await self.tenants.quotas(missing))
-        return self._quotas
-
-    async def _start(self, job: QueuedJob, plan: Sequence[Placement]) -> StartResult:
+    def _draft_start(self, job: QueuedJob, plan: Sequence[Placement]) -> Start:
         drafts = [LeaseDraft(worker_id=p.worker.worker_id, role=p.request.role, slots=p.slots,
                              device_ids=p.device_ids) for p in plan]
         where = ", ".join(f"{p.request.role.lower()} on {p.worker.worker_id}" for p in plan)
-        result = await self.store.start(job, drafts, addresses=[p.worker.address for p in plan],
-                                        ttl_ms=self.config.worker_ttl_ms, where=where,
-                                        job_token=self.tokens.draft(job.job_id))
-        if result.ok:
-            log.info("job_started", job_id=job.job_id, where=where)
-        else:
-            log.info("job_not_started", job_id=job.job_id, status=result.status, detail=result.detail)
-        return result
+        return Start(job=job, drafts=drafts, addresses=[p.worker.address for p in plan], where=where,
+                     job_token=self.tokens.draft(job.job_id))
+
+    async def _start_all(self, starts: Sequence[Start]) -> list[StartResult]:
+        """START every planned job, START_BATCH per round trip (a long pass yields in between)."""
+        results: list[StartResult] = []
+        for first in range(0, len(starts), START_BATCH):
+            batch = starts[first:first + START_BATCH]
+            results += await self.store.start_many(batch, ttl_ms=self.config.worker_ttl_ms)
+        for start, result in zip(starts, results, strict=True):
+            if result.ok:
+                log.info("job_started", job_id=start.job.job_id, where=start.where)
+            else:
+                log.info("job_not_started", job_id=start.job.job_id, status=result.status, detail=result.detail)
+        return results
 
     async def _note_waiting(self, queued: Sequence[QueuedJob], waiting: dict[str, str]) -> None:
         changed = {job.job_id: waiting[job.job_id] for job in queued

@@ -56,14 +56,14 @@ def build_scheduler(client: redis.asyncio.Redis, blocking_client: redis.asyncio.
                       block_ms=config.watch_block_ms, queue_events=config.watch_queue_events,
                       streams=LiveStreams(tenant_cap=config.max_watch_streams_per_tenant,
                                           admin_cap=config.max_admin_watch_streams))
-    jobs = JobService(config=config, store=store, events=events, leases=leases, lifecycle=lifecycle,
-                      envhosts=directory)
     pool = WorkerPool(config=config, registry=registry, store=store, leases=leases, lifecycle=lifecycle,
                       tokens=tokens, envhosts=directory)
     reader = QueueReader(client=client, keys=keys, scripts=scripts, clock=clock,
                          coordinator_capacity=config.coordinator_capacity)
     allocator = Allocator(config=config, store=store, leases=leases, workers=registry,
-                          lifecycle=lifecycle, tenants=tenants, reader=reader, tokens=tokens)
+                          lifecycle=lifecycle, reader=reader, tokens=tokens)
+    jobs = JobService(config=config, store=store, events=events, leases=leases, lifecycle=lifecycle,
+                      envhosts=directory, queued=allocator.wake)
     admin = TenantAdmin(tenants=tenants, api_keys=ApiKeyStore(client=client, keys=keys))
     return Scheduler(config=config, jobs=jobs, pool=pool, allocator=allocator, tenant_admin=admin,
                      tokens=tokens)

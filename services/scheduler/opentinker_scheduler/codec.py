@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentinker.core.job_tokens import NONCE_FIELD
@@ -19,13 +20,38 @@ from opentinker_scheduler.model import (
     JobType,
     Lease,
     LeaseContext,
+    Quota,
     ResourceRequest,
     Role,
+    Usage,
     Worker,
     WorkerState,
 )
 
 RawHash = Mapping[bytes, bytes]
+QUOTA_FIELDS = ("max_devices", "max_concurrent_jobs", "max_queued_jobs")
+DECODE_CACHE_SIZE = 1024
+"""Distinct JSON texts (resources, devices) whose decoded value is kept: they repeat pass after pass."""
+
+
+def pairs(flat: Sequence[bytes]) -> dict[bytes, bytes]:
+    """A hash as a Lua script returns it (field, value, field, value...) as a dict."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def decode_quota(values: Sequence[bytes | None]) -> Quota:
+    """A Quota from the QUOTA_FIELDS values of a tenant's hash (none set: unlimited)."""
+    return Quota(**{name: int(value or 0) for name, value in zip(QUOTA_FIELDS, values, strict=True)})
+
+
+def decode_usage(raw: Mapping[bytes, bytes]) -> dict[str, Usage]:
+    """The `<tenant>:queued|jobs|devices` counters as a Usage per tenant."""
+    counters: dict[str, dict[str, int]] = {}
+    for name, value in raw.items():
+        tenant, _, counter = name.decode().rpartition(":")
+        counters.setdefault(tenant, {})[counter] = int(value)
+    return {tenant: Usage(devices=c.get("devices", 0), running_jobs=c.get("jobs", 0),
+                          queued_jobs=c.get("queued", 0)) for tenant, c in counters.items()}
 
 
 def text(raw: RawHash, name: str, default: str = "") -> str:
@@ -42,7 +68,9 @@ def encode_resources(resources: tuple[ResourceRequest, ...]) -> str:
                         "min_memory_bytes": r.min_memory_bytes} for r in resources])
 
 
-def decode_resources(data: str) -> tuple[ResourceRequest, ...]:
+@functools.lru_cache(maxsize=DECODE_CACHE_SIZE)
+def decode_resources(data: str | bytes) -> tuple[ResourceRequest, ...]:
+    """(cached: the result is immutable and the same text repeats in every pass)"""
     return tuple(ResourceRequest(role=Role(r["role"]), device_count=r["device_count"],
                                  device_kind=DeviceKind(r["device_kind"]),
                                  min_memory_bytes=r["min_memory_bytes"]) for r in json.loads(data))
@@ -117,7 +145,9 @@ def encode_devices(devices: tuple[Device, ...]) -> str:
                         "name": d.name} for d in devices])
 
 
-def decode_devices(data: str) -> tuple[Device, ...]:
+@functools.lru_cache(maxsize=DECODE_CACHE_SIZE)
+def decode_devices(data: str | bytes) -> tuple[Device, ...]:
+    """(cached: the result is immutable and a worker's devices repeat in every pass)"""
     return tuple(Device(device_id=d["device_id"], kind=DeviceKind(d["kind"]),
                         memory_bytes=d["memory_bytes"], name=d["name"]) for d in json.loads(data))
 

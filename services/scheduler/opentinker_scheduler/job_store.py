@@ -7,12 +7,16 @@ Each change that happened, and each event appended, is counted (`opentinker_sche
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 
 import redis.asyncio
+import redis.exceptions
+from redis.commands.core import AsyncScript
 
 from opentinker.core.redis_store import Keys
 from opentinker_scheduler.clock import Clock
@@ -22,7 +26,7 @@ from opentinker_scheduler.events import KIND_OF, Payload, StateChanged, encode_p
 from opentinker_scheduler.job_tokens import JobTokenDraft
 from opentinker_scheduler.leases import LeaseDraft, draft_keys, drafts_json
 from opentinker_scheduler.lua import Scripts
-from opentinker_scheduler.model import Assignment, Job, JobState, LeaseContext
+from opentinker_scheduler.model import Assignment, Job, JobState, LeaseContext, QueuedJob
 
 
 class Created(enum.StrEnum):
@@ -50,6 +54,17 @@ class StartResult:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Start:
+    """One job to start: its leases, where they are (for the assignments and the events), its token."""
+
+    job: Job | QueuedJob
+    drafts: Sequence[LeaseDraft]
+    addresses: Sequence[str]
+    where: str
+    job_token: JobTokenDraft
 
 
 class AppendStatus(enum.StrEnum):
@@ -87,9 +102,14 @@ class JobStore:
     request_id_ttl_s: int
     aging_ms: int = 60_000
     """Queue aging: waiting this long is worth one priority point."""
+    origin: str = field(default_factory=lambda: uuid.uuid4().hex)
+    """Sent as the wake-up message of a submission, so this replica's allocator, which its own
+    SubmitJob wakes directly, can ignore its own messages."""
 
-    async def create(self, job: Job, *, request_id: str, spec_hash: str) -> tuple[Created, str]:
-        """Store a QUEUED job with its first event, once per (tenant, request_id)."""
+    async def create(self, job: Job, *, request_id: str, spec_hash: str) -> tuple[Created, str, Job | None]:
+        """Store a QUEUED job with its first event, once per (tenant, request_id): (what
+        happened, the job id, the job as stored when CREATED: `job` with its first event and
+        queue position)."""
         event = encode_payload(StateChanged(from_state=JobState.UNSPECIFIED,
                                             to_state=JobState.QUEUED, reason="submitted"))
         fields = [part for pair in job_fields(job, spec_hash=spec_hash).items() for part in pair]
@@ -99,14 +119,16 @@ class JobStore:
                 self.keys.tenant(job.tenant_id), self.keys.tenant_usage()]
         args = [spec_hash, job.job_id, job.create_time_ms, self.request_id_ttl_s, job.priority,
                 event, self.aging_ms, job.tenant_id, self.keys.allocator_wake(),
-                sum(r.device_count for r in job.resources), *fields]
-        status, detail = await self.scripts.submit(keys=keys, args=args)
+                sum(r.device_count for r in job.resources), self.origin, *fields]
+        status, detail, *rank = await self.scripts.submit(keys=keys, args=args)
         if status in (b"quota", b"too_big"):
             raise SubmitRefused("max_queued_jobs" if status == b"quota" else "max_devices", int(detail))
         created = Created(status.decode())
-        if created is Created.CREATED:
-            _count_state_changes(JobState.QUEUED)
-        return created, detail.decode()
+        if created is not Created.CREATED:
+            return created, detail.decode(), None
+        _count_state_changes(JobState.QUEUED)
+        stored = dataclasses.replace(job, last_event_sequence=1, queue_position=int(rank[0]) + 1)
+        return created, job.job_id, stored
 
     async def get_many(self, job_ids: Sequence[str]) -> dict[str, Job]:
         """The jobs that exist among `job_ids`, in one round trip."""
@@ -144,27 +166,65 @@ class JobStore:
             return Transition(ok=True, current=str(to), sequence=int(current))
         return Transition(ok=False, current=current.decode() if current else "")
 
-    async def start(self, job: Job, drafts: Sequence[LeaseDraft], *, addresses: Sequence[str],
+    async def start(self, job: Job | QueuedJob, drafts: Sequence[LeaseDraft], *, addresses: Sequence[str],
                     ttl_ms: int, where: str, job_token: JobTokenDraft) -> StartResult:
         """QUEUED -> ALLOCATING -> RUNNING with every lease in `drafts` and the attempt's job
         token (its nonce and hash), atomically (one round trip), within the tenant's quota; or
         nothing at all."""
+        start = Start(job=job, drafts=drafts, addresses=addresses, where=where, job_token=job_token)
+        return (await self.start_many([start], ttl_ms=ttl_ms))[0]
+
+    async def start_many(self, starts: Sequence[Start], *, ttl_ms: int) -> list[StartResult]:
+        """`start` for each of `starts`, one START script each (every job all or nothing on its
+        own), sent in one pipelined round trip; the results in the same order."""
+        now = self.clock.now_ms()
+        calls = [self._start_call(start, now=now, ttl_ms=ttl_ms) for start in starts]
+        replies = await self._run_pipelined(self.scripts.start, calls)
+        results = [StartResult(status=status.decode(), detail=detail.decode()) for status, detail in replies]
+        for result in results:
+            if result.ok:
+                _count_state_changes(JobState.ALLOCATING, JobState.RUNNING)
+        return results
+
+    def _start_call(self, start: Start, *, now: int, ttl_ms: int) -> tuple[list[str], list[str | int]]:
+        job, drafts = start.job, start.drafts
         keys = [self.keys.job(job.job_id), self.keys.job_events(job.job_id), self.keys.job_queue(),
                 self.keys.fencing_counter(), self.keys.lease_expiry(), self.keys.job_leases(job.job_id),
                 self.keys.tenant(job.tenant_id), self.keys.tenant_usage(), self.keys.running_jobs(),
                 *draft_keys(self.keys, drafts)]
         events = [encode_payload(StateChanged(from_state=JobState.QUEUED, to_state=JobState.ALLOCATING,
-                                              reason=f"leasing {where}")),
+                                              reason=f"leasing {start.where}")),
                   encode_payload(StateChanged(from_state=JobState.ALLOCATING, to_state=JobState.RUNNING,
-                                              reason=f"running: {where}"))]
-        prefixes = [assignment_prefix(d, address) for d, address in zip(drafts, addresses, strict=True)]
-        args = [self.clock.now_ms(), ttl_ms, drafts_json(drafts), *events, job.tenant_id,
-                job_token.nonce, job_token.token_hash, *prefixes]
-        status, detail = await self.scripts.start(keys=keys, args=args)
-        result = StartResult(status=status.decode(), detail=detail.decode())
-        if result.ok:
-            _count_state_changes(JobState.ALLOCATING, JobState.RUNNING)
-        return result
+                                              reason=f"running: {start.where}"))]
+        prefixes = [assignment_prefix(d, address) for d, address in zip(drafts, start.addresses, strict=True)]
+        args = [now, ttl_ms, drafts_json(drafts), *events, job.tenant_id,
+                start.job_token.nonce, start.job_token.token_hash, *prefixes]
+        return keys, args
+
+    async def _run_pipelined(self, script: AsyncScript, calls: Sequence[tuple[list[str], list]]) -> list:
+        """EVALSHA `script` once per (keys, args) in one round trip. A script Redis lost (a restart
+        or a flush: NOSCRIPT, nothing ran) is loaded again and the calls it refused are resent."""
+        replies: list = [None] * len(calls)
+        pending = list(range(len(calls)))
+        for attempt in range(2):
+            async with self.client.pipeline(transaction=False) as pipe:
+                for index in pending:
+                    keys, args = calls[index]
+                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                answers = await pipe.execute(raise_on_error=False)
+            refused = []
+            for index, answer in zip(pending, answers, strict=True):
+                if isinstance(answer, redis.exceptions.NoScriptError) and attempt == 0:
+                    refused.append(index)
+                elif isinstance(answer, Exception):
+                    raise answer
+                else:
+                    replies[index] = answer
+            if not refused:
+                break
+            await self.client.script_load(script.script)
+            pending = refused
+        return replies
 
     async def assignments_without_lease(self) -> list[tuple[str, Assignment]]:
         """(job id, assignment) of RUNNING jobs whose lease record is gone (one consistent read):

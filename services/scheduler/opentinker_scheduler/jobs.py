@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import uuid
@@ -44,6 +45,8 @@ class JobService:
     leases: LeaseTable
     lifecycle: Lifecycle
     envhosts: EnvHostDirectory
+    queued: asyncio.Event | None = None
+    """Set when a job was queued: this replica's allocator wakes without a pub/sub hop."""
 
     @property
     def checkpoints(self) -> CheckpointOwners:
@@ -64,14 +67,18 @@ class JobService:
         if validate_only:
             return dataclasses.replace(job, job_id=""), False
         try:
-            created, job_id = await self.store.create(
+            created, job_id, stored = await self.store.create(
                 job, request_id=request_id or job.job_id, spec_hash=hashlib.sha256(spec_blob).hexdigest())
         except SubmitRefused as refused:
             raise quota_refusal(job, refused) from None
         if created is Created.REUSED:
             raise InvalidArgument("request_id", f"was already used for job {job_id} with a "
                                   "different spec; use a new request_id", reason="REQUEST_ID_REUSED")
-        return await self.get(job_id, caller), created is Created.CREATED
+        if stored is None:  # the earlier job of this request_id, as it is now
+            return await self.get(job_id, caller), False
+        if self.queued is not None:
+            self.queued.set()  # this replica's allocator (its own wake-up message is ignored)
+        return stored, True
 
     def _new_job(self, facts: JobSpecFacts, spec_blob: bytes, tenant_id: str) -> Job:
         now = self.store.clock.now_ms()

@@ -115,7 +115,9 @@ end
 SUBMIT = _QUEUE_SCORE + """
 -- KEYS: idem, job, events, tenant index, global index, queue, job counter, tenant, usage
 -- ARGV: spec_hash, job_id, now, idem_ttl_s, priority, event_json, aging_ms, tenant_id,
---       wake channel, device_count, job field pairs...
+--       wake channel, device_count, wake-up message (the submitting replica), job field pairs...
+-- Returns {'created', job_id, queue rank} or {'existing'|'reused', the earlier job_id} or
+-- {'quota'|'too_big', the limit}
 local found = redis.call('HMGET', KEYS[1], 'job_id', 'spec_hash')
 if found[1] then
   if found[2] == ARGV[1] then return {'existing', found[1]} end
@@ -127,7 +129,7 @@ if max_devices > 0 and tonumber(ARGV[10]) > max_devices then return {'too_big', 
 local queued = tonumber(redis.call('HGET', KEYS[9], ARGV[8] .. ':queued') or '0')
 if max_queued > 0 and queued >= max_queued then return {'quota', tostring(max_queued)} end
 local order = redis.call('INCR', KEYS[7])
-redis.call('HSET', KEYS[2], 'order', order, 'last_event_sequence', 1, unpack(ARGV, 11))
+redis.call('HSET', KEYS[2], 'order', order, 'last_event_sequence', 1, unpack(ARGV, 12))
 redis.call('XADD', KEYS[3], 'MAXLEN', MAX_EVENTS, '1-0', 'time', ARGV[3], 'data', ARGV[6])
 redis.call('ZADD', KEYS[4], order, ARGV[2])
 redis.call('ZADD', KEYS[5], order, ARGV[2])
@@ -135,8 +137,8 @@ redis.call('ZADD', KEYS[6], queue_score(ARGV[5], ARGV[3], order, ARGV[7]), ARGV[
 redis.call('HINCRBY', KEYS[9], ARGV[8] .. ':queued', 1)
 redis.call('HSET', KEYS[1], 'job_id', ARGV[2], 'spec_hash', ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
-redis.call('PUBLISH', ARGV[9], 'submitted')
-return {'created', ARGV[2]}
+redis.call('PUBLISH', ARGV[9], ARGV[11])
+return {'created', ARGV[2], redis.call('ZRANK', KEYS[6], ARGV[2])}
 """
 
 TRANSITION = _QUEUE_SCORE + _USAGE + _LEASES + """
@@ -251,6 +253,43 @@ end
 return 0
 """
 
+READ_PASS = """
+-- What one allocator pass reads, in one consistent step: hold (take or renew) the allocator
+-- lock; then, unless the queue is empty, the first `scan_limit` queued jobs' fields, the quota of
+-- each of their tenants, every worker with its slot hash, and the usage counters.
+-- KEYS: lock, queue, worker index, usage
+-- ARGV: owner, lock ttl_ms, scan_limit, job key prefix, worker key prefix, worker slots key
+--       prefix, tenant key prefix, number of job fields, job fields..., quota fields...
+-- Returns {0} (another replica allocates), {1} (nothing queued) or
+-- {1, {job field values...}..., {tenant, quota values...}..., {worker hash, slot hash}..., usage}
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0} end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+local ids = redis.call('ZRANGE', KEYS[2], 0, tonumber(ARGV[3]) - 1)
+if #ids == 0 then return {1} end
+local job_fields_end = 8 + tonumber(ARGV[8])
+local job_fields = {unpack(ARGV, 9, job_fields_end)}
+local quota_fields = {unpack(ARGV, job_fields_end + 1)}
+local jobs, quotas, seen = {}, {}, {}
+for i, id in ipairs(ids) do
+  local row = redis.call('HMGET', ARGV[4] .. id, unpack(job_fields))
+  jobs[i] = row
+  local tenant = row[2]
+  if tenant and not seen[tenant] then
+    seen[tenant] = true
+    local quota = redis.call('HMGET', ARGV[7] .. tenant, unpack(quota_fields))
+    table.insert(quota, 1, tenant)
+    quotas[#quotas + 1] = quota
+  end
+end
+local workers = {}
+for i, worker_id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  workers[i] = {redis.call('HGETALL', ARGV[5] .. worker_id), redis.call('HGETALL', ARGV[6] .. worker_id)}
+end
+return {1, jobs, quotas, workers, redis.call('HGETALL', KEYS[4])}
+"""
+
 REQUEST_CANCEL = """
 -- KEYS: job, events, stopping set
 -- ARGV: now, expected state, event_json, worker ids to tell...
@@ -357,6 +396,7 @@ class Scripts:
     lease_acquire: AsyncScript
     renew_leases: AsyncScript
     lease_release: AsyncScript
+    read_pass: AsyncScript
 
     @classmethod
     def register(cls, client: redis.asyncio.Redis, *, max_events_per_job: int = 100_000) -> Scripts:
@@ -364,6 +404,7 @@ class Scripts:
                    "note_waiting": NOTE_WAITING, "lost_leases": LOST_LEASES,
                    "request_cancel": REQUEST_CANCEL,
                    "append_events": APPEND_EVENTS, "lease_acquire": LEASE_ACQUIRE,
-                   "renew_leases": RENEW_LEASES, "lease_release": LEASE_RELEASE}
+                   "renew_leases": RENEW_LEASES, "lease_release": LEASE_RELEASE,
+                   "read_pass": READ_PASS}
         prelude = f"local MAX_EVENTS = {int(max_events_per_job)}\n"
         return cls(**{name: client.register_script(prelude + text) for name, text in sources.items()})

@@ -13,11 +13,8 @@ import redis.asyncio
 
 from opentinker.core.redis_store import Keys
 from opentinker_scheduler.clock import Clock
-from opentinker_scheduler.codec import number, text
+from opentinker_scheduler.codec import QUOTA_FIELDS, decode_quota, decode_usage, number, text
 from opentinker_scheduler.model import Quota, Tenant, Usage
-from opentinker_scheduler.queue_view import decode_usage
-
-QUOTA_FIELDS = ("max_devices", "max_concurrent_jobs", "max_queued_jobs")
 
 
 def quota_fields(quota: Quota) -> dict[str, int]:
@@ -69,5 +66,4 @@ class TenantStore:
             for tenant_id in ids:
                 pipe.hmget(self.keys.tenant(tenant_id), QUOTA_FIELDS)
             rows = await pipe.execute()
-        return {tenant_id: Quota(**{name: int(value or 0) for name, value in zip(QUOTA_FIELDS, row, strict=True)})
-                for tenant_id, row in zip(ids, rows, strict=True)}
+        return {tenant_id: decode_quota(row) for tenant_id, row in zip(ids, rows, strict=True)}
