@@ -44,8 +44,13 @@ class GameHost(Protocol):
     async def start(self) -> None:
         """Get ready to open games (start a fork server); idempotent."""
 
-    async def open(self, spec: GameSpec, config: dict[str, Any], session_id: str) -> GameHandle:
-        """`spec.cls(**config)`, bounded by the call timeout."""
+    async def open(self, spec: GameSpec, config: dict[str, Any], session_id: str,
+                   owner: tuple[str, ...] = ()) -> GameHandle:
+        """`spec.cls(**config)`, bounded by the call timeout. `owner` (tenant, job, attempt; ()
+        for none) says whose earlier sessions' processes the game may be built in."""
+
+    def reap_idle(self) -> int:
+        """End what is kept for later sessions and idle too long; how many."""
 
     async def shutdown(self) -> None:
         """Stop whatever `start` started; games still open are killed."""
@@ -89,11 +94,15 @@ class ThreadHost:
     async def start(self) -> None:
         return None
 
-    async def open(self, spec: GameSpec, config: dict[str, Any], session_id: str) -> GameHandle:
+    async def open(self, spec: GameSpec, config: dict[str, Any], session_id: str,
+                   owner: tuple[str, ...] = ()) -> GameHandle:
         game = await call_game(lambda: spec.cls(**config), in_thread=not spec.is_async,
                                timeout=self.limits.call_timeout_s, what=f"{spec.cls.__name__}()",
                                invalid=(GameConfigError,))
         return InThreadGame(game, spec, self.limits)
+
+    def reap_idle(self) -> int:
+        return 0
 
     async def shutdown(self) -> None:
         return None

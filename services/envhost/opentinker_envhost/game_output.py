@@ -58,16 +58,31 @@ class GameOutput:
         """Read what is left (bounded), log the last partial line and the drop count, close."""
         if self.fd < 0:
             return
+        self._finish()
+        self._stop_reading()
+        os.close(self.fd)
+        self.fd = -1
+
+    def next_session(self, session_id: str) -> None:
+        """What follows belongs to `session_id` (a warm process's next session); `end_session`
+        came before."""
+        self.session_id = session_id
+
+    def end_session(self) -> None:
+        """The session ended and its process is kept: log what it left in the pipe (the game
+        flushed before answering close) under its id, and start a new tail."""
+        self._finish()
+        self.tail = b""
+        self.session_id = ""
+
+    def _finish(self) -> None:
         drained = 0
         while self.reading and drained < MAX_DRAIN_AT_CLOSE and (chunk := self._read_once()):
             drained += len(chunk)
-        self._stop_reading()
         if self.partial:
             self._emit(self.partial)
             self.partial = b""
         self._report_dropped()
-        os.close(self.fd)
-        self.fd = -1
 
     def _readable(self) -> None:
         self._read_once()

@@ -12,6 +12,7 @@ trusted.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,8 @@ def check_utf8_text(value: str, where: str) -> str:
 
 def check_utf8_json(value: Mapping[str, Any], where: str) -> None:
     """ValueError unless every string in the JSON value `value` is UTF-8 encodable."""
+    if not value:
+        return
     try:
         json.dumps(value, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as error:
@@ -109,7 +112,25 @@ def reset_outcome_from_wire(value: object, max_chars: int) -> ResetOutcome:
 def step_result_from_wire(value: object, max_chars: int) -> StepResult:
     """A child's step answer, checked as if the game had returned it (TypeError/ValueError)."""
     fields = _wire_dict(value, ("observation", "reward", "done", "info"))
+    if not fields["info"] and type(fields["info"]) is dict and type(fields["reward"]) is float:
+        return _checked_plain_step(fields, max_chars)
     return checked_step_result(StepResult(**fields), "step()", max_chars)
+
+
+def _checked_plain_step(fields: dict[str, Any], max_chars: int) -> StepResult:
+    """The common answer (a float reward, no info) checked as StepResult() and
+    checked_step_result() would, without their JSON encoding of the empty info."""
+    observation, reward, done = fields["observation"], fields["reward"], fields["done"]
+    if not isinstance(observation, str):
+        raise TypeError(f"StepResult.observation must be str, got {type(observation).__name__}")
+    if not math.isfinite(reward):
+        raise ValueError(f"StepResult.reward must be finite, got {reward}")
+    if not isinstance(done, bool):
+        raise TypeError(f"StepResult.done must be bool, got {type(done).__name__}")
+    result = object.__new__(StepResult)  # every field checked above; __post_init__ would re-encode {}
+    for name, item in (("observation", observation), ("reward", reward), ("done", done), ("info", {})):
+        object.__setattr__(result, name, item)
+    return checked_step_result(result, "step()", max_chars)
 
 
 def _wire_dict(value: object, names: tuple[str, ...]) -> dict[str, Any]:

@@ -31,7 +31,9 @@ def session_manager(settings: EnvHostSettings) -> SessionManager:
                            max_observation_chars=settings.max_observation_chars,
                            isolation=Isolation(settings.isolation),
                            memory_limit_mb=settings.memory_limit_mb,
-                           cpu_seconds_per_call=settings.cpu_seconds_per_call)
+                           cpu_seconds_per_call=settings.cpu_seconds_per_call,
+                           warm_processes=settings.warm_processes,
+                           warm_idle_s=settings.warm_process_idle_seconds)
     return SessionManager(GameCatalog.from_setting(settings.games), limits)
 
 

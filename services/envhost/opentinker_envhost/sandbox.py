@@ -7,6 +7,8 @@ session or per game): spawn requests carry the game's session socket and output 
 requests name a pid, and the fork server reports the wait status of every game process it
 reaps, which is how a session learns why its game died. If the fork server dies, its games die
 with it (their death signal), their sessions fail, and the next open starts a new one.
+A session opened for an owner (tenant, job, attempt) may get a warm process instead of a fork:
+one whose earlier session of the same owner, game and config ended cleanly (`sandbox_pool`).
 `shutdown` closes the control socket: the fork server kills every game process and exits.
 The fork server, and so every game, runs without the EnvHost's OPENTINKER_* variables (its API
 key among them).
@@ -18,6 +20,7 @@ import asyncio
 import collections
 import contextlib
 import itertools
+import json
 import os
 import socket
 import subprocess
@@ -32,9 +35,12 @@ import structlog
 from opentinker_envhost import sandbox_protocol as wire
 from opentinker_envhost.catalog import GameCatalog, GameSpec
 from opentinker_envhost.errors import EnvironmentFailure
+from opentinker_envhost.game_output import GameOutput
 from opentinker_envhost.limits import SessionLimits
 from opentinker_envhost.sandbox_child import ChildLimits
-from opentinker_envhost.sandboxed_game import SandboxedGame, Spawned
+from opentinker_envhost.sandbox_connection import GameConnection, GameProcess
+from opentinker_envhost.sandbox_pool import OwnerKey, WarmPool
+from opentinker_envhost.sandboxed_game import SandboxedGame
 
 FORKSERVER_MODULE = "opentinker_envhost.sandbox_forkserver"
 SERVICE_ENV_PREFIX = "OPENTINKER_"
@@ -144,6 +150,7 @@ class Sandbox:
         self.request_ids = itertools.count(1)
         self.starting = asyncio.Lock()
         self.stopping = False
+        self.pool = WarmPool(limits.warm_processes, limits.warm_idle_s)
 
     @property
     def running(self) -> bool:
@@ -157,10 +164,23 @@ class Sandbox:
             self._abandon()
             await self._start_forkserver()
 
-    async def open(self, spec: GameSpec, config: dict[str, Any], session_id: str) -> SandboxedGame:
-        spawned = await self._spawn(spec.name)
-        return await SandboxedGame.open(spawned, spec, config, session_id=session_id, limits=self.limits,
-                                        frame_limit=self.child_limits.frame_limit, kill=self.kill)
+    async def open(self, spec: GameSpec, config: dict[str, Any], session_id: str,
+                   owner: OwnerKey = ()) -> SandboxedGame:
+        """The game built in a warm process kept for (`owner`, game, config), or in a new one;
+        sessions with no owner always get a new process, which exits when they close."""
+        key = (*owner, spec.name, json.dumps(config, sort_keys=True)) if owner and self.pool.capacity else ()
+        process = self.pool.take(key) if key else None
+        if process is None:
+            process = await self._spawn(spec.name, key)
+        return await SandboxedGame.open(process, spec, config, session_id=session_id, limits=self.limits,
+                                        kill=self.kill, release=self._keep if key else None)
+
+    def reap_idle(self) -> int:
+        """Retire the warm processes idle past their TTL; how many."""
+        expired = self.pool.expired()
+        for process in expired:
+            self._retire(process)
+        return len(expired)
 
     def kill(self, pid: int) -> None:
         """SIGKILL game process `pid` (its wait status arrives as usual)."""
@@ -172,6 +192,8 @@ class Sandbox:
         async with self.starting:
             self.stopping = True
             try:
+                for process in self.pool.clear():
+                    self._retire(process)
                 if self.channel is not None:
                     self.channel.close()
                 await self._wait_forkserver(STOP_TIMEOUT_S)
@@ -204,7 +226,7 @@ class Sandbox:
                  memory_limit_mb=self.limits.memory_limit_mb,
                  cpu_seconds_per_call=self.limits.cpu_seconds_per_call)
 
-    async def _spawn(self, name: str) -> Spawned:
+    async def _spawn(self, name: str, owner_key: OwnerKey) -> GameProcess:
         await self.start()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         output_r, output_w = os.pipe()
@@ -219,7 +241,33 @@ class Sandbox:
             raise
         finally:
             self.spawns.pop(request_id, None)
-        return Spawned(pid=pid, sock=ours, output_fd=output_r, exited=self.exits[pid])
+        output = GameOutput(output_r, session_id="", env_name=name)
+        process = GameProcess(pid=pid, connection=await GameConnection.open(ours, self.child_limits.frame_limit),
+                              output=output, exited=self.exits[pid], owner_key=owner_key)
+        if owner_key:
+            process.exited.add_done_callback(lambda _: self._forget_if_idle(process))
+        return process
+
+    def _keep(self, process: GameProcess) -> None:
+        """A session's process may serve the next session of its key."""
+        if not self.running or not process.alive:
+            self._retire(process)
+            return
+        for pushed_out in self.pool.put(process):
+            self._retire(pushed_out)
+
+    def _retire(self, process: GameProcess) -> None:
+        """Kill a process that serves no session; our ends close once it is reaped."""
+        if process.exited.done():
+            process.close_ends()
+            return
+        process.exited.add_done_callback(lambda _: process.close_ends())
+        self.kill(process.pid)
+
+    def _forget_if_idle(self, process: GameProcess) -> None:
+        """An idle process died (the OOM killer, a signal): drop it from the pool."""
+        if self.pool.remove(process):
+            process.close_ends()
 
     def _on_message(self, message: dict[str, Any]) -> None:
         if "spawned" in message:
@@ -254,6 +302,7 @@ class Sandbox:
                 self.channel.close()
             else:
                 self.channel.abandon()
+        self.pool.clear()  # their processes die with the fork server
         self.spawns.clear()
         self.exits.clear()
         if self.process is not None and self.process.poll() is None:

@@ -13,6 +13,16 @@ EXIT_MEMORY (the game's state is unknown after it).
 
 Requests and replies are frames (`sandbox_protocol`); sync game methods run on this process's
 only thread, async ones on one event loop kept for the process's life.
+
+A process may serve several sessions of one owner, game and config, one after the other (a warm
+process: `sandbox_pool`): each session constructs a new game object, and a close asking to keep
+the process answers whether it may be reused: only if no call of any session it served raised,
+and the game left no thread, child process (the process is a child subreaper, so even a
+daemonised grandchild stays its child), open file, pending asyncio task or changed working
+directory behind, and its address space grew by less than half the memory limit. Otherwise it
+exits after answering. The process runs under SCHED_BATCH: waking it with a request does not
+preempt the EnvHost, which goes on sending other sessions' requests (on a busy host the games
+then run in a batch).
 """
 
 from __future__ import annotations
@@ -26,6 +36,8 @@ import os
 import resource
 import signal
 import sys
+import threading
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +49,10 @@ from opentinker_envhost.game_calls import MAX_TRACEBACK_CHARS, GameRaised
 from opentinker_envhost.game_results import reset_call, reset_outcome_to_wire, step_call, step_result_to_wire
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 MIB = 1 << 20
+REUSE_MEMORY_FRACTION = 0.5
+"""A process whose address space grew by more than this fraction of its limit is not reused."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,8 +67,12 @@ class ChildLimits:
 
 def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
     """Ask Linux to send `sig` when our parent exits (elsewhere: nothing)."""
+    _prctl(PR_SET_PDEATHSIG, int(sig))
+
+
+def _prctl(option: int, value: int) -> None:
     with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig))
+        ctypes.CDLL(None, use_errno=True).prctl(option, value)
 
 
 def run_child(sock_fd: int, out_fd: int, game_cls: GameClass, limits: ChildLimits, parent_pid: int) -> None:
@@ -78,6 +97,9 @@ def _prepare_process(out_fd: int, limits: ChildLimits, parent_pid: int) -> None:
     if os.getppid() != parent_pid:  # the fork server died before the death signal was set
         os._exit(0)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of what the game starts stay our children
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     _redirect_output(out_fd)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     address_space = _address_space_bytes() + limits.memory_limit_mb * MIB
@@ -108,24 +130,33 @@ def _flush_output() -> None:
             stream.flush()  # type: ignore[union-attr]
 
 
-def set_cpu_budget(seconds: float) -> None:
-    """End this process (SIGPROF) once the next call has used `seconds` of CPU time; RLIMIT_CPU
-    (SIGXCPU, whole seconds) one second later in case the game resets the timer."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    soft = math.ceil(usage.ru_utime + usage.ru_stime + seconds) + 1
-    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    if hard != resource.RLIM_INFINITY:
-        soft = min(soft, hard)
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
-    signal.setitimer(signal.ITIMER_PROF, seconds)
+class CpuBudget:
+    """Each call may use `seconds` of CPU time: ITIMER_PROF (SIGPROF) when it has, and the
+    RLIMIT_CPU soft limit (SIGXCPU, whole seconds) at the time used so far plus the budget plus
+    one second, in case the game resets the timer. The soft limit is only rewritten when that
+    whole second changes."""
 
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+        self.soft = -1
 
-def clear_cpu_budget() -> None:
-    signal.setitimer(signal.ITIMER_PROF, 0)
+    def start(self) -> None:
+        soft = math.ceil(time.process_time() + self.seconds) + 1  # user + system time so far
+        if self.hard != resource.RLIM_INFINITY:
+            soft = min(soft, self.hard)
+        if soft != self.soft:
+            resource.setrlimit(resource.RLIMIT_CPU, (soft, self.hard))
+            self.soft = soft
+        signal.setitimer(signal.ITIMER_PROF, self.seconds)
+
+    @staticmethod
+    def stop() -> None:
+        signal.setitimer(signal.ITIMER_PROF, 0)
 
 
 class GameServer:
-    """Runs the calls one session makes on its game."""
+    """Runs the calls of the sessions this process serves, one session at a time."""
 
     def __init__(self, game_cls: GameClass, limits: ChildLimits) -> None:
         self.game_cls = game_cls
@@ -133,17 +164,21 @@ class GameServer:
         self.is_async = issubclass(game_cls, AsyncAbstractGame)
         self.game: Any = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.failed = False
+        """A call raised: this process serves no further session."""
+        self.baseline: ProcessBaseline | None = None
 
     def serve(self, fd: int) -> None:
-        """Answer requests until end of stream or a close."""
-        while (payload := wire.read_frame_blocking(fd)) is not None:
+        """Answer requests until end of stream, or a close after which the process is not kept."""
+        frames, budget = wire.FrameReader(fd), CpuBudget(self.limits.cpu_seconds_per_call)
+        while (payload := frames.next()) is not None:
             request = wire.decode(payload)
-            set_cpu_budget(self.limits.cpu_seconds_per_call)
+            budget.start()
             reply = self.answer(request)
-            clear_cpu_budget()
+            budget.stop()
             _flush_output()
             wire.write_blocking(fd, wire.frame(self._encode(reply)))
-            if request.get("call") == "close":
+            if request.get("call") == "close" and not (reply.get("ok") or {}).get("reusable"):
                 return
 
     def answer(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -153,11 +188,15 @@ class GameServer:
         except MemoryError:
             raise
         except BaseException as error:  # noqa: BLE001 - user code: every failure is reported
+            self.failed = True
             return {"error": _error_reply(error)}
 
     def _run(self, request: dict[str, Any]) -> Any:
         call, max_chars = request.get("call"), self.limits.max_observation_chars
         if call == "construct":
+            if self.baseline is None:
+                self.baseline = ProcessBaseline.now()
+            self.game = None  # the last session's game goes before the next one is built
             self.game = self.game_cls(**request["config"])
             return None
         if call == "reset":
@@ -170,8 +209,23 @@ class GameServer:
         if call == "close":
             if self.game is not None:
                 self._call(self.game.close)
-            return None
+            self.game = None
+            return {"reusable": self._reusable()} if request.get("keep") else None
         raise ValueError(f"unknown call {call!r}")
+
+    def _reusable(self) -> bool:
+        """Whether another session may get this process (see the module doc)."""
+        if self.failed or self.baseline is None or threading.active_count() != 1:
+            return False
+        if self.loop is not None and asyncio.all_tasks(self.loop):
+            return False
+        try:
+            os.waitpid(-1, os.WNOHANG)
+            return False  # a child (or a descendant it left us) is alive, or just ended
+        except ChildProcessError:
+            pass
+        growth_limit = REUSE_MEMORY_FRACTION * self.limits.memory_limit_mb * MIB
+        return self.baseline.unchanged_but_memory(growth_limit)
 
     def _call(self, fn: Any) -> Any:
         result = fn()
@@ -193,6 +247,26 @@ class GameServer:
             problem = f"the result is {len(payload)} bytes as JSON; the limit is {self.limits.frame_limit}"
             return wire.encode({"error": _error_reply(ValueError(problem))})
         return payload
+
+
+@dataclass(frozen=True)
+class ProcessBaseline:
+    """What a game process looks like before its first game is built."""
+
+    open_fds: int
+    cwd: str
+    address_space: int
+
+    @classmethod
+    def now(cls) -> ProcessBaseline:
+        return cls(open_fds=len(os.listdir("/proc/self/fd")), cwd=os.getcwd(),
+                   address_space=_address_space_bytes())
+
+    def unchanged_but_memory(self, growth_limit: float) -> bool:
+        """Same open files and working directory, address space grown by at most `growth_limit`."""
+        now = ProcessBaseline.now()
+        return (now.open_fds <= self.open_fds and now.cwd == self.cwd
+                and now.address_space - self.address_space <= growth_limit)
 
 
 async def _settled(awaitable: Any) -> tuple[bool, Any]:

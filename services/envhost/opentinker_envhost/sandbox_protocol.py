@@ -7,6 +7,8 @@ length then that many bytes of UTF-8 JSON. The EnvHost sends one request and rea
     {"call": "reset", "arguments": {...}}             -> {"ok": {system_prompt, initial_user_message, observation}}
     {"call": "step", "action": "...", "seat_kwargs": {...}} -> {"ok": {observation, reward, done, info}}
     {"call": "close"}                                 -> {"ok": null}, then the process exits 0
+    {"call": "close", "keep": true}                   -> {"ok": {"reusable": bool}}; the process
+        exits unless reusable, else waits for the next "construct" (a warm process: `sandbox_pool`)
 
 or, when the game raised, {"error": {"kind", "raised", "message", "traceback"}} with kind one
 of ERROR_KINDS. JSON, not pickle: the EnvHost never runs code a game sent it.
@@ -29,6 +31,7 @@ from typing import Any
 HEADER = struct.Struct(">I")
 MAX_CONTROL_PACKET = 1 << 20
 MIN_FRAME_LIMIT = 16 << 20
+READ_CHUNK = 1 << 16
 EXIT_MEMORY = 75
 """Exit code of a game process whose game raised MemoryError (its memory limit was hit)."""
 EXIT_SANDBOX_FAILED = 70
@@ -76,35 +79,36 @@ def frame_length(header: bytes, limit: int) -> int:
     return length
 
 
-def read_frame_blocking(fd: int) -> bytes | None:
-    """The next frame's payload from a blocking fd; None at end of stream."""
-    header = _read_exactly(fd, HEADER.size)
-    if header is None:
-        return None
-    (length,) = HEADER.unpack(header)
-    payload = _read_exactly(fd, length)
-    if payload is None:
-        raise ProtocolError("the stream ended inside a frame")
-    return payload
+class FrameReader:
+    """Frames from a blocking fd, read in chunks (one read per frame when the peer sends one
+    frame at a time)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buffer = bytearray()
+
+    def next(self) -> bytes | None:
+        """The next frame's payload; None at end of stream (ProtocolError inside a frame)."""
+        while True:
+            if len(self.buffer) >= HEADER.size:
+                (length,) = HEADER.unpack_from(self.buffer)
+                end = HEADER.size + length
+                if len(self.buffer) >= end:
+                    payload = bytes(self.buffer[HEADER.size:end])
+                    del self.buffer[:end]
+                    return payload
+            chunk = os.read(self.fd, READ_CHUNK)
+            if not chunk:
+                if self.buffer:
+                    raise ProtocolError("the stream ended inside a frame")
+                return None
+            self.buffer += chunk
 
 
 def write_blocking(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-
-
-def _read_exactly(fd: int, count: int) -> bytes | None:
-    chunks, left = [], count
-    while left:
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            if left == count:
-                return None
-            raise ProtocolError("the stream ended inside a frame")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
 
 
 def describe_exit(status: int | None, *, memory_limit_mb: int, cpu_seconds: float) -> tuple[str, str]:

@@ -14,15 +14,17 @@ bounded by the call timeout. What can go wrong, and what the session is told:
 
 After a crash or a kill the handle only accepts `discard`/`close`, which wait until the fork
 server has reaped the process.
+
+A game given a `release` function is in a warm process (`sandbox_pool`): its close asks the
+process to stay, and when the process answers that it may be reused (and no call of this
+session failed) it goes back to the pool through `release` instead of exiting.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from opentinker.env import StepResult
@@ -35,7 +37,7 @@ from opentinker_envhost.errors import (
     InvalidArgument,
     NotYourTurnError,
 )
-from opentinker_envhost.game_output import GameOutput
+from opentinker_envhost.sandbox_connection import GameProcess
 from opentinker_envhost.game_results import ResetOutcome, reset_outcome_from_wire, step_result_from_wire
 from opentinker_envhost.limits import SessionLimits
 
@@ -43,43 +45,33 @@ EXIT_WAIT_S = 5.0
 """How long a dead or killed process may take to be reported reaped."""
 CLOSE_EXIT_WAIT_S = 1.0
 """How long a process may take to exit after answering close() before it is killed."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Spawned:
-    """A fresh game process: its pid, our end of its session socket, its output pipe, and the
-    future of its wait status (None: unknown, the fork server is gone)."""
-
-    pid: int
-    sock: socket.socket
-    output_fd: int
-    exited: asyncio.Future[int | None]
+KEPT = "kept for another session"
 
 
 class SandboxedGame:
     """A game constructed in its own process."""
 
-    def __init__(self, spawned: Spawned, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
-                 output: GameOutput, limits: SessionLimits, frame_limit: int,
-                 kill: Callable[[int], None]) -> None:
-        self.pid = spawned.pid
-        self.exited = spawned.exited
-        self.reader = reader
-        self.writer = writer
-        self.output = output
+    def __init__(self, process: GameProcess, *, limits: SessionLimits, kill: Callable[[int], None],
+                 release: Callable[[GameProcess], None] | None = None) -> None:
+        self.process = process
+        self.pid = process.pid
+        self.exited = process.exited
         self.limits = limits
-        self.frame_limit = frame_limit
         self.kill_pid = kill
+        self.release = release
+        self.raised = False
+        """A call of this session failed: its process is not kept."""
         self.ended = ""
-        """Why the process is gone or going (empty while it serves)."""
+        """Why the process is gone or going, or KEPT (empty while it serves)."""
 
     @classmethod
-    async def open(cls, spawned: Spawned, spec: GameSpec, config: dict[str, Any], *, session_id: str,
-                   limits: SessionLimits, frame_limit: int, kill: Callable[[int], None]) -> SandboxedGame:
-        """Connect to a spawned process and construct the game there (`spec.cls(**config)`)."""
-        output = GameOutput(spawned.output_fd, session_id=session_id, env_name=spec.name)
-        reader, writer = await asyncio.open_unix_connection(sock=spawned.sock)
-        game = cls(spawned, reader, writer, output=output, limits=limits, frame_limit=frame_limit, kill=kill)
+    async def open(cls, process: GameProcess, spec: GameSpec, config: dict[str, Any], *, session_id: str,
+                   limits: SessionLimits, kill: Callable[[int], None],
+                   release: Callable[[GameProcess], None] | None = None) -> SandboxedGame:
+        """Construct the game in `process` (`spec.cls(**config)`) for session `session_id`."""
+        process.output.next_session(session_id)
+        process.sessions += 1
+        game = cls(process, limits=limits, kill=kill, release=release)
         try:
             await game.call({"call": "construct", "config": config}, f"{spec.cls.__name__}()", invalid=True)
         except BaseException:
@@ -96,13 +88,20 @@ class SandboxedGame:
         return self._checked(what, lambda: step_result_from_wire(result, self.limits.max_observation_chars))
 
     async def close(self) -> None:
-        """The game's close(), then the process exits (killed if it does not within a second)."""
+        """The game's close(); then the process goes back to the pool if it may, else exits
+        (killed if it does not within a second)."""
+        keep = self.release is not None and not self.raised
         try:
             if not self.ended:
-                await self.call({"call": "close"}, "close()")
+                result = await self.call({"call": "close", "keep": True} if keep else {"call": "close"},
+                                         "close()")
+                if keep and result == {"reusable": True} and not self.raised:
+                    self._keep()
+                    return
                 self.ended = "closed"
         finally:
-            await asyncio.shield(self._reap(CLOSE_EXIT_WAIT_S))
+            if self.ended != KEPT:
+                await asyncio.shield(self._reap(CLOSE_EXIT_WAIT_S))
 
     async def discard(self) -> None:
         self._kill("discarded")
@@ -112,9 +111,9 @@ class SandboxedGame:
         """Send one request and return the reply's result; the domain error otherwise."""
         if self.ended:
             raise EnvironmentCrashed(f"{what}: the game's process {self.ended}")
+        deadline = asyncio.get_running_loop().time() + self.limits.call_timeout_s
         try:
-            async with asyncio.timeout(self.limits.call_timeout_s):
-                reply = await self._exchange(wire.encode(request))
+            reply = wire.decode(await self.process.connection.exchange(wire.encode(request), deadline))
         except TimeoutError:
             self._kill(f"was killed: {what} ran past {self.limits.call_timeout_s:g}s")
             raise EnvironmentTimeout(f"{what} did not return within {self.limits.call_timeout_s:g}s; "
@@ -125,19 +124,14 @@ class SandboxedGame:
         except wire.ProtocolError as error:
             self._kill(f"{error}; it was killed")
             raise await self._crash(what, self.ended) from None
-        except (asyncio.IncompleteReadError, ConnectionError):
+        except ConnectionError:
             raise await self._crash(what) from None
         return self._result(reply, what, invalid=invalid)
-
-    async def _exchange(self, payload: bytes) -> Any:
-        self.writer.write(wire.frame(payload))
-        await self.writer.drain()
-        length = wire.frame_length(await self.reader.readexactly(wire.HEADER.size), self.frame_limit)
-        return wire.decode(await self.reader.readexactly(length))
 
     def _result(self, reply: Any, what: str, *, invalid: bool) -> Any:
         if isinstance(reply, dict) and "ok" in reply:
             return reply["ok"]
+        self.raised = True
         error = reply.get("error") if isinstance(reply, dict) else None
         if not isinstance(error, dict) or not all(isinstance(error.get(k), str) for k in
                                                    ("kind", "raised", "message", "traceback")):
@@ -155,21 +149,29 @@ class SandboxedGame:
         try:
             return convert()
         except (TypeError, ValueError) as error:
+            self.raised = True
             self._kill("sent an invalid result; it was killed")
             raise EnvironmentCrashed(f"{what} failed: the game's process sent an invalid result: "
                                      f"{error}") from None
 
+    def _keep(self) -> None:
+        self.ended = KEPT
+        self.process.output.end_session()
+        self.release(self.process)  # type: ignore[misc]
+
     async def _crash(self, what: str, reason: str = "") -> EnvironmentCrashed:
         """The error for a process that died (or was killed for `reason`), once it is reaped."""
+        self.raised = True
         status = await self._wait_exit(EXIT_WAIT_S)
         described, kind = wire.describe_exit(status, memory_limit_mb=self.limits.memory_limit_mb,
                                              cpu_seconds=self.limits.cpu_seconds_per_call)
         self.ended = reason or described
-        tail = self.output.tail_text()
+        tail = self.process.output.tail_text()
         return EnvironmentCrashed(f"{what} failed: the game's process {self.ended}", metric_kind=kind,
                                   traceback=f"last output of the game's process:\n{tail}" if tail else "")
 
     def _kill(self, reason: str) -> None:
+        self.raised = True
         if not self.exited.done():
             self.kill_pid(self.pid)
         self.ended = self.ended or reason
@@ -188,5 +190,4 @@ class SandboxedGame:
         """Wait until the process is reaped (killing it after `grace`), then close our ends."""
         await self._wait_exit(grace)
         self.ended = self.ended or "exited"
-        self.writer.close()
-        self.output.close()
+        self.process.close_ends()

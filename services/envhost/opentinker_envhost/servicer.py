@@ -21,7 +21,7 @@ import grpc
 
 from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
 from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
-from opentinker.core.auth_interceptor import current_job_tokens
+from opentinker.core.auth_interceptor import current_job_tokens, current_principal
 from opentinker.core.job_token_guard import job_token_refusal, require_job_token
 from opentinker.core.job_tokens import hash_job_token, presented_job_token
 from opentinker.core.server import ServiceBinding
@@ -105,7 +105,7 @@ class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
     async def open_session(self, request: pb.OpenSessionRequest, attempt: str = "") -> pb.OpenSessionResponse:
         session = await self.manager.open(request.env_name, convert.struct_to_dict(request.config),
                                           job_id=request.job_id, request_id=request.request_id,
-                                          attempt=attempt)
+                                          attempt=attempt, tenant=current_principal().tenant_id)
         return pb.OpenSessionResponse(session_id=session.session_id,
                                       environment=convert.environment(session.spec))
 

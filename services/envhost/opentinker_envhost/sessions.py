@@ -10,7 +10,10 @@ process is killed; a thread may still be running), and so does a game process th
 (EnvironmentCrashed: memory or CPU-time limit, a signal, an exit): only CloseSession is
 accepted then. Sessions idle for longer than the TTL are closed by `reap_idle`, and so are
 sessions that got no call within `unclaimed_ttl_s` of opening (an OpenSession given up just as
-it finished leaves a session nobody knows the id of); `close_all` also stops the sandbox. Open sessions, steps, step time and game failures (by kind) are
+it finished leaves a session nobody knows the id of), and so are the sandbox's warm processes
+idle past theirs; `close_all` also stops the sandbox. A job's session may be built in a warm
+process (`sandbox_pool`): its owner is (tenant, job, attempt); sessions with no job never share
+a process. Open sessions, steps, step time and game failures (by kind) are
 counted (`opentinker_envhost.metrics`).
 """
 
@@ -101,10 +104,12 @@ class SessionManager:
     # -- open / close -----------------------------------------------------------------------
 
     async def open(self, env_name: str, config: Mapping[str, Any], *, job_id: str = "",
-                   request_id: str = "", attempt: str = "") -> Session:
+                   request_id: str = "", attempt: str = "", tenant: str = "") -> Session:
         """A new session of `env_name` built with `config`; a retried request_id returns the
         session it opened before. `attempt` names the job's attempt (checked by the caller to be
-        the current one): the sessions its earlier attempts opened here are closed first."""
+        the current one): the sessions its earlier attempts opened here are closed first.
+        `tenant` is the caller's: a job's session (process isolation) may be built in a process
+        kept from an earlier session of the same tenant, job, attempt, game and config."""
         spec = self.catalog.get(_required("env_name", env_name))
         await self.close_earlier_attempts(job_id, attempt)
         key = _request_key(env_name, config, job_id)
@@ -115,7 +120,8 @@ class SessionManager:
         self._reserve_slot()
         session_id = uuid.uuid4().hex
         try:
-            game = await self._construct(spec, dict(config), session_id)
+            owner = (tenant, job_id, attempt) if job_id else ()
+            game = await self._construct(spec, dict(config), session_id, owner)
         except (EnvironmentFailure, EnvironmentTimeout, InvalidArgument) as error:
             count_env_error(spec.name, "construct", _error_kind(error))
             raise
@@ -170,6 +176,7 @@ class SessionManager:
             log.info("session_idle_expired", session_id=session_id, ttl_s=ttl)
             with contextlib.suppress(SessionNotFound):  # closed meanwhile by its client
                 await self.close(session_id)
+        self.host.reap_idle()  # warm processes kept too long
         return [session_id for session_id, _ in expired]
 
     def _ttl_of(self, session: Session) -> float:
@@ -203,9 +210,13 @@ class SessionManager:
         async with session.lock:
             self._require_playing(session)
             call = functools.partial(session.game.step, action, _seat_kwargs(session.spec, seat))
-            with STEP_SECONDS.labels(env=session.spec.name).time():
+            step_seconds, steps = _step_metrics(session.spec.name)
+            started = time.perf_counter()
+            try:
                 result = await self._game_call(session, "step()", call)
-            STEPS.labels(env=session.spec.name).inc()
+            finally:
+                step_seconds.observe(time.perf_counter() - started)
+            steps.inc()
             session.steps += 1
             session.state = SessionState.DONE if result.done else SessionState.PLAYING
             return result
@@ -241,9 +252,10 @@ class SessionManager:
                                       f"{self.limits.max_sessions} sessions open; close some first")
         self.opening += 1
 
-    async def _construct(self, spec: GameSpec, config: dict[str, Any], session_id: str) -> GameHandle:
+    async def _construct(self, spec: GameSpec, config: dict[str, Any], session_id: str,
+                         owner: tuple[str, ...]) -> GameHandle:
         _check_arguments(spec.cls, config, "config", f"{spec.cls.__name__}()")
-        return await self.host.open(spec, config, session_id)
+        return await self.host.open(spec, config, session_id, owner)
 
     async def _register(self, spec: GameSpec, game: GameHandle, *, session_id: str, job_id: str,
                         attempt: str, request_id: str, key: str) -> Session:
@@ -321,6 +333,12 @@ class SessionManager:
         if session.state is SessionState.DONE:
             raise WrongSessionState(f"session {session.session_id}: the episode is done; "
                                     "call Reset to start another")
+
+
+@functools.cache
+def _step_metrics(env_name: str) -> tuple[Any, Any]:
+    """The step-time histogram and step counter of `env_name` (labels looked up once)."""
+    return STEP_SECONDS.labels(env=env_name), STEPS.labels(env=env_name)
 
 
 def _reset_arguments(session: Session, kwargs: Mapping[str, Any], seed: int | None) -> dict[str, Any]:

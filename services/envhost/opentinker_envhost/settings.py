@@ -63,3 +63,11 @@ class EnvHostSettings(ServiceSettings):
         30.0, "Process isolation: CPU time one game call may use; past it the kernel ends the game's "
         "process and the session fails (ENVIRONMENT_FAILED). On a loaded machine it stops a busy game "
         "before call_timeout_seconds (wall clock) would.", positive=True)
+    warm_processes: int = setting(
+        64, "Process isolation: most idle game processes kept (in all) for the next session of the same "
+        "tenant, job, job attempt, game and config, which then skips the fork: its game is built anew in "
+        "the kept process. A process is kept only when its session ended cleanly (no call raised, timed "
+        "out, crashed or hit a limit) and its game left no thread, child process or open file behind; "
+        "sessions opened without a job never share a process. 0 = a new process for every session.", min=0)
+    warm_process_idle_seconds: float = setting(
+        60.0, "Process isolation: a kept game process unused for this long is ended.", positive=True)

@@ -1,0 +1,126 @@
+"""The EnvHost's end of one game process: its session socket as an asyncio protocol, its output
+and its wait status.
+
+`GameConnection` keeps at most one request in flight (the session's lock orders calls): `exchange`
+writes a frame and waits for the reply frame, parsed in `data_received` straight off the event
+loop's read callback (no stream reader, no task, no timer per call besides the deadline's one
+handle). A reply nobody asked for, a frame over the size limit or a stream that ends fails the
+call in flight and every later one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from dataclasses import dataclass
+
+from opentinker_envhost import sandbox_protocol as wire
+from opentinker_envhost.game_output import GameOutput
+
+
+class ConnectionLost(ConnectionError):
+    """The game process closed its end of the session socket (it exited, or was killed)."""
+
+
+class GameConnection(asyncio.Protocol):
+    """One game process's session socket."""
+
+    def __init__(self, frame_limit: int) -> None:
+        self.frame_limit = frame_limit
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.waiter: asyncio.Future[bytes] | None = None
+        self.broken: BaseException | None = None
+
+    @classmethod
+    async def open(cls, sock: socket.socket, frame_limit: int) -> GameConnection:
+        loop = asyncio.get_running_loop()
+        _, connection = await loop.create_unix_connection(lambda: cls(frame_limit), sock=sock)
+        return connection
+
+    async def exchange(self, payload: bytes, deadline: float) -> bytes:
+        """Send one request frame and return the reply's payload; TimeoutError at `deadline`
+        (loop time), ProtocolError or ConnectionLost when the process broke the wire."""
+        if self.broken is not None:
+            raise self.broken
+        loop = asyncio.get_running_loop()
+        waiter = self.waiter = loop.create_future()
+        self.transport.write(wire.HEADER.pack(len(payload)) + payload)  # type: ignore[union-attr]
+        timer = loop.call_at(deadline, _time_out, waiter)
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
+            self.waiter = None
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+        self._break(ConnectionLost("the session socket was closed"))
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while len(self.buffer) >= wire.HEADER.size and self.broken is None:
+            (length,) = wire.HEADER.unpack_from(self.buffer)
+            if length > self.frame_limit:
+                self._break(wire.ProtocolError(f"sent a reply of {length} bytes; the limit is {self.frame_limit}"))
+                return
+            end = wire.HEADER.size + length
+            if len(self.buffer) < end:
+                return
+            payload = bytes(self.buffer[wire.HEADER.size:end])
+            del self.buffer[:end]
+            waiter = self.waiter
+            if waiter is None or waiter.done():
+                self._break(wire.ProtocolError("sent a reply to no request"))
+                return
+            self.waiter = None
+            waiter.set_result(payload)
+
+    def eof_received(self) -> bool:
+        self._break(ConnectionLost("the game's process closed its session socket"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._break(ConnectionLost(f"the session socket broke: {exc}" if exc else
+                                   "the game's process closed its session socket"))
+
+    def _break(self, error: BaseException) -> None:
+        if self.broken is None:
+            self.broken = error
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(self.broken)
+
+
+def _time_out(waiter: asyncio.Future[bytes]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
+@dataclass(eq=False, kw_only=True)
+class GameProcess:
+    """A live game process: its pid, session socket, output and the future of its wait status
+    (None: unknown, the fork server is gone). `owner_key` names whose sessions it may serve
+    ("" = none but the one it was forked for); `sessions` counts the sessions it served."""
+
+    pid: int
+    connection: GameConnection
+    output: GameOutput
+    exited: asyncio.Future[int | None]
+    owner_key: tuple[str, ...] = ()
+    sessions: int = 0
+
+    @property
+    def alive(self) -> bool:
+        return not self.exited.done() and self.connection.broken is None
+
+    def close_ends(self) -> None:
+        """Close our socket end and output pipe (once the process is reaped, or being killed)."""
+        self.connection.close()
+        self.output.close()
