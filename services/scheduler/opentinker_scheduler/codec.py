@@ -20,6 +20,7 @@ from opentinker_scheduler.model import (
     JobType,
     Lease,
     LeaseContext,
+    LeasedJob,
     Quota,
     ResourceRequest,
     Role,
@@ -90,7 +91,9 @@ def assignment_prefix(draft, address: str) -> str:  # noqa: ANN001 - a leases.Le
     return text[:-1] + ', "fencing_token": '
 
 
-def decode_assignments(job_id: str, data: str) -> tuple[Assignment, ...]:
+@functools.lru_cache(maxsize=DECODE_CACHE_SIZE)
+def decode_assignments(job_id: str, data: str | bytes) -> tuple[Assignment, ...]:
+    """(cached: immutable, and a running job's assignments are read by every heartbeat)"""
     return tuple(Assignment(
         role=Role(a["role"]), worker_id=a["worker_id"], address=a["address"],
         device_ids=tuple(a["device_ids"]),
@@ -129,6 +132,20 @@ def decode_job(raw: RawHash, *, metrics: Mapping[bytes, bytes], queue_rank: int 
         cancel_requested=text(raw, "cancel_requested") == "1",
         retries_left=number(raw, "retries_left"), resume_from=_resume_from(raw),
         job_token_nonce=text(raw, NONCE_FIELD))
+
+
+LEASED_JOB_FIELDS = ("job_id", "state", "assignments", "cancel_requested", NONCE_FIELD)
+
+
+def decode_leased_job(values: Sequence[bytes | None]) -> LeasedJob | None:
+    """A LeasedJob from the LEASED_JOB_FIELDS values of a job's hash; None when there is no job."""
+    job_id, state, assignments, cancel_requested, nonce = values
+    if not job_id or not state:
+        return None
+    text_id = job_id.decode()
+    return LeasedJob(job_id=text_id, state=JobState(state.decode()),
+                     assignments=decode_assignments(text_id, assignments or b"[]"),
+                     cancel_requested=cancel_requested == b"1", job_token_nonce=(nonce or b"").decode())
 
 
 def _resume_from(raw: RawHash) -> CheckpointRef | None:

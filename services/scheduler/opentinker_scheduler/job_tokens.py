@@ -44,9 +44,13 @@ class JobTokenIssuer:
 
     def token_for(self, job: Job) -> str:
         """The running attempt's token; "" when the job runs no attempt (or without tokens)."""
-        if self.key is None or job.state is not JobState.RUNNING or not job.job_token_nonce:
+        return self.token_of(job.job_id, job.state, job.job_token_nonce)
+
+    def token_of(self, job_id: str, state: JobState, nonce: str) -> str:
+        """`token_for` from the job's id, state and stored nonce alone."""
+        if self.key is None or state is not JobState.RUNNING or not nonce:
             return ""
-        return derive_job_token(self.key, job.job_id, job.job_token_nonce)
+        return derive_job_token(self.key, job_id, nonce)
 
     def require_current(self, job: Job, token: str) -> None:
         """Return when `token` is the running attempt's token of `job`; PermissionDenied otherwise

@@ -9,7 +9,7 @@ import structlog
 from opentinker.core.job_tokens import FENCING_FIELD, HASH_FIELD, NONCE_FIELD
 from opentinker_scheduler.events import WorkerLost
 from opentinker_scheduler.job_store import JobStore, Report, Transition
-from opentinker_scheduler.model import Assignment, Job, JobState, Lease
+from opentinker_scheduler.model import Assignment, Job, JobState, Lease, LeasedJob
 
 log = structlog.get_logger(__name__)
 ACTIVE_STATES = (JobState.ALLOCATING, JobState.RUNNING)
@@ -75,6 +75,6 @@ class Lifecycle:
         return result
 
 
-def holds(job: Job, lease_id: str) -> bool:
+def holds(job: Job | LeasedJob, lease_id: str) -> bool:
     """Whether `lease_id` is one of the job's current assignments (not an earlier attempt's)."""
     return any(a.lease.lease_id == lease_id for a in job.assignments)

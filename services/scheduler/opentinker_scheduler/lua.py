@@ -371,6 +371,41 @@ end
 return renewed
 """
 
+WORKER_HEARTBEAT = _LEASES + """
+-- A worker's heartbeat in one step: the worker is alive again for ttl, and so is every unexpired
+-- lease in its lease set (an expired one is dead for good); each renewed lease comes back with
+-- its record and the fields of its job, read in the same step.
+-- KEYS: worker, worker index, lease expiry, worker slots, worker's lease set
+-- ARGV: now, ttl, worker_id, lease record key prefix, job key prefix, job fields...
+-- Returns {0} (dead or unknown: it must register again) or
+-- {1, {lease record hash, job field values}...} by lease id
+local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local held_until = redis.call('HGET', KEYS[1], 'expire_at')
+if not held_until or tonumber(held_until) <= now then return {0} end
+local expire = now + ttl
+redis.call('HSET', KEYS[1], 'last_heartbeat', now, 'expire_at', expire)
+redis.call('ZADD', KEYS[2], expire, ARGV[3])
+local job_fields = {unpack(ARGV, 6)}
+local renewed = {1}
+local ids = redis.call('SMEMBERS', KEYS[5])
+table.sort(ids)
+for _, lease_id in ipairs(ids) do
+  local record_key = ARGV[4] .. lease_id
+  local rec = redis.call('HMGET', record_key, 'expire_at', 'slots', 'job_id')
+  if rec[1] and tonumber(rec[1]) > now then
+    redis.call('HSET', record_key, 'expire_at', expire)
+    redis.call('ZADD', KEYS[3], expire, lease_id)
+    for _, slot in ipairs(cjson.decode(rec[2] or '[]')) do
+      local _, owner = slot_owner(redis.call('HGET', KEYS[4], slot))
+      if owner == lease_id then redis.call('HSET', KEYS[4], slot, expire .. '|' .. lease_id) end
+    end
+    renewed[#renewed + 1] = {redis.call('HGETALL', record_key),
+                             redis.call('HMGET', ARGV[5] .. (rec[3] or ''), unpack(job_fields))}
+  end
+end
+return renewed
+"""
+
 LEASE_RELEASE = _LEASES + """
 -- KEYS: lease record, job leases, lease expiry
 -- ARGV: lease_id, expired_at_or_before ('' = release whatever the expiry), key names json
@@ -397,6 +432,7 @@ class Scripts:
     renew_leases: AsyncScript
     lease_release: AsyncScript
     read_pass: AsyncScript
+    worker_heartbeat: AsyncScript
 
     @classmethod
     def register(cls, client: redis.asyncio.Redis, *, max_events_per_job: int = 100_000) -> Scripts:
@@ -405,6 +441,6 @@ class Scripts:
                    "request_cancel": REQUEST_CANCEL,
                    "append_events": APPEND_EVENTS, "lease_acquire": LEASE_ACQUIRE,
                    "renew_leases": RENEW_LEASES, "lease_release": LEASE_RELEASE,
-                   "read_pass": READ_PASS}
+                   "read_pass": READ_PASS, "worker_heartbeat": WORKER_HEARTBEAT}
         prelude = f"local MAX_EVENTS = {int(max_events_per_job)}\n"
         return cls(**{name: client.register_script(prelude + text) for name, text in sources.items()})

@@ -229,6 +229,17 @@ class Job:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LeasedJob:
+    """What a worker's heartbeat needs of the job a lease of it serves (read without its spec)."""
+
+    job_id: str
+    state: JobState
+    assignments: tuple[Assignment, ...] = ()
+    cancel_requested: bool = False
+    job_token_nonce: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Device:
     device_id: str
     kind: DeviceKind = DeviceKind.CPU

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from opentinker_scheduler import envhosts
+from opentinker_scheduler.codec import LEASED_JOB_FIELDS, decode_leased_job
 from opentinker_scheduler.config import SchedulerConfig
 from opentinker_scheduler.errors import InvalidArgument, NotFound
 from opentinker_scheduler.job_store import JobStore
@@ -13,7 +14,18 @@ from opentinker_scheduler.job_tokens import JobTokenIssuer
 from opentinker_scheduler.jobs import check_id
 from opentinker_scheduler.leases import LeaseTable
 from opentinker_scheduler.lifecycle import Lifecycle, holds
-from opentinker_scheduler.model import Assignment, Caller, Job, JobState, Lease, Page, Role, Worker, WorkerRegistration, WorkerState
+from opentinker_scheduler.model import (
+    Assignment,
+    Caller,
+    JobState,
+    Lease,
+    LeasedJob,
+    Page,
+    Role,
+    Worker,
+    WorkerRegistration,
+    WorkerState,
+)
 from opentinker_scheduler.paging import decode_token, encode_token, page_size
 from opentinker_scheduler.workers import WorkerRegistry
 
@@ -55,24 +67,22 @@ class WorkerPool:
                            "again", reason="UNSPECIFIED")
 
     async def heartbeat(self, worker_id: str, caller: Caller) -> HeartbeatResult:
-        """Renew the worker and its leases; its assignments and the jobs it must stop.
+        """Renew the worker and its leases; its assignments and the jobs it must stop (one
+        script reads the leases' jobs in the same step).
 
         NOT_FOUND when the worker is unknown or was declared dead: it must register again."""
         await self._require_own(worker_id, caller)
-        leases = await self.leases.of_worker(worker_id)
-        alive, renewed = await self.leases.heartbeat(worker_id, [lease.lease_id for lease in leases],
-                                                     ttl_ms=self.config.worker_ttl_ms)
-        if not alive:
+        renewed = await self.leases.heartbeat_with_jobs(worker_id, ttl_ms=self.config.worker_ttl_ms,
+                                                        job_fields=LEASED_JOB_FIELDS)
+        if renewed is None:
             raise NotFound(f"worker {worker_id} is not registered or missed heartbeats past its "
                            "TTL; register again", reason="UNSPECIFIED")
-        live = [lease for lease in leases if lease.lease_id in renewed]
-        jobs = await self.store.get_many(sorted({lease.job_id for lease in live}))
         result = HeartbeatResult()
-        for lease in live:
-            await self._collect(lease, jobs.get(lease.job_id), result)
+        for lease, job_fields in renewed:
+            await self._collect(lease, decode_leased_job(job_fields), result)
         return result
 
-    async def _collect(self, lease: Lease, job: Job | None, result: HeartbeatResult) -> None:
+    async def _collect(self, lease: Lease, job: LeasedJob | None, result: HeartbeatResult) -> None:
         if job is None or job.state.terminal or not holds(job, lease.lease_id):
             await self.leases.release(lease.lease_id)  # the job ended or moved on without this lease
             return
@@ -84,7 +94,7 @@ class WorkerPool:
             return
         if job.state is JobState.RUNNING:
             result.assignments.extend(a for a in job.assignments if a.lease.lease_id == lease.lease_id)
-            result.job_tokens[job.job_id] = self.tokens.token_for(job)
+            result.job_tokens[job.job_id] = self.tokens.token_of(job.job_id, job.state, job.job_token_nonce)
 
     async def deregister(self, worker_id: str, caller: Caller, *, drain: bool) -> Worker:
         """drain: DRAINING (no new jobs, current ones continue); else leave now, re-queueing its jobs."""
