@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any, ClassVar
@@ -160,9 +163,42 @@ class Alternating(Echo):
         return StepResult(observation=f"{mover} played {action}", done=False)
 
 
+class Lingering(Echo):
+    """Counts resets per game object and per class (what a kept process keeps between sessions);
+    the step action "leave:<what>" leaves something behind in its process: a thread, a child
+    process, a daemonised grandchild, an open file or another working directory."""
+
+    class_resets: ClassVar[int] = 0
+    kept: ClassVar[list[Any]] = []
+
+    def __init__(self, turns: int = 100) -> None:
+        super().__init__(turns=turns)
+        self.resets = 0
+
+    def reset(self, *, word: str = "hi") -> str:
+        self.resets += 1
+        Lingering.class_resets += 1
+        super().reset(word=word)
+        return f"object {self.resets} class {Lingering.class_resets}"
+
+    def step(self, action: str) -> StepResult:
+        leave = action.removeprefix("leave:")
+        if leave == "thread":
+            threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+        elif leave == "child":
+            Lingering.kept.append(subprocess.Popen(["sleep", "3600"]))
+        elif leave == "daemon":  # the shell exits at once; its background sleep is orphaned
+            subprocess.run(["sh", "-c", "sleep 3600 &"], check=True)
+        elif leave == "file":
+            Lingering.kept.append(open(os.devnull))  # noqa: SIM115 - left open on purpose
+        elif leave == "cwd":
+            os.chdir("/")
+        return super().step(action)
+
+
 TEST_GAMES = {"echo": Echo, "explode": Explode, "sleepy": Sleepy, "async-sleepy": AsyncSleepy,
               "bad-returns": BadReturns, "seated": Seated, "alternating": Alternating,
-              "misbehaving": Misbehaving}
+              "misbehaving": Misbehaving, "lingering": Lingering}
 
 
 def catalog_with_test_games() -> GameCatalog:

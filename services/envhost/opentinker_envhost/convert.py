@@ -33,7 +33,8 @@ def struct_to_dict(struct: struct_pb2.Struct, field: str = "config") -> dict[str
 
 def dict_to_struct(values: dict[str, Any]) -> struct_pb2.Struct:
     struct = struct_pb2.Struct()
-    struct.update(values)
+    if values:
+        struct.update(values)
     return struct
 
 

@@ -163,7 +163,7 @@ class GameServer:
         self.limits = limits
         self.is_async = issubclass(game_cls, AsyncAbstractGame)
         self.game: Any = None
-        self.loop: asyncio.AbstractEventLoop | None = None
+        self.loop = asyncio.new_event_loop() if self.is_async else None  # before the baseline's fds
         self.failed = False
         """A call raised: this process serves no further session."""
         self.baseline: ProcessBaseline | None = None
@@ -231,7 +231,7 @@ class GameServer:
         result = fn()
         if not inspect.isawaitable(result):
             return result
-        self.loop = self.loop or asyncio.new_event_loop()
+        self.loop = self.loop or asyncio.new_event_loop()  # a sync game's method may return an awaitable
         ok, value = self.loop.run_until_complete(_settled(result))
         if not ok:
             raise value  # re-raised here, so its traceback starts in the game, not in asyncio
