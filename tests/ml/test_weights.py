@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from opentinker.ml.errors import WeightsError
 from opentinker.ml.models import LoraSpec, apply_lora, build_builtin
-from opentinker.ml.weights import (WeightsAssembler, load_lora_state_dict, lora_state_dict,
+from opentinker.ml.weights import (ChecksumAlgorithm, WeightsAssembler, WeightsChecksum, load_lora_state_dict, lora_state_dict,
                                    state_dict_to_package)
 
 
@@ -20,7 +22,7 @@ def sample_state() -> dict[str, torch.Tensor]:
 
 
 def assemble(package, mutate=lambda chunk: chunk):
-    assembler = WeightsAssembler(package.specs, package.sha256)
+    assembler = WeightsAssembler(package.specs, package.checksum)
     for chunk in package.chunks:
         assembler.add(*mutate(chunk))
     return assembler.finish()
@@ -34,18 +36,19 @@ def test_round_trip_in_chunks_of_at_most_chunk_bytes(chunk_bytes: int) -> None:
     assert all(len(c.data) <= chunk_bytes for c in chunks)
     assert sum(len(c.data) for c in chunks) == package.total_bytes == 7 * 5 * 4 + 12 * 2 + 9 * 2 + 4
     assert [s.dtype for s in package.specs] == ["float32", "bfloat16", "float16", "float32", "float32"]
-    rebuilt = assemble(package._replace(chunks=iter(chunks)))
+    rebuilt = assemble(replace(package, chunks=iter(chunks)))
     assert rebuilt.keys() == state.keys()
     for name, tensor in state.items():
         assert rebuilt[name].dtype == tensor.dtype and torch.equal(rebuilt[name], tensor), name
 
 
-def test_same_weights_same_sha_and_a_changed_weight_changes_it() -> None:
+def test_same_weights_same_checksum_and_a_changed_weight_changes_it() -> None:
     state = sample_state()
-    first = state_dict_to_package(state).sha256
-    assert state_dict_to_package(sample_state()).sha256 == first
+    first = state_dict_to_package(state).checksum
+    assert first.algorithm is ChecksumAlgorithm.XXH3_64 and len(first.hex_digest) == 16
+    assert state_dict_to_package(sample_state()).checksum == first
     state["a.weight"][0, 0] += 1
-    assert state_dict_to_package(state).sha256 != first
+    assert state_dict_to_package(state).checksum != first
 
 
 def test_sha_mismatch_is_refused() -> None:
@@ -56,19 +59,50 @@ def test_sha_mismatch_is_refused() -> None:
             return chunk
         return chunk._replace(data=bytes([chunk.data[0] ^ 1]) + chunk.data[1:])
 
-    with pytest.raises(WeightsError, match="sha256 mismatch"):
+    with pytest.raises(WeightsError, match="xxh3_64 mismatch"):
         assemble(package, flip)
 
 
 def test_wrong_header_sha_is_refused() -> None:
     package = state_dict_to_package(sample_state())
+    with pytest.raises(WeightsError, match="xxh3_64 mismatch"):
+        assemble(replace(package, checksum=WeightsChecksum(algorithm=ChecksumAlgorithm.XXH3_64,
+                                                           hex_digest="0" * 16)))
+
+
+def test_an_older_senders_sha256_is_still_checked() -> None:
+    package = state_dict_to_package(sample_state(), chunk_bytes=8)
+    assembler = WeightsAssembler(package.specs, package.sha256)
+    for chunk in package.chunks:
+        assembler.add(*chunk)
+    assert assembler.finish().keys() == sample_state().keys()
+    assembler = WeightsAssembler(package.specs, "0" * 64)
+    for chunk in state_dict_to_package(sample_state()).chunks:
+        assembler.add(*chunk)
     with pytest.raises(WeightsError, match="sha256 mismatch"):
-        assemble(package._replace(sha256="0" * 64))
+        assembler.finish()
+
+
+def test_chunks_out_of_tensor_order_are_checked_as_well() -> None:
+    package = state_dict_to_package(sample_state(), chunk_bytes=8)
+    chunks = list(package.chunks)
+    assembler = WeightsAssembler(package.specs, package.checksum)
+    for chunk in sorted(chunks, key=lambda c: (c.tensor_name != "c.half", chunks.index(c))):
+        assembler.add(*chunk)
+    rebuilt = assembler.finish()
+    assert all(torch.equal(rebuilt[name], tensor) for name, tensor in sample_state().items())
+
+
+def test_a_byte_length_that_does_not_match_dtype_and_shape_is_refused() -> None:
+    package = state_dict_to_package(sample_state())
+    specs = [replace(package.specs[0], byte_length=1 << 40), *package.specs[1:]]
+    with pytest.raises(WeightsError, match="byte_length 1099511627776 but float32 of shape"):
+        WeightsAssembler(specs, package.checksum)
 
 
 def test_unknown_gap_overflow_and_short_tensors_are_refused() -> None:
     package = state_dict_to_package(sample_state(), chunk_bytes=8)
-    assembler = WeightsAssembler(package.specs, package.sha256)
+    assembler = WeightsAssembler(package.specs, package.checksum)
     with pytest.raises(WeightsError, match="does not list"):
         assembler.add("z.unknown", 0, b"1234")
     with pytest.raises(WeightsError, match="expected 0"):

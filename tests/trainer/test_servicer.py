@@ -21,7 +21,7 @@ from opentinker.api.trainer.v1 import trainer_service_pb2 as pb
 from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
 from opentinker.core.server import start_server, stop_server
 from opentinker.ml.models import build_builtin
-from opentinker.ml.weights import TensorSpec, WeightsAssembler
+from opentinker.ml.weights import ChecksumAlgorithm, TensorSpec, WeightsAssembler, WeightsChecksum
 from opentinker_trainer.batching import Datum
 from opentinker_trainer.main import build_plan
 from opentinker_trainer.servicer import REASON_METADATA_KEY
@@ -97,7 +97,9 @@ def assemble(responses) -> tuple[weights_pb2.WeightsHeader, dict[str, torch.Tens
     assert header.WhichOneof("item") == "header" and all(c.WhichOneof("item") == "chunk" for c in chunks)
     specs = [TensorSpec(name=t.name, dtype=DTYPES[t.dtype], shape=tuple(t.shape), byte_length=t.byte_length)
              for t in header.header.tensors]
-    assembler = WeightsAssembler(specs, header.header.sha256)
+    assert not header.header.sha256 and header.header.checksum.algorithm == weights_pb2.CHECKSUM_ALGORITHM_XXH3_64
+    assembler = WeightsAssembler(specs, WeightsChecksum(algorithm=ChecksumAlgorithm.XXH3_64,
+                                                        hex_digest=header.header.checksum.hex_digest))
     for item in chunks:
         assembler.add(item.chunk.tensor_name, item.chunk.offset, item.chunk.data)
     return header.header, assembler.finish()

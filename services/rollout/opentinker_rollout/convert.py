@@ -32,7 +32,8 @@ from opentinker.api.common.v1 import (
 )
 from opentinker.api.rollout.v1 import rollout_service_pb2 as rollout_pb2
 from opentinker.ml.sources import LoraSpec, ModelInfo, ModelSource
-from opentinker.ml.weights import TensorSpec
+from opentinker.ml.shared_weights import SharedFile
+from opentinker.ml.weights import ChecksumAlgorithm, TensorSpec, WeightsChecksum
 from opentinker_rollout.engine import FinishReason, SamplingConfig
 from opentinker_rollout.episode import EpisodeLimits, StopReason, Trajectory, Turn
 from opentinker_rollout.errors import InvalidArgument, WeightsCorrupt
@@ -54,6 +55,7 @@ PRECISIONS = {model_pb2.PRECISION_UNSPECIFIED: "default", model_pb2.PRECISION_FL
               model_pb2.PRECISION_BFLOAT16: "bfloat16", model_pb2.PRECISION_FLOAT16: "float16"}
 DTYPES = {weights_pb2.TENSOR_DTYPE_FLOAT32: "float32", weights_pb2.TENSOR_DTYPE_BFLOAT16: "bfloat16",
           weights_pb2.TENSOR_DTYPE_FLOAT16: "float16"}
+CHECKSUM_ALGORITHMS = {weights_pb2.CHECKSUM_ALGORITHM_XXH3_64: ChecksumAlgorithm.XXH3_64}
 FORMATS = {weights_pb2.WEIGHTS_FORMAT_LORA_ADAPTER: WeightsFormat.LORA_ADAPTER,
            weights_pb2.WEIGHTS_FORMAT_FULL: WeightsFormat.FULL}
 FINISH_STOP_REASONS = {FinishReason.STOP: StopReason.DONE,
@@ -199,7 +201,27 @@ def weights_header(message: weights_pb2.WeightsHeader) -> WeightsHeader:
     if message.total_bytes and message.total_bytes != total:
         raise WeightsCorrupt(f"header.total_bytes is {message.total_bytes} but the tensors add up to {total}")
     return WeightsHeader(format=fmt, policy_version=message.policy_version, tensors=tensors,
-                         total_bytes=total, sha256=message.sha256)
+                         total_bytes=total, checksum=_checksum(message),
+                         shared_file=_shared_file(message) if message.HasField("shared_file") else None)
+
+
+def _checksum(message: weights_pb2.WeightsHeader) -> WeightsChecksum:
+    """The header's checksum; an older sender's sha256 when it sets no `checksum`."""
+    if message.HasField("checksum"):
+        algorithm = CHECKSUM_ALGORITHMS.get(message.checksum.algorithm)
+        if algorithm is None:
+            raise InvalidArgument("header.checksum.algorithm", "must be CHECKSUM_ALGORITHM_XXH3_64")
+        return WeightsChecksum(algorithm=algorithm, hex_digest=message.checksum.hex_digest.lower())
+    if not message.sha256:
+        raise InvalidArgument("header.checksum", "is required (or, from older senders, header.sha256)")
+    return WeightsChecksum(algorithm=ChecksumAlgorithm.SHA256, hex_digest=message.sha256.lower())
+
+
+def _shared_file(message: weights_pb2.WeightsHeader) -> SharedFile:
+    shared = message.shared_file
+    if not shared.name or not shared.nonce or shared.size_bytes <= 0:
+        raise InvalidArgument("header.shared_file", "needs a name, a nonce and size_bytes > 0")
+    return SharedFile(name=shared.name, size_bytes=shared.size_bytes, nonce=shared.nonce)
 
 
 def _tensor_spec(message: weights_pb2.TensorSpec, where: str) -> TensorSpec:

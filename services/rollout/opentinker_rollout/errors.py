@@ -47,7 +47,7 @@ class WeightsVersionConflict(FailedPrecondition):
 
 
 class WeightsCorrupt(InvalidArgument):
-    """The weight transfer does not match its header (sizes, names, shapes or sha256)."""
+    """The weight transfer does not match its header (sizes, names, shapes or checksum)."""
 
-    def __init__(self, problem: str) -> None:
-        super().__init__("chunk", problem, reason="WEIGHTS_CORRUPT")
+    def __init__(self, problem: str, *, field: str = "chunk") -> None:
+        super().__init__(field, problem, reason="WEIGHTS_CORRUPT")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from opentinker.core.devices import discover_devices
 from opentinker.core.entrypoint import run_service
 from opentinker.core.memory import keep_freed_memory
@@ -25,7 +27,8 @@ async def build_plan(settings: RolloutSettings) -> ServerPlan:
     registry = PolicyRegistry(checkpoint_root=settings.checkpoint_dir,
                               default_max_batch_size=settings.max_batch_size,
                               continuous_batching=settings.batching == "continuous",
-                              idle_ttl_s=settings.policy_idle_ttl_seconds)
+                              idle_ttl_s=settings.policy_idle_ttl_seconds,
+                              shared_weights_dir=Path(settings.shared_weights_dir) if settings.shared_weights_dir else None)
     channels = EnvHostChannels(settings.api_key)
     coordinators = CoordinatorChannels(settings.api_key)
     servicer = RolloutServicer(registry, channels, default_envhost_address=settings.envhost_address,

@@ -47,7 +47,9 @@ import torch
 from opentinker.ml.errors import MLError, WeightsError
 from opentinker.ml.models import add_lora_adapter, apply_lora, load_model
 from opentinker.ml.sources import LoraSpec, ModelInfo, ModelSource
-from opentinker.ml.weights import TensorSpec, WeightsAssembler, load_lora_state_dict, lora_state_dict
+from opentinker.ml.shared_weights import SharedFile, SharedFileNotAllowed, SharedFileUnavailable, read_shared_weights
+from opentinker.ml.weights import (ChecksumAlgorithm, TensorSpec, WeightsAssembler, WeightsChecksum, load_lora_state_dict,
+                                   lora_state_dict)
 from opentinker_rollout.metrics import count_weight_update
 from opentinker_rollout.batcher import BatchedGeneration, GenerationBatcher, WholeBatchEngine
 from opentinker_rollout.engine import GenerationRequest
@@ -100,7 +102,15 @@ class WeightsHeader:
     policy_version: int
     tensors: tuple[TensorSpec, ...]
     total_bytes: int
-    sha256: str
+    checksum: WeightsChecksum | None = None
+    sha256: str = ""
+    """An older sender's checksum, when `checksum` is None."""
+    shared_file: SharedFile | None = None
+    """Set when the tensors wait in a shared-memory file (no chunks follow)."""
+
+    @property
+    def expected_checksum(self) -> WeightsChecksum:
+        return self.checksum or WeightsChecksum(algorithm=ChecksumAlgorithm.SHA256, hex_digest=self.sha256)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,8 +201,10 @@ class PolicyRegistry:
 
     def __init__(self, *, checkpoint_root: Path, default_max_batch_size: int = 32,
                  gather_window_s: float = 0.002, continuous_batching: bool = True,
-                 idle_ttl_s: float = DEFAULT_IDLE_TTL_S) -> None:
+                 idle_ttl_s: float = DEFAULT_IDLE_TTL_S, shared_weights_dir: Path | None = None) -> None:
         self.checkpoint_root = checkpoint_root
+        self.shared_weights_dir = shared_weights_dir
+        """Where a header's shared file may be read from; None = refuse shared files."""
         self.continuous_batching = continuous_batching
         self.default_max_batch_size = default_max_batch_size
         self.gather_window_s = gather_window_s
@@ -331,8 +343,13 @@ class PolicyRegistry:
         policy = self.get(policy_id)
         self.check_lease(policy, lease)
         _check_header(policy, header)
-        state_dict, received = await _assemble(header, chunks)
-        _check_shapes(_expected_tensors(policy, header.format), state_dict)
+        expected = _expected_tensors(policy, header.format)
+        _check_shapes(expected, {spec.name: spec.shape for spec in header.tensors}, where="header.tensors")
+        if header.shared_file is not None:
+            state_dict, received = await self._read_shared(header, chunks)
+        else:
+            state_dict, received = await _assemble(header, chunks)
+        _check_shapes(expected, {name: tuple(tensor.shape) for name, tensor in state_dict.items()})
         verified = time.perf_counter()
         async with policy.batcher.between_steps():
             _check_version(policy, header.policy_version)
@@ -340,9 +357,31 @@ class PolicyRegistry:
             policy.batcher.versions[policy.adapter] = header.policy_version
         count_weight_update(header.format.value, received)
         log.info("weights_updated", policy_id=policy_id, version=policy.version, bytes=received,
+                 transport="shared_memory" if header.shared_file else "stream",
                  swap_s=round(time.perf_counter() - verified, 4),
                  rows_in_flight=policy.engine.running_rows)
         return policy.info(), received
+
+    async def _read_shared(self, header: WeightsHeader,
+                           chunks: AsyncIterator[WeightsChunk]) -> tuple[dict[str, torch.Tensor], int]:
+        """The tensors of the header's shared file (views of its mapping: no copy here)."""
+        if await anext(aiter(chunks), None) is not None:
+            raise InvalidArgument("chunk", "no chunks may follow a header that names a shared_file")
+        if self.shared_weights_dir is None:
+            raise FailedPrecondition("header.shared_file: this Rollout reads no shared-memory files "
+                                     "(its OPENTINKER_SHARED_WEIGHTS_DIR is empty); send the weights "
+                                     "as a stream", reason="WEIGHTS_SHARED_FILE_UNAVAILABLE")
+        try:
+            state_dict = await asyncio.to_thread(read_shared_weights, self.shared_weights_dir,
+                                                 header.shared_file, header.tensors, header.expected_checksum)
+        except SharedFileNotAllowed as error:
+            raise InvalidArgument("header.shared_file.name", str(error), reason="PATH_NOT_ALLOWED") from error
+        except SharedFileUnavailable as error:
+            raise FailedPrecondition(f"header.shared_file: {error}; send the weights as a stream",
+                                     reason="WEIGHTS_SHARED_FILE_UNAVAILABLE") from error
+        except WeightsError as error:
+            raise WeightsCorrupt(str(error), field="header.shared_file") from error
+        return state_dict, header.total_bytes
 
     def _replay(self, request: LoadRequest) -> LoadedPolicy | None:
         if not request.request_id or request.request_id not in self._by_request:
@@ -434,7 +473,7 @@ async def _assemble(header: WeightsHeader,
                     chunks: AsyncIterator[WeightsChunk]) -> tuple[dict[str, torch.Tensor], int]:
     received = 0
     try:
-        assembler = WeightsAssembler(list(header.tensors), header.sha256)
+        assembler = WeightsAssembler(list(header.tensors), header.expected_checksum)
         async for chunk in chunks:
             assembler.add(chunk.tensor_name, chunk.offset, chunk.data)
             received += len(chunk.data)
@@ -449,17 +488,19 @@ def _expected_tensors(policy: LoadedPolicy, fmt: WeightsFormat) -> dict[str, tor
     return policy.model.state_dict()
 
 
-def _check_shapes(expected: dict[str, torch.Tensor], received: dict[str, torch.Tensor]) -> None:
-    """Every expected tensor arrives with its shape, and nothing else: checked before applying."""
+def _check_shapes(expected: dict[str, torch.Tensor], received: dict[str, tuple[int, ...]], *,
+                  where: str = "chunk") -> None:
+    """Every expected tensor comes with its shape, and nothing else: checked on the header before
+    anything is read (a bogus header allocates nothing) and on the tensors before applying."""
     unknown = sorted(set(received) - set(expected))
     missing = sorted(set(expected) - set(received))
     wrong = sorted(name for name in set(received) & set(expected)
-                   if tuple(received[name].shape) != tuple(expected[name].shape))
+                   if tuple(received[name]) != tuple(expected[name].shape))
     problems = [f"{label}: {', '.join(names[:5])}" for label, names in
                 (("unknown tensors", unknown), ("missing tensors", missing),
                  ("wrong shapes", wrong)) if names]
     if problems:
-        raise WeightsCorrupt("; ".join(problems))
+        raise WeightsCorrupt("; ".join(problems), field=where)
 
 
 def _apply(policy: LoadedPolicy, fmt: WeightsFormat, state_dict: dict[str, torch.Tensor]) -> None:

@@ -7,6 +7,7 @@ from typing import ClassVar
 from opentinker.core.settings import ServiceSettings, address_setting, port_setting, setting
 from opentinker.core.torch_threads import torch_threads_setting
 from opentinker.ml.checkpoints import checkpoint_dir_setting
+from opentinker.ml.shared_weights_setting import shared_weights_dir_setting
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,3 +43,7 @@ class RolloutSettings(ServiceSettings):
         256, "Most episodes of one RunEpisodes call that run at the same time (match episodes all run at "
         "once: a bounded agent could wait on a seat the other agent has not reached).", min=1)
     torch_threads: int = torch_threads_setting()
+    shared_weights_dir: str = shared_weights_dir_setting(
+        "Directory in shared memory from which UpdateWeights reads a header's shared file (written "
+        "by a Trainer on this host); the same directory as the Trainer's. Only plain files below it "
+        "are read, each once, then deleted.")

@@ -23,7 +23,7 @@ from opentinker.api.common.v1 import datum_pb2, model_pb2, resources_pb2, weight
 from opentinker.api.trainer.v1 import trainer_service_pb2 as pb
 from opentinker.ml.checkpoints import CheckpointFormat
 from opentinker.ml.sources import LoraSpec, ModelInfo, ModelSource, Precision
-from opentinker.ml.weights import Chunk, TensorSpec
+from opentinker.ml.weights import ChecksumAlgorithm, Chunk, TensorSpec
 from opentinker_trainer.batching import Datum
 from opentinker_trainer.checkpointing import CheckpointRecord
 from opentinker_trainer.config import (ImportanceMask, KlEstimator, KlPlacement, Lease,
@@ -73,6 +73,7 @@ WEIGHTS_FORMATS = {weights_pb2.WEIGHTS_FORMAT_UNSPECIFIED: None,
                    weights_pb2.WEIGHTS_FORMAT_LORA_ADAPTER: WeightsFormat.LORA_ADAPTER,
                    weights_pb2.WEIGHTS_FORMAT_FULL: WeightsFormat.FULL}
 MAX_LORA_RANK = 1024  # a rank of 2^20 allocated gigabytes per layer before any check
+CHECKSUM_ALGORITHMS = {ChecksumAlgorithm.XXH3_64: weights_pb2.CHECKSUM_ALGORITHM_XXH3_64}
 TENSOR_DTYPES = {"float32": weights_pb2.TENSOR_DTYPE_FLOAT32,
                  "bfloat16": weights_pb2.TENSOR_DTYPE_BFLOAT16,
                  "float16": weights_pb2.TENSOR_DTYPE_FLOAT16}
@@ -226,10 +227,22 @@ def weights_header(export: WeightsExport) -> weights_pb2.WeightsHeader:
     header = weights_pb2.WeightsHeader(
         format=formats[export.format], policy_version=export.policy_version,
         tensors=[tensor_spec_message(spec) for spec in export.package.specs],
-        total_bytes=export.package.total_bytes, sha256=export.package.sha256)
+        total_bytes=export.package.total_bytes,
+        checksum=weights_pb2.WeightsChecksum(algorithm=CHECKSUM_ALGORITHMS[export.package.checksum.algorithm],
+                                             hex_digest=export.package.checksum.hex_digest))
     if export.lora is not None:
         header.adaptation.CopyFrom(adaptation_message(export.lora))
+    if export.shared_file is not None:
+        header.shared_file.CopyFrom(weights_pb2.SharedWeightsFile(
+            name=export.shared_file.name, size_bytes=export.shared_file.size_bytes, nonce=export.shared_file.nonce))
     return header
+
+
+def shared_memory_requested(value: int) -> bool:
+    """Whether ExportWeightsRequest.transport asks for a shared-memory file (UNSPECIFIED = stream)."""
+    if value not in weights_pb2.WeightsTransport.values():
+        raise ValidationError("transport", f"unknown WeightsTransport value {value}")
+    return value == weights_pb2.WEIGHTS_TRANSPORT_SHARED_MEMORY
 
 
 def tensor_spec_message(spec: TensorSpec) -> weights_pb2.TensorSpec:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
 from opentinker.core.devices import discover_devices
 from opentinker.core.entrypoint import run_service
 from opentinker.core.memory import keep_freed_memory
@@ -12,12 +15,15 @@ from opentinker.core.worker_registration import WorkerRegistration
 from opentinker_trainer.settings import TrainerSettings
 
 SERVICE_NAME = "trainer"
+SHARED_REAP_INTERVAL_S = 30.0
 
 
 async def build_plan(settings: TrainerSettings) -> ServerPlan:
     """What the server hosts: the TrainerService over an empty session registry."""
     from opentinker.ml.models import quiet_transformers  # torch loads here, after settings parse
     from opentinker_trainer.servicer import build_registry, trainer_service_binding
+    from opentinker_trainer.errors import SessionNotFoundError
+    from opentinker_trainer.shared_exports import SharedExports
 
     quiet_transformers()
     keep_freed_memory()  # exports allocate and free a model's worth of buffers each time
@@ -27,9 +33,30 @@ async def build_plan(settings: TrainerSettings) -> ServerPlan:
                               idle_ttl_s=settings.session_idle_ttl_seconds)
     registration = WorkerRegistration.for_settings(settings, role="trainer", devices=devices,
                                                    **attempt_callbacks(registry))
-    return ServerPlan(services=[trainer_service_binding(registry)],
-                      start_hooks=[idle_reaper(registry.reap_idle, registry.idle_ttl_s), registration.start],
-                      close_hooks=[registration.stop, registry.close_all])
+    shared = SharedExports(Path(settings.shared_weights_dir) if settings.shared_weights_dir else None)
+    shared.open()
+
+    def is_open(session_id: str) -> bool:
+        try:
+            registry.view(session_id)
+        except SessionNotFoundError:
+            return False
+        return True
+
+    async def reap_shared() -> None:
+        shared.forget_closed(is_open)
+        shared.sweep()
+
+    return ServerPlan(services=[trainer_service_binding(registry, shared)],
+                      start_hooks=[idle_reaper(registry.reap_idle, registry.idle_ttl_s),
+                                   idle_reaper(reap_shared, SHARED_REAP_INTERVAL_S * 4), registration.start],
+                      close_hooks=[registration.stop, registry.close_all, _sync(shared.close)])
+
+
+def _sync(function: Callable[[], None]) -> Callable[[], Awaitable[None]]:
+    async def call() -> None:
+        function()
+    return call
 
 
 def main() -> int:

@@ -32,8 +32,9 @@ from opentinker_trainer.checkpointing import load_checkpoint, save_checkpoint
 from opentinker_trainer.errors import (CheckpointNotFoundError, NoGradientsError, NoReferenceError,
                                        RequestIdReusedError, SessionNotFoundError, StaleFencingError,
                                        TrainerError, ValidationError)
-from opentinker_trainer.export import export_weights
+from opentinker_trainer.export import export_weights, export_weights_shared
 from opentinker_trainer.sessions import DEFAULT_IDLE_TTL_S, SessionRegistry
+from opentinker_trainer.shared_exports import SharedExports
 from opentinker.core.errors import REASON_METADATA_KEY
 
 log = structlog.get_logger(__name__)
@@ -91,8 +92,9 @@ def maps_domain_errors(handler: Callable[..., Any]) -> Callable[..., Any]:
 class TrainerServicer(pb_grpc.TrainerServiceServicer):
     """Every TrainerService RPC over one SessionRegistry."""
 
-    def __init__(self, registry: SessionRegistry) -> None:
+    def __init__(self, registry: SessionRegistry, shared: SharedExports | None = None) -> None:
         self.registry = registry
+        self.shared = shared or SharedExports(None)
 
     async def _job_token(self, context: Any, *, lease: resources_pb2.LeaseContext | None = None,
                          session_id: str = "") -> None:
@@ -182,11 +184,22 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
         if request.chunk_bytes > MAX_CHUNK_BYTES:
             raise ValidationError("chunk_bytes", f"must be <= {MAX_CHUNK_BYTES} (gRPC message limit)")
         format = convert.weights_format(request.format)
-        export = await self.registry.run(request.session_id, None, lambda session: export_weights(
-            session, format, chunk_bytes=request.chunk_bytes))
+        shared_memory = convert.shared_memory_requested(request.transport)
+        export = await self.registry.run(request.session_id, None, lambda session: self._export(
+            session, format, shared_memory, request.chunk_bytes))
         yield pb.ExportWeightsResponse(header=convert.weights_header(export))
         for chunk in export.package.chunks:
             yield convert.chunk_response(chunk)
+
+    def _export(self, session: Any, format: Any, shared_memory: bool, chunk_bytes: int) -> Any:
+        """A shared-memory file when asked for and possible here, else the stream (either way the
+        session's previous file goes)."""
+        if shared_memory:
+            export = export_weights_shared(session, format, self.shared)
+            if export is not None:
+                return export
+        self.shared.forget(session.session_id)
+        return export_weights(session, format, chunk_bytes=chunk_bytes)
 
     @maps_domain_errors
     async def CloseSession(self, request: pb.CloseSessionRequest, context: Any) -> pb.CloseSessionResponse:
@@ -196,9 +209,10 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
         return pb.CloseSessionResponse(session=convert.session_message(view))
 
 
-def trainer_service_binding(registry: SessionRegistry) -> ServiceBinding:
-    """The TrainerService to host, over `registry`."""
-    return ServiceBinding(full_name=SERVICE_FULL_NAME, servicer=TrainerServicer(registry),
+def trainer_service_binding(registry: SessionRegistry, shared: SharedExports | None = None) -> ServiceBinding:
+    """The TrainerService to host, over `registry`, writing shared-memory exports with `shared`
+    (None: always stream)."""
+    return ServiceBinding(full_name=SERVICE_FULL_NAME, servicer=TrainerServicer(registry, shared),
                           add_to_server=pb_grpc.add_TrainerServiceServicer_to_server)
 
 

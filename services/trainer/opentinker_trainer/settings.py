@@ -8,6 +8,7 @@ from typing import ClassVar
 from opentinker.core.settings import ServiceSettings, address_setting, port_setting, setting
 from opentinker.core.torch_threads import torch_threads_setting
 from opentinker.ml.checkpoints import checkpoint_dir_setting
+from opentinker.ml.shared_weights_setting import shared_weights_dir_setting
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,3 +33,8 @@ class TrainerSettings(ServiceSettings):
         "(those end with their lease: sessions of an attempt that a newer one replaced, or of a job "
         "the Scheduler stopped or moved away, are closed at once).", positive=True)
     torch_threads: int = torch_threads_setting()
+    shared_weights_dir: str = shared_weights_dir_setting(
+        "Directory in shared memory where ExportWeights writes the files a Rollout on this host "
+        "reads (transport SHARED_MEMORY); the same directory as the Rollout's. A Trainer keeps its "
+        "files in a subdirectory of its own and removes it when it stops (and a dead Trainer's when "
+        "it starts).")

@@ -1,26 +1,51 @@
-"""Weights as a byte stream: a package (tensor specs + sha256 + chunks) and its assembler.
+"""Weights as a byte stream: a package (tensor specs + checksum + chunks) and its assembler.
 
 The sender (Trainer.ExportWeights) calls `state_dict_to_package`; the receiver
 (Rollout.UpdateWeights) feeds each chunk to a `WeightsAssembler` and calls `finish()`.
-Tensors travel as little-endian bytes in spec order; the sha256 covers all chunk bytes in
-that order. Dtype names are "float32", "bfloat16", "float16".
+Tensors travel as little-endian bytes in spec order; the checksum covers all tensor bytes in
+that order: XXH3-64 from current senders (`WeightsChecksum`), SHA-256 hex from older ones.
+It guards against corruption, it does not authenticate. Dtype names are "float32",
+"bfloat16", "float16". `opentinker.ml.shared_weights` carries the same bytes in one
+shared-memory file instead of chunks.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, NamedTuple
 
 import torch
+import xxhash
 from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
 from opentinker.ml.errors import WeightsError
 
-DEFAULT_CHUNK_BYTES = 1 << 20
+DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024 - 64 * 1024
+"""Below gRPC's default 4 MiB message limit, with room for the message's other fields."""
 DTYPE_BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 NAME_BY_DTYPE = {dtype: name for name, dtype in DTYPE_BY_NAME.items()}
+
+
+class ChecksumAlgorithm(StrEnum):
+    XXH3_64 = "xxh3_64"   # what senders compute
+    SHA256 = "sha256"     # accepted from older senders (the header's `sha256` field)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeightsChecksum:
+    """A digest of all tensor bytes in spec order (twin of common.v1.WeightsChecksum)."""
+
+    algorithm: ChecksumAlgorithm
+    hex_digest: str
+
+
+def new_hasher(algorithm: ChecksumAlgorithm) -> Any:
+    """An incremental hasher (`update(bytes)`, `hexdigest()`) of `algorithm`."""
+    return xxhash.xxh3_64() if algorithm is ChecksumAlgorithm.XXH3_64 else hashlib.sha256()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,31 +66,44 @@ class Chunk(NamedTuple):
     data: bytes
 
 
-class WeightsPackage(NamedTuple):
-    """What a sender streams: the header's specs and sha256, then `chunks`."""
+@dataclass(frozen=True)
+class WeightsPackage:
+    """What a sender streams: the header's specs and checksum, then `chunks`."""
 
     specs: list[TensorSpec]
-    sha256: str
+    checksum: WeightsChecksum
     chunks: Iterator[Chunk]
+    tensors: Mapping[str, torch.Tensor] = field(default_factory=dict, repr=False)
 
     @property
     def total_bytes(self) -> int:
         return sum(spec.byte_length for spec in self.specs)
 
+    @property
+    def sha256(self) -> str:
+        """The SHA-256 an older receiver checks (computed on demand: a full pass over the bytes)."""
+        return checksum_of(self.tensors, ChecksumAlgorithm.SHA256).hex_digest
+
+
+def checksum_of(state_dict: Mapping[str, torch.Tensor],
+                algorithm: ChecksumAlgorithm = ChecksumAlgorithm.XXH3_64) -> WeightsChecksum:
+    """The checksum of the tensors' bytes in order."""
+    hasher = new_hasher(algorithm)
+    for tensor in state_dict.values():
+        hasher.update(tensor_bytes(tensor))
+    return WeightsChecksum(algorithm=algorithm, hex_digest=hasher.hexdigest())
+
 
 def state_dict_to_package(state_dict: Mapping[str, torch.Tensor], *,
                           chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> WeightsPackage:
-    """Specs, sha256 and a lazy chunk iterator (chunks of at most `chunk_bytes`).
+    """Specs, XXH3-64 checksum and a lazy chunk iterator (chunks of at most `chunk_bytes`).
 
-    The tensors are read twice (hash now, chunks later): do not change them in between.
+    The tensors are read twice (checksum now, chunks later): do not change them in between.
     """
     if chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
     specs = [tensor_spec(name, tensor) for name, tensor in state_dict.items()]
-    digest = hashlib.sha256()
-    for tensor in state_dict.values():
-        digest.update(tensor_bytes(tensor))
-    return WeightsPackage(specs, digest.hexdigest(), _chunks(state_dict, chunk_bytes))
+    return WeightsPackage(specs, checksum_of(state_dict), _chunks(state_dict, chunk_bytes), state_dict)
 
 
 def tensor_spec(name: str, tensor: torch.Tensor) -> TensorSpec:
@@ -73,6 +111,18 @@ def tensor_spec(name: str, tensor: torch.Tensor) -> TensorSpec:
         raise WeightsError(f"tensor {name!r} has unsupported dtype {tensor.dtype}")
     return TensorSpec(name=name, dtype=NAME_BY_DTYPE[tensor.dtype], shape=tuple(tensor.shape),
                       byte_length=tensor.numel() * tensor.element_size())
+
+
+def check_spec(spec: TensorSpec) -> None:
+    """WeightsError unless the dtype is known and byte_length is what dtype and shape make."""
+    if spec.dtype not in DTYPE_BY_NAME:
+        raise WeightsError(f"tensor {spec.name!r} has unsupported dtype {spec.dtype!r}")
+    if any(size < 0 for size in spec.shape):
+        raise WeightsError(f"tensor {spec.name!r} has a negative size in shape {spec.shape}")
+    expected = math.prod(spec.shape) * DTYPE_BY_NAME[spec.dtype].itemsize
+    if spec.byte_length != expected:
+        raise WeightsError(f"tensor {spec.name!r}: byte_length {spec.byte_length} but {spec.dtype} "
+                           f"of shape {list(spec.shape)} is {expected} bytes")
 
 
 def tensor_bytes(tensor: torch.Tensor) -> memoryview:
@@ -89,49 +139,71 @@ def _chunks(state_dict: Mapping[str, torch.Tensor], chunk_bytes: int) -> Iterato
 
 
 class WeightsAssembler:
-    """Collects chunks of a package in order and rebuilds the state dict after checking it."""
+    """Collects chunks of a package and rebuilds the state dict after checking it.
 
-    def __init__(self, specs: Sequence[TensorSpec], sha256: str) -> None:
+    `checksum` is a WeightsChecksum, or (older senders) a SHA-256 hex string. Chunks that follow
+    the spec order are hashed as they arrive (no second pass); any other order is hashed at
+    `finish()`. Each tensor's bytes land in one preallocated buffer, which the tensor then views.
+    """
+
+    def __init__(self, specs: Sequence[TensorSpec], checksum: WeightsChecksum | str) -> None:
         self.specs = list(specs)
-        self.sha256 = sha256
-        self._buffers = {spec.name: bytearray() for spec in self.specs}
+        self.checksum = (checksum if isinstance(checksum, WeightsChecksum)
+                         else WeightsChecksum(algorithm=ChecksumAlgorithm.SHA256, hex_digest=checksum))
         self._by_name = {spec.name: spec for spec in self.specs}
         if len(self._by_name) != len(self.specs):
             raise WeightsError("the header lists a tensor name more than once")
+        for spec in self.specs:
+            check_spec(spec)
+        self._buffers = {spec.name: torch.empty(spec.byte_length, dtype=torch.uint8) for spec in self.specs}
+        self._filled = dict.fromkeys(self._by_name, 0)
+        self._hasher = new_hasher(self.checksum.algorithm)
+        self._in_order = True
+        self._cursor = 0  # index of the spec the in-order stream is filling
 
     def add(self, tensor_name: str, offset: int, data: bytes) -> None:
-        """Append one chunk; WeightsError for an unknown tensor, a gap or an overflow."""
+        """Store one chunk; WeightsError for an unknown tensor, a gap or an overflow."""
         spec = self._by_name.get(tensor_name)
         if spec is None:
             raise WeightsError(f"chunk for tensor {tensor_name!r} that the header does not list")
-        buffer = self._buffers[tensor_name]
-        if offset != len(buffer):
-            raise WeightsError(f"chunk of {tensor_name!r} at offset {offset}, expected {len(buffer)}")
+        filled = self._filled[tensor_name]
+        if offset != filled:
+            raise WeightsError(f"chunk of {tensor_name!r} at offset {offset}, expected {filled}")
         if offset + len(data) > spec.byte_length:
             raise WeightsError(f"chunks of {tensor_name!r} exceed its {spec.byte_length} bytes")
-        buffer += data
+        if data:
+            target = self._buffers[tensor_name][offset:offset + len(data)]
+            memoryview(target.numpy())[:] = data
+        self._filled[tensor_name] = offset + len(data)
+        self._hash_in_order(tensor_name, data)
+
+    def _hash_in_order(self, tensor_name: str, data: bytes) -> None:
+        if not self._in_order or not data:
+            return
+        while self._cursor < len(self.specs) and self.specs[self._cursor].name != tensor_name \
+                and self._filled[self.specs[self._cursor].name] == self.specs[self._cursor].byte_length:
+            self._cursor += 1  # the tensors before this one are complete
+        if self._cursor < len(self.specs) and self.specs[self._cursor].name == tensor_name:
+            self._hasher.update(data)
+        else:
+            self._in_order = False
 
     def finish(self) -> dict[str, torch.Tensor]:
-        """The state dict; WeightsError when a tensor is short or the sha256 differs."""
+        """The state dict; WeightsError when a tensor is short or the checksum differs."""
         for spec in self.specs:
-            received = len(self._buffers[spec.name])
+            received = self._filled[spec.name]
             if received != spec.byte_length:
                 raise WeightsError(f"tensor {spec.name!r} got {received} of {spec.byte_length} bytes")
-        digest = hashlib.sha256()
-        for spec in self.specs:
-            digest.update(self._buffers[spec.name])
-        if digest.hexdigest() != self.sha256:
-            raise WeightsError(f"sha256 mismatch: header {self.sha256}, received {digest.hexdigest()}")
-        return {spec.name: _to_tensor(spec, self._buffers[spec.name]) for spec in self.specs}
-
-
-def _to_tensor(spec: TensorSpec, buffer: bytearray) -> torch.Tensor:
-    if spec.dtype not in DTYPE_BY_NAME:
-        raise WeightsError(f"tensor {spec.name!r} has unsupported dtype {spec.dtype!r}")
-    if not buffer:
-        return torch.empty(spec.shape, dtype=DTYPE_BY_NAME[spec.dtype])
-    flat = torch.frombuffer(buffer, dtype=DTYPE_BY_NAME[spec.dtype]).clone()
-    return flat.reshape(spec.shape)
+        if not self._in_order:
+            self._hasher = new_hasher(self.checksum.algorithm)
+            for spec in self.specs:
+                self._hasher.update(memoryview(self._buffers[spec.name].numpy()))
+        digest = self._hasher.hexdigest()
+        if digest != self.checksum.hex_digest:
+            raise WeightsError(f"{self.checksum.algorithm} mismatch: header {self.checksum.hex_digest}, "
+                               f"received {digest}")
+        return {spec.name: self._buffers[spec.name].view(DTYPE_BY_NAME[spec.dtype]).reshape(spec.shape)
+                for spec in self.specs}
 
 
 def lora_state_dict(model: Any, adapter_name: str = "default") -> dict[str, torch.Tensor]:

@@ -24,6 +24,7 @@ from opentinker.api.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
 from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as scheduler_grpc
 from opentinker.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
+from opentinker.core.errors import reason_from_metadata
 from opentinker_coordinator.adapters.retries import CallGuard
 from opentinker_coordinator.types import CheckpointRef, Datum, EpisodeRequest, SeatRequest, StopReason, Trajectory
 
@@ -265,29 +266,54 @@ class RemoteRollout:
 
 
 class RemoteWeightSync:
-    """Streams Trainer.ExportWeights straight into Rollout.UpdateWeights (same message types)."""
+    """Relays Trainer.ExportWeights into Rollout.UpdateWeights (same message types).
 
-    def __init__(self, trainer: RemoteTrainer, rollout: RemoteRollout) -> None:
+    First through shared memory (the Trainer writes one file, only the header travels): when the
+    Rollout cannot read that file (it runs on another host, or has no shared directory) it answers
+    WEIGHTS_SHARED_FILE_UNAVAILABLE, and this and every later sync of the job stream the chunks;
+    a shared file found corrupt is re-sent as a stream once.
+    """
+
+    def __init__(self, trainer: RemoteTrainer, rollout: RemoteRollout, *, shared_memory: bool = True) -> None:
         self.trainer, self.rollout = trainer, rollout
+        self.shared_memory = shared_memory
+        """Try shared memory first (until the Rollout said it cannot read the Trainer's files)."""
 
-    async def _requests(self) -> AsyncIterator[rollout_pb.UpdateWeightsRequest]:
+    async def _requests(self, transport: int) -> AsyncIterator[rollout_pb.UpdateWeightsRequest]:
         target = rollout_pb.UpdateWeightsTarget(policy_id=self.rollout.policy_id, lease=self.rollout.lease)
         yield rollout_pb.UpdateWeightsRequest(target=target)
         fmt = (weights_pb2.WEIGHTS_FORMAT_LORA_ADAPTER if is_lora(self.trainer.job, self.trainer.agent_id)
                else weights_pb2.WEIGHTS_FORMAT_FULL)
-        export = self.trainer.stub.ExportWeights(
-            trainer_pb.ExportWeightsRequest(session_id=self.trainer.session_id, format=fmt))
+        export = self.trainer.stub.ExportWeights(trainer_pb.ExportWeightsRequest(
+            session_id=self.trainer.session_id, format=fmt, transport=transport))
         async for item in export:
             if item.HasField("header"):
                 yield rollout_pb.UpdateWeightsRequest(header=item.header)
             else:
                 yield rollout_pb.UpdateWeightsRequest(chunk=item.chunk)
 
+    async def _push(self, transport: int) -> int:
+        response = await _guarded(self.rollout.guard, "UpdateWeights",
+                                  lambda: self.rollout.stub.UpdateWeights(self._requests(transport)))
+        return response.policy.policy_version
+
     async def sync(self) -> int:
         """Push the Trainer's weights; a retry pushes them whole again (the version counts pushes)."""
-        response = await _guarded(self.rollout.guard, "UpdateWeights",
-                                  lambda: self.rollout.stub.UpdateWeights(self._requests()))
-        return response.policy.policy_version
+        if self.shared_memory:
+            try:
+                return await self._push(weights_pb2.WEIGHTS_TRANSPORT_SHARED_MEMORY)
+            except grpc.aio.AioRpcError as error:
+                reason = reason_from_metadata(error.trailing_metadata())
+                if reason not in SHARED_FILE_FALLBACK_REASONS:
+                    raise
+                self.shared_memory = reason != "ERROR_REASON_WEIGHTS_SHARED_FILE_UNAVAILABLE"
+                log.info("weights_stream_fallback", job_id=self.trainer.job.job_id, reason=reason,
+                         detail=error.details(), stream_from_now_on=not self.shared_memory)
+        return await self._push(weights_pb2.WEIGHTS_TRANSPORT_STREAM)
+
+
+SHARED_FILE_FALLBACK_REASONS = frozenset({"ERROR_REASON_WEIGHTS_SHARED_FILE_UNAVAILABLE",
+                                          "ERROR_REASON_WEIGHTS_CORRUPT"})
 
 
 class SchedulerReporter:

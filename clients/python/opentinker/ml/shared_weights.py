@@ -1,0 +1,330 @@
+"""Weights through shared memory: one safetensors file per export, only the header over gRPC.
+
+The sender (the Trainer) and the receiver (the Rollout) on one host are configured with the
+same directory, by default `/dev/shm/opentinker-weights`. A writer keeps its files in a
+directory of its own, `<root>/<owner>/<nonce>.safetensors` (owner "trainer-<pid>-<random>"):
+it removes that directory on close, and the directories of dead processes when it opens, so a
+crash leaks nothing past the next start. Directories are 0700 and files 0600: sender and
+receiver run as one user.
+
+The file is a plain safetensors file (anything can read it): the JSON index lists the tensors in
+the header's spec order with contiguous data offsets, and its metadata carries the nonce. The
+data section is therefore exactly the bytes a chunk stream would carry, and the header's
+checksum (XXH3-64) is the same for both transports.
+
+The receiver trusts nothing in the name. It accepts only "<owner>/<file>.safetensors" with
+letters, digits, '-' and '_', opens each component relative to the previous directory with
+O_NOFOLLOW (no '..', no symbolic link anywhere below its root), wants a regular file of the
+header's size whose metadata holds the header's nonce, checks the index against the header's
+specs and the checksum over the data, and then deletes the file (it is read once). The tensors
+it returns view a private mapping of the file: no copy in the receiver's memory, and the pages
+go when the tensors do.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import mmap
+import os
+import re
+import secrets
+import shutil
+import stat
+import struct
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from opentinker.ml.errors import WeightsError
+from opentinker.ml.weights import (DTYPE_BY_NAME, ChecksumAlgorithm, TensorSpec, WeightsChecksum, check_spec, new_hasher,
+                                   tensor_bytes, tensor_spec)
+
+SUFFIX = ".safetensors"
+NONCE_KEY = "opentinker_nonce"
+SAFETENSORS_DTYPES = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
+_COMPONENT = r"[A-Za-z0-9_-]{1,80}"
+NAME_PATTERN = re.compile(rf"({_COMPONENT})/({_COMPONENT}){re.escape(SUFFIX)}")
+OWNER_PATTERN = re.compile(r"[a-z]+-(\d+)-[0-9a-f]+")
+MAX_INDEX_BYTES = 64 << 20
+SLICE_BYTES = 1 << 20
+
+
+class SharedFileUnavailable(WeightsError):
+    """The named file cannot be used here (not on this host, gone, another size or nonce):
+    the sender should stream the weights instead."""
+
+
+class SharedFileNotAllowed(WeightsError):
+    """The name points outside the receiver's shared-memory directory (or at something that is
+    not a plain file there)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedFile:
+    """Twin of common.v1.SharedWeightsFile."""
+
+    name: str
+    size_bytes: int
+    nonce: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class WrittenWeights:
+    """What a writer wrote: the file, the specs in file order and the checksum of the data."""
+
+    file: SharedFile
+    specs: list[TensorSpec]
+    checksum: WeightsChecksum
+
+
+# ---- sender ------------------------------------------------------------------------------------
+
+class SharedWeightsWriter:
+    """Writes export files under `root/<owner>/`; `open()` before the first write, `close()` at
+    the end. Thread-safe enough for one write per session at a time (names never collide)."""
+
+    def __init__(self, root: Path, *, role: str = "trainer") -> None:
+        self.root = Path(root)
+        self.owner = f"{role}-{os.getpid()}-{secrets.token_hex(4)}"
+        self.directory = self.root / self.owner
+
+    def open(self) -> None:
+        """Create the directories; remove those of writers whose process is gone."""
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        remove_dead_owners(self.root)
+        self.directory.mkdir(mode=0o700, exist_ok=True)
+
+    def write(self, state_dict: Mapping[str, torch.Tensor]) -> WrittenWeights:
+        """One file holding `state_dict` (OSError, e.g. ENOSPC, leaves no file behind)."""
+        nonce = secrets.token_hex(16)
+        specs = [tensor_spec(name, tensor) for name, tensor in state_dict.items()]
+        index = safetensors_index(specs, nonce)
+        path = self.directory / f"{nonce}{SUFFIX}"
+        hasher = new_hasher(ChecksumAlgorithm.XXH3_64)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            _write_all(fd, index)
+            for tensor in state_dict.values():
+                data = tensor_bytes(tensor)
+                for start in range(0, len(data), SLICE_BYTES):  # hashed, then written while in cache
+                    piece = data[start:start + SLICE_BYTES]
+                    hasher.update(piece)
+                    _write_all(fd, piece)
+        except BaseException:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
+        os.close(fd)
+        size = len(index) + sum(spec.byte_length for spec in specs)
+        return WrittenWeights(file=SharedFile(name=f"{self.owner}/{path.name}", size_bytes=size, nonce=nonce),
+                              specs=specs, checksum=WeightsChecksum(algorithm=ChecksumAlgorithm.XXH3_64, hex_digest=hasher.hexdigest()))
+
+    def remove(self, name: str) -> None:
+        """Delete one of this writer's files (gone already is fine)."""
+        owner, _, filename = name.partition("/")
+        if owner == self.owner and NAME_PATTERN.fullmatch(name):
+            (self.directory / filename).unlink(missing_ok=True)
+
+    def remove_older_than(self, age_s: float) -> list[str]:
+        """Delete this writer's files older than `age_s`; their names."""
+        cutoff, removed = time.time() - age_s, []
+        for path in self.directory.glob(f"*{SUFFIX}"):
+            try:
+                if path.stat(follow_symlinks=False).st_mtime < cutoff:
+                    path.unlink(missing_ok=True)
+                    removed.append(f"{self.owner}/{path.name}")
+            except FileNotFoundError:
+                continue
+        return removed
+
+    def files(self) -> list[str]:
+        return sorted(f"{self.owner}/{path.name}" for path in self.directory.glob(f"*{SUFFIX}"))
+
+    def close(self) -> None:
+        """Remove this writer's directory and every file in it."""
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data).cast("B")
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def safetensors_index(specs: Sequence[TensorSpec], nonce: str) -> bytes:
+    """The safetensors prefix: u64 length, then the JSON index padded with spaces to 8 bytes."""
+    entries: dict[str, object] = {"__metadata__": {NONCE_KEY: nonce}}
+    offset = 0
+    for spec in specs:
+        entries[spec.name] = {"dtype": SAFETENSORS_DTYPES[spec.dtype], "shape": list(spec.shape),
+                              "data_offsets": [offset, offset + spec.byte_length]}
+        offset += spec.byte_length
+    text = json.dumps(entries, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text
+
+
+def remove_dead_owners(root: Path) -> list[str]:
+    """Delete the writer directories under `root` whose process no longer runs; their names."""
+    removed = []
+    for entry in Path(root).iterdir():
+        match = OWNER_PATTERN.fullmatch(entry.name)
+        if match and entry.is_dir() and not entry.is_symlink() and not _process_alive(int(match.group(1))):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry.name)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# ---- receiver ----------------------------------------------------------------------------------
+
+def read_shared_weights(root: Path, shared: SharedFile, specs: Sequence[TensorSpec],
+                        checksum: WeightsChecksum) -> dict[str, torch.Tensor]:
+    """The tensors of the file `shared` names under `root`, checked against the header's specs
+    and checksum; the file is deleted once it proved to be the header's (even when corrupt).
+
+    SharedFileNotAllowed: a name outside `root`; SharedFileUnavailable: not usable here (send
+    the stream); WeightsError: the file is the header's but its contents are not.
+    """
+    match = NAME_PATTERN.fullmatch(shared.name)
+    if match is None:
+        raise SharedFileNotAllowed(
+            f"shared_file.name {shared.name!r} is not '<owner>/<file>{SUFFIX}' of letters, digits, "
+            "'-' and '_' under the shared-memory directory")
+    owner, filename = match.group(1), f"{match.group(2)}{SUFFIX}"
+    for spec in specs:
+        check_spec(spec)
+    with _Opened(Path(root), owner, filename) as opened:
+        size = os.fstat(opened.fd).st_size
+        if size != shared.size_bytes:
+            raise SharedFileUnavailable(
+                f"shared_file {shared.name!r} is {size} bytes here, the header says {shared.size_bytes} "
+                "(truncated, or another host's file)")
+        mapping = _map_private(opened.fd, size)
+        data_start = _check_index(mapping, shared, specs)
+        opened.unlink()  # it is the header's file: read once, whatever its contents
+        _check_checksum(mapping, data_start, checksum)
+        return _tensors(mapping, data_start, specs)
+
+
+class _Opened:
+    """The file `root/owner/filename`, opened without following any link below `root`."""
+
+    def __init__(self, root: Path, owner: str, filename: str) -> None:
+        self.root, self.owner, self.filename = root, owner, filename
+        self.fds: list[int] = []
+        self.fd = -1
+
+    def __enter__(self) -> _Opened:
+        try:
+            self.fds.append(os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+            self.fds.append(os.open(self.owner, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                    dir_fd=self.fds[0]))
+            self.fd = os.open(self.filename, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                              dir_fd=self.fds[1])
+            self.fds.append(self.fd)
+        except BaseException as error:
+            self.__exit__()
+            raise _open_error(error, f"{self.owner}/{self.filename}", self.root) from error
+        if not stat.S_ISREG(os.fstat(self.fd).st_mode):
+            self.__exit__()
+            raise SharedFileNotAllowed(f"shared_file {self.owner}/{self.filename!r} is not a regular file")
+        return self
+
+    def unlink(self) -> None:
+        try:
+            os.unlink(self.filename, dir_fd=self.fds[1])
+        except OSError:
+            pass  # the writer's own cleanup removes it
+
+    def __exit__(self, *_exc: object) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds.clear()
+
+
+def _map_private(fd: int, size: int) -> mmap.mmap:
+    """A copy-on-write mapping: writable, as torch.frombuffer wants (a write copies that page and
+    never reaches the file). Not MAP_POPULATE: on a writable private mapping it copies every page."""
+    if size == 0:
+        raise SharedFileUnavailable("the shared file is empty")
+    return mmap.mmap(fd, size, access=mmap.ACCESS_COPY)
+
+
+def _open_error(error: BaseException, name: str, root: Path) -> Exception:
+    if isinstance(error, OSError) and error.errno in (errno.ELOOP, errno.ENOTDIR):
+        return SharedFileNotAllowed(f"shared_file {name!r}: a symbolic link or non-directory on the "
+                                    f"way, refused (only plain files under {root} are read)")
+    if isinstance(error, FileNotFoundError):
+        return SharedFileUnavailable(f"shared_file {name!r} does not exist under {root} on this host "
+                                     "(the sender is on another host, or the file was removed)")
+    if isinstance(error, OSError):
+        return SharedFileUnavailable(f"shared_file {name!r} under {root} cannot be opened: {error.strerror}")
+    return WeightsError(f"shared_file {name!r}: {error}")
+
+
+def _check_index(mapping: mmap.mmap, shared: SharedFile, specs: Sequence[TensorSpec]) -> int:
+    """The data section's start; SharedFileUnavailable for another nonce, WeightsError when the
+    index does not list exactly the header's tensors at contiguous offsets."""
+    if len(mapping) < 8:
+        raise SharedFileUnavailable(f"shared_file {shared.name!r} is too short to be a safetensors file")
+    (index_bytes,) = struct.unpack_from("<Q", mapping, 0)
+    if index_bytes > min(len(mapping) - 8, MAX_INDEX_BYTES):
+        raise SharedFileUnavailable(f"shared_file {shared.name!r} has no valid safetensors index")
+    try:
+        index = json.loads(mapping[8:8 + index_bytes])
+        nonce = index.pop("__metadata__", {}).get(NONCE_KEY)
+    except (ValueError, AttributeError) as error:
+        raise SharedFileUnavailable(f"shared_file {shared.name!r} has no valid safetensors index") from error
+    if nonce != shared.nonce:
+        raise SharedFileUnavailable(f"shared_file {shared.name!r} is another export (nonce differs)")
+    expected, offset = {}, 0
+    for spec in specs:
+        expected[spec.name] = {"dtype": SAFETENSORS_DTYPES[spec.dtype], "shape": list(spec.shape),
+                               "data_offsets": [offset, offset + spec.byte_length]}
+        offset += spec.byte_length
+    if index != expected:
+        differ = sorted(name for name in set(index) | set(expected) if index.get(name) != expected.get(name))
+        raise WeightsError(f"shared_file {shared.name!r}: its index differs from the header's tensors "
+                           f"({', '.join(differ[:5])})")
+    if 8 + index_bytes + offset != len(mapping):
+        raise WeightsError(f"shared_file {shared.name!r}: {len(mapping) - 8 - index_bytes} data bytes, "
+                           f"the header's tensors are {offset}")
+    return 8 + index_bytes
+
+
+def _check_checksum(mapping: mmap.mmap, data_start: int, checksum: WeightsChecksum) -> None:
+    hasher = new_hasher(checksum.algorithm)
+    with memoryview(mapping) as whole, whole[data_start:] as data:
+        hasher.update(data)
+    digest = hasher.hexdigest()
+    if digest != checksum.hex_digest:
+        raise WeightsError(f"{checksum.algorithm} mismatch: header {checksum.hex_digest}, "
+                           f"shared file {digest}")
+
+
+def _tensors(mapping: mmap.mmap, data_start: int, specs: Sequence[TensorSpec]) -> dict[str, torch.Tensor]:
+    tensors, offset = {}, data_start
+    for spec in specs:
+        dtype = DTYPE_BY_NAME[spec.dtype]
+        if spec.byte_length == 0:
+            tensors[spec.name] = torch.empty(spec.shape, dtype=dtype)
+        else:
+            flat = torch.frombuffer(mapping, dtype=dtype, count=spec.byte_length // dtype.itemsize, offset=offset)
+            tensors[spec.name] = flat.reshape(spec.shape)
+        offset += spec.byte_length
+    return tensors
