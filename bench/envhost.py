@@ -34,9 +34,11 @@ to round (so drifts in the machine's load hit all alike); a round opens the sess
 (client-side, write to read, ms), CPU seconds of the server (the EnvHost process and all its
 descendants: fork server and game processes; /proc) and of this client process within the
 measured window, CPU microseconds per step, and the time to open and reset all the sessions at
-once per session (a fork per session in process mode). ratio = median envhost steps/s / median echo
-steps/s; the target is >= 0.70 for the default (process) mode's sync game (the other ratios are
-shown too). `isolation` compares the two modes: process/thread steps/s, server CPU per step and
+once per session: in the first round (process mode: a fork per session) and in the later rounds
+(process mode: every session opens with the same job id, so it is built in a warm process the
+previous round's closed session left; see opentinker_envhost.sandbox_pool). ratio = median envhost
+steps/s / median echo steps/s; the target is >= 0.80 for the default (process) mode's sync game
+(the other ratios are shown too). `isolation` compares the two modes: process/thread steps/s, server CPU per step and
 p50 latency (the cost of the process boundary per step).
 
 All processes share this machine's cores: on a 2-core box client and server compete, so read
@@ -83,7 +85,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 DEFAULT_OUT = BENCH_DIR / "results" / "envhost.json"
 ECHO_SCRIPT = BENCH_DIR / "_echo_server.py"
-TARGET_RATIO = 0.70
+TARGET_RATIO = 0.80
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
 CALL_TIMEOUT_S = 30.0
@@ -477,6 +479,8 @@ def summarize(runs: list[dict[str, Any]], config: BenchConfig) -> dict[str, Any]
             "client_cpu_s": median([r["client_cpu_s"] for r in mine]),
             "client_cpu_us_per_step": median([r["client_cpu_us_per_step"] for r in mine]),
             "open_ms_per_session": median([r["open_ms_per_session"] for r in mine]),
+            "open_ms_per_session_first_round": median([r["open_ms_per_session"] for r in mine if r["round"] == 0]),
+            "open_ms_per_session_later_rounds": median([r["open_ms_per_session"] for r in mine if r["round"] > 0]),
             "steps": sum(r["steps"] for r in mine),
             "steps_sent": sum(r["steps_sent"] for r in mine),
             "steps_answered": sum(r["steps_answered"] for r in mine),
@@ -532,6 +536,10 @@ def print_report(results: dict[str, Any], config: BenchConfig) -> None:
               f"{fmt(s['client_cpu_us_per_step'], 1):>11}")
     print("open + reset, ms per session (all opened at once): " + ", ".join(
         f"{t} {fmt(s['open_ms_per_session'], 2)}" for t, s in summary.items()))
+    print("  first round (process mode: a fork each): " + ", ".join(
+        f"{t} {fmt(s['open_ms_per_session_first_round'], 2)}" for t, s in summary.items()))
+    print("  later rounds (process mode: warm processes): " + ", ".join(
+        f"{t} {fmt(s['open_ms_per_session_later_rounds'], 2)}" for t, s in summary.items()))
     print("steps/s by round: " + "; ".join(
         f"{t} " + ", ".join(f"{v:,.0f}" for v in s["steps_per_s_by_round"]) for t, s in summary.items()))
     for target, ratio in results["ratios"].items():

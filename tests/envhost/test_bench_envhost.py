@@ -35,8 +35,12 @@ def test_quick_bench_answers_every_step_on_both_servers(tmp_path: Path) -> None:
         assert run["steps_answered"] == run["steps_sent"] > 0
         assert run["errors"] == []
         assert run["latency_ms"]["p50"] > 0
-        # the process-isolated EnvHost's CPU includes its fork server and 64 game processes
-        assert run["server_processes"] == (1 + 1 + SESSIONS if run["target"] in PROCESS_TARGETS else 1)
+        # the process-isolated EnvHost's CPU includes its fork server and 64 game processes (and
+        # the warm processes the other game's sessions left: both share one EnvHost)
+        if run["target"] in PROCESS_TARGETS:
+            assert 1 + 1 + SESSIONS <= run["server_processes"] <= 1 + 1 + 2 * SESSIONS
+        else:
+            assert run["server_processes"] == 1
     for target in targets:
         assert result["summary"][target]["steps_per_s"] > 0
     assert result["ratio"] > 0 and result["ratio"] == result["ratios"]["envhost"]
@@ -48,3 +52,4 @@ def test_quick_bench_answers_every_step_on_both_servers(tmp_path: Path) -> None:
     assert result["server_exit_codes"] == {"envhost": 0, "envhost-thread": 0, "echo": 0}  # all stopped gracefully
     assert "PASS" in done.stdout or "MISS" in done.stdout
     assert "isolation process/thread: steps/s" in done.stdout
+    assert "later rounds (process mode: warm processes)" in done.stdout

@@ -34,7 +34,7 @@ class SessionLimits:
     """Process isolation: memory a game process may allocate beyond what it starts with."""
     cpu_seconds_per_call: float = 30.0
     """Process isolation: CPU time one game call may use (user + system)."""
-    warm_processes: int = 64
+    warm_processes: int = 128
     """Process isolation: most idle game processes kept for the next session of the same owner
     (tenant, job, attempt), game and config (`sandbox_pool`); 0 = a new process per session."""
     warm_idle_s: float = 60.0

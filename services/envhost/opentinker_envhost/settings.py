@@ -64,7 +64,7 @@ class EnvHostSettings(ServiceSettings):
         "process and the session fails (ENVIRONMENT_FAILED). On a loaded machine it stops a busy game "
         "before call_timeout_seconds (wall clock) would.", positive=True)
     warm_processes: int = setting(
-        64, "Process isolation: most idle game processes kept (in all) for the next session of the same "
+        128, "Process isolation: most idle game processes kept (in all) for the next session of the same "
         "tenant, job, job attempt, game and config, which then skips the fork: its game is built anew in "
         "the kept process. A process is kept only when its session ended cleanly (no call raised, timed "
         "out, crashed or hit a limit) and its game left no thread, child process or open file behind; "
