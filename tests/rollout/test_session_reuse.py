@@ -11,6 +11,7 @@ The last test goes through the Rollout service itself (RunEpisodes over gRPC).
 from __future__ import annotations
 
 import asyncio
+import collections
 import zlib
 from collections.abc import Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -22,13 +23,15 @@ import pytest
 
 from opentinker.api.common.v1 import model_pb2, resources_pb2, sampling_pb2
 from opentinker.api.common.v1.environment_pb2 import EnvironmentReference
+from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as env_grpc
 from opentinker.api.rollout.v1 import rollout_service_pb2 as pb
 from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as pb_grpc
 from opentinker.core.server import ServerPlan, start_server, stop_server
 from opentinker.core.settings import ServiceSettings, port_setting
 from opentinker_envhost.catalog import GameCatalog
 from opentinker_envhost.limits import Isolation, SessionLimits
-from opentinker_envhost.servicer import envhost_service_binding
+from opentinker.core.server import ServiceBinding
+from opentinker_envhost.servicer import EnvHostServicer
 from opentinker_envhost.sessions import SessionManager
 from opentinker_rollout.batcher import BatchedGeneration
 from opentinker_rollout.engine import FinishReason, Generation, GenerationRequest, SamplingConfig
@@ -68,10 +71,42 @@ class EnvSettings(ServiceSettings):
     port: int = port_setting(0)
 
 
+class CountingServicer(EnvHostServicer):
+    """The EnvHost's real servicer, counting the unary calls and Interact streams it serves."""
+
+    def __init__(self, manager: SessionManager) -> None:
+        super().__init__(manager)
+        self.calls: collections.Counter[str] = collections.Counter()
+
+    async def OpenSession(self, request, context):  # noqa: ANN001, ANN201, N802
+        self.calls["OpenSession"] += 1
+        return await super().OpenSession(request, context)
+
+    async def Reset(self, request, context):  # noqa: ANN001, ANN201, N802
+        self.calls["Reset"] += 1
+        return await super().Reset(request, context)
+
+    async def Step(self, request, context):  # noqa: ANN001, ANN201, N802
+        self.calls["Step"] += 1
+        return await super().Step(request, context)
+
+    async def CloseSession(self, request, context):  # noqa: ANN001, ANN201, N802
+        self.calls["CloseSession"] += 1
+        return await super().CloseSession(request, context)
+
+    async def Interact(self, request_iterator, context):  # noqa: ANN001, ANN201, N802
+        self.calls["Interact"] += 1
+        async for response in super().Interact(request_iterator, context):
+            yield response
+
+
 @asynccontextmanager
 async def envhost():
     manager = CountingManager()
-    server = await start_server(EnvSettings(auth="disabled"), ServerPlan(services=[envhost_service_binding(manager)]))
+    manager.servicer = servicer = CountingServicer(manager)
+    binding = ServiceBinding(full_name="opentinker.envhost.v1.EnvHostService", servicer=servicer,
+                             add_to_server=env_grpc.add_EnvHostServiceServicer_to_server)
+    server = await start_server(EnvSettings(auth="disabled"), ServerPlan(services=[binding]))
     try:
         yield manager, f"127.0.0.1:{server.port}"
     finally:
@@ -141,8 +176,10 @@ def test_episodes_of_a_job_reuse_one_session_per_slot_across_calls_and_close_the
                        for t in [*first.values(), *second.values()])
             assert all(t.metrics["env_overhead_seconds"] > 0 for t in first.values())
             assert len(manager.sessions) == 2  # parked for the job's next call
+            assert manager.servicer.calls == {"Interact": 2}, "each session plays over its own Interact stream"
             await channels.close()
             assert manager.sessions == {}, "the Rollout closes its parked sessions when it stops"
+            assert manager.servicer.calls["CloseSession"] == 2
 
     asyncio.run(scenario())
 
@@ -157,6 +194,9 @@ def test_a_session_that_failed_is_closed_and_replaced_never_reused() -> None:
             stops = [results[f"g{i}:0"].stop_reason for i in range(5)]
             assert stops == [StopReason.DONE, StopReason.ENV_ERROR, StopReason.DONE, StopReason.ENV_ERROR,
                              StopReason.DONE]
+            assert "Step failed: INTERNAL: SeededGame.step() raised ValueError: the game exploded" in (
+                results["g1:0"].env_error)
+            assert "did not answer within the episode's time limit" in results["g3:0"].env_error
             sessions = [r[0] for r in manager.resets]
             assert sessions[0] == sessions[1] != sessions[2] == sessions[3] != sessions[4]
             assert manager.opens == 3
@@ -279,3 +319,49 @@ def service_request(policy_id: str, call: int) -> pb.RunEpisodesRequest:
         policy_id=policy_id, lease=LEASE, environment=environment, episodes=specs, group_size=1,
         limits=sampling_pb2.AgentLoopLimits(max_turns=2),
         sampling=sampling_pb2.SamplingParams(max_new_tokens=2, temperature=1.0, stop_token_ids=list(range(260))))
+
+
+def test_a_call_past_its_timeout_fails_the_episode_and_its_session_is_replaced() -> None:
+    async def scenario() -> None:
+        async with envhost() as (manager, address):
+            channels = EnvHostChannels()
+            services = EpisodeServices(
+                generator=HashGenerator(), renderer=ByteRenderer(), max_context_length=4096,
+                environments=envhost_environments(channels, job_target(address), call_timeout_s=0.5))
+            episodes = batch(3, concurrency=1, special={1: {"sleep_s": 1.5}})
+            results = {r.trajectory_id: r async for r in run_episodes(episodes, services)}
+            assert results["g1:0"].stop_reason is StopReason.ENV_ERROR
+            assert "Step failed: DEADLINE_EXCEEDED: no answer within 0.5 s" in results["g1:0"].env_error
+            assert results["g2:0"].stop_reason is StopReason.DONE and manager.opens == 2
+            await channels.close()
+            assert manager.sessions == {}
+
+    asyncio.run(scenario())
+
+
+def test_an_envhost_without_interact_is_played_with_unary_calls() -> None:
+    from tests.rollout.test_grpc import CountingGame  # a stand-in EnvHost: unary RPCs only (its
+    # sessions count steps across resets, so only the first episode on each is two turns long)
+
+    async def scenario() -> tuple[CountingGame, dict[str, Trajectory], set[str]]:
+        game = CountingGame()
+        binding = ServiceBinding(full_name="opentinker.envhost.v1.EnvHostService", servicer=game,
+                                 add_to_server=env_grpc.add_EnvHostServiceServicer_to_server)
+        server = await start_server(EnvSettings(auth="disabled"), ServerPlan(services=[binding]))
+        channels = EnvHostChannels()
+        try:
+            target = EnvironmentTarget(address=f"127.0.0.1:{server.port}", env_name="count", job_id="job-a")
+            episodes = EpisodeBatch(specs=tuple(EpisodeSpec(reset_kwargs={"start": i}) for i in range(4)),
+                                    max_concurrency=2, sampling=SamplingConfig(max_new_tokens=4),
+                                    limits=EpisodeLimits(max_turns=5))
+            results = await play(channels, target, episodes)
+            unary_only = set(channels.unary_only)
+            await channels.close()
+            return game, results, unary_only
+        finally:
+            await stop_server(server, grace_seconds=1)
+
+    game, results, unary_only = asyncio.run(scenario())
+    assert len(results) == 4 and not any(t.env_error for t in results.values())
+    assert len(game.sessions) == 2 and len(game.resets) == 4 and game.closed == 2
+    assert unary_only == {next(iter(unary_only))} and unary_only.pop().startswith("127.0.0.1:")

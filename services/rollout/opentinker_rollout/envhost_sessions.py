@@ -41,7 +41,7 @@ CLOSE_TIMEOUT_S = 5.0
 
 
 class OpenableSession(Protocol):
-    """An EnvHost session as the pool needs it (`envhost_client.EnvHostSession`)."""
+    """An EnvHost session as the pool needs it (`envhost_interact.InteractSession`)."""
 
     async def open(self) -> None: ...
     async def reset(self, kwargs: Mapping[str, Any], seed: int) -> ResetResult: ...

@@ -1,6 +1,6 @@
 """The environment as the agent loop sees it: one session per episode (domain Protocol).
 
-`envhost_client.EnvHostSession` implements it over the EnvHost (a single-agent game) and
+`envhost_client` implements it over the EnvHost (a single-agent game) and
 `match_client.MatchSession` over a Coordinator match (one seat of a multi-agent game); tests
 implement it in-process. A session may set `accepts_truncated_actions = True` to be stepped
 with actions cut off by the per-turn token budget (see fsm.py).
