@@ -113,6 +113,9 @@ def test_the_one_step_read_sees_what_plain_reads_see(redis_url: str) -> None:
             await s.allocator.tick(housekeeping=False)
             queued = [await submit(h, f"queued-{i}") for i in range(2)]
             await s.allocator.store.client.zadd(s.allocator.store.keys.job_queue(), {"job-gone": 0})
+            await s.allocator.leases.acquire(job_id="gone", worker_id="rollout-1", role=Role.ROLLOUT,
+                                             slots=["cpu:1"], device_ids=["cpu:1"], ttl_ms=5)
+            clock.advance(5)  # that lease expired: its slot is free although its entry stays
 
             view = await s.allocator.reader.read(owner=s.allocator.owner, lock_ttl_ms=s.allocator.lock_ttl_ms,
                                                  scan_limit=10)

@@ -169,6 +169,20 @@ def decode_devices(data: str | bytes) -> tuple[Device, ...]:
                         memory_bytes=d["memory_bytes"], name=d["name"]) for d in json.loads(data))
 
 
+WORKER_FIELDS = ("worker_id", "role", "address", "devices", "register_time", "last_heartbeat", "ttl_ms",
+                 "draining", "labels", "version", "name", "tenant_id", "expire_at")
+"""Every field decode_worker reads."""
+_WORKER_FIELD_KEYS = tuple(name.encode() for name in WORKER_FIELDS)
+
+
+def decode_worker_fields(values: Sequence[bytes | None], *, now_ms: int) -> Worker | None:
+    """decode_worker from the WORKER_FIELDS values of a worker's hash; None when there is none."""
+    if values[0] is None:
+        return None
+    return decode_worker({k: v for k, v in zip(_WORKER_FIELD_KEYS, values, strict=True) if v is not None},
+                         now_ms=now_ms)
+
+
 def decode_worker(raw: RawHash, *, now_ms: int, leases: tuple[Lease, ...] = ()) -> Worker:
     draining = text(raw, "draining") == "1"
     alive = number(raw, "expire_at") > now_ms

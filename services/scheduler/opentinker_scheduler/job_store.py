@@ -242,6 +242,9 @@ class JobStore:
         state, tenant = await self.client.hmget(self.keys.job(job_id), ["state", "tenant_id"])
         return (JobState(state.decode()) if state else None), (tenant or b"").decode()
 
+    async def cancel_requested(self, job_id: str) -> bool:
+        return await self.client.hget(self.keys.job(job_id), "cancel_requested") == b"1"
+
     async def request_cancel(self, job_id: str, *, expected: JobState, event: Payload,
                              workers: Sequence[str]) -> tuple[int, str]:
         """Set cancel_requested on a RUNNING/ALLOCATING job and note the workers to tell.

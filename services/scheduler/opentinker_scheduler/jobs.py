@@ -96,6 +96,14 @@ class JobService:
             raise NotFound(f"job {job_id} not found")
         return job
 
+    async def require_visible(self, job_id: str, caller: Caller) -> JobState:
+        """`get`'s NOT_FOUND check without reading the whole job: its state."""
+        check_id("job_id", job_id)
+        state, tenant_id = await self.store.state_of(job_id)
+        if state is None or not (caller.admin or tenant_id == caller.tenant_id):
+            raise NotFound(f"job {job_id} not found")
+        return state
+
     async def list(self, caller: Caller, *, size: int, token: str, states: Sequence[JobState],
                    job_type: JobType) -> Page[Job]:
         """Newest first, filtered by state (any of) and type; `token` resumes a previous page."""
@@ -161,7 +169,7 @@ class JobService:
         are capped per tenant (QUOTA: STREAM_LIMIT); live events come from the shared EventHub."""
         if after_sequence < 0:
             raise InvalidArgument("after_sequence", f"must be >= 0, got {after_sequence}")
-        await self.get(job_id, caller)
+        await self.require_visible(job_id, caller)
         with self.events.streams.admitted(caller):
             last = after_sequence
             async for event in self.events.replay(job_id, last):
@@ -211,16 +219,18 @@ class JobService:
         if final_state not in FINAL_STATES:
             raise InvalidArgument("final_state", f"must be STATE_SUCCEEDED or STATE_FAILED, got {final_state}")
         for _ in range(CAS_RETRIES):
-            job = await self.get(lease.job_id, caller)
-            if job.state.terminal:
-                return self._already_ended(job, final_state)
+            state = await self.require_visible(lease.job_id, caller)
+            if state.terminal:
+                return self._already_ended(await self.get(lease.job_id, caller), final_state)
             if not await self.leases.is_current(lease):
                 raise stale_lease(lease)
-            to = JobState.CANCELLED if job.cancel_requested and final_state is JobState.FAILED else final_state
-            result = await self.lifecycle.end(job.job_id, expected=job.state, to=to,
+            to = final_state
+            if final_state is JobState.FAILED and await self.store.cancel_requested(lease.job_id):
+                to = JobState.CANCELLED
+            result = await self.lifecycle.end(lease.job_id, expected=state, to=to,
                                               reason=message or f"finished: {to.lower()}")
             if result.ok:
-                return await self.get(job.job_id, caller)
+                return await self.get(lease.job_id, caller)
         raise FailedPrecondition(f"job {lease.job_id} kept changing state; retry", reason="UNSPECIFIED")
 
     @staticmethod

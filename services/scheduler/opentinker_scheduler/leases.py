@@ -19,7 +19,7 @@ import redis.asyncio
 
 from opentinker.core.redis_store import Keys
 from opentinker_scheduler.clock import Clock
-from opentinker_scheduler.codec import decode_lease, number, pairs
+from opentinker_scheduler.codec import decode_lease, number
 from opentinker_scheduler.lua import Scripts
 from opentinker_scheduler.model import Lease, LeaseContext, Role
 
@@ -121,10 +121,10 @@ class LeaseTable:
         return bool(reply[0]), {lease_id.decode() for lease_id in reply[1:]}
 
     async def heartbeat_with_jobs(self, worker_id: str, *, ttl_ms: int,
-                                  job_fields: Sequence[str]) -> list[tuple[Lease, list[bytes | None]]] | None:
+                                  job_fields: Sequence[str]) -> list[tuple[str, list[bytes | None]]] | None:
         """A worker's heartbeat in one script: renew the worker and every unexpired lease it
-        holds until now + ttl; each renewed lease with the `job_fields` values of its job (read
-        in the same step). None when the worker is dead or unknown (it renews nothing)."""
+        holds until now + ttl; the id of each renewed lease with the `job_fields` values of its
+        job (read in the same step). None when the worker is dead or unknown (it renews nothing)."""
         keys = [self.keys.worker(worker_id), self.keys.worker_index(), self.keys.lease_expiry(),
                 self.keys.worker_slots(worker_id), self.keys.worker_leases(worker_id)]
         args = [self.clock.now_ms(), ttl_ms, worker_id, self.keys.lease_key_prefixes()["record"],
@@ -132,7 +132,8 @@ class LeaseTable:
         reply = await self.scripts.worker_heartbeat(keys=keys, args=args)
         if not reply[0]:
             return None
-        return [(decode_lease(pairs(record)), job) for record, job in reply[1:]]
+        width = 1 + len(job_fields)
+        return [(reply[i].decode(), reply[i + 1:i + width]) for i in range(1, len(reply), width)]
 
     async def release(self, lease_id: str, *, only_if_expired: bool = False) -> Lease | None:
         """Free the lease's slots; the released lease, or None when it was gone (or, with

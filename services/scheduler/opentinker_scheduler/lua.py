@@ -253,24 +253,29 @@ end
 return 0
 """
 
-READ_PASS = """
+READ_PASS = _LEASES + """
 -- What one allocator pass reads, in one consistent step: hold (take or renew) the allocator
 -- lock; then, unless the queue is empty, the first `scan_limit` queued jobs' fields, the quota of
 -- each of their tenants, every worker with its slot hash, and the usage counters.
 -- KEYS: lock, queue, worker index, usage
 -- ARGV: owner, lock ttl_ms, scan_limit, job key prefix, worker key prefix, worker slots key
---       prefix, tenant key prefix, number of job fields, job fields..., quota fields...
+--       prefix, tenant key prefix, now, number of job fields, job fields..., number of quota
+--       fields, quota fields..., worker fields...
 -- Returns {0} (another replica allocates), {1} (nothing queued) or
--- {1, {job field values...}..., {tenant, quota values...}..., {worker hash, slot hash}..., usage}
+-- {1, {job field values...}..., {tenant, quota values...}..., {worker field values, the worker's
+--  slots held by an unexpired lease}..., usage hash}
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0} end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 local ids = redis.call('ZRANGE', KEYS[2], 0, tonumber(ARGV[3]) - 1)
 if #ids == 0 then return {1} end
-local job_fields_end = 8 + tonumber(ARGV[8])
-local job_fields = {unpack(ARGV, 9, job_fields_end)}
-local quota_fields = {unpack(ARGV, job_fields_end + 1)}
+local now = tonumber(ARGV[8])
+local job_fields_end = 9 + tonumber(ARGV[9])
+local job_fields = {unpack(ARGV, 10, job_fields_end)}
+local quota_fields_end = job_fields_end + 1 + tonumber(ARGV[job_fields_end + 1])
+local quota_fields = {unpack(ARGV, job_fields_end + 2, quota_fields_end)}
+local worker_fields = {unpack(ARGV, quota_fields_end + 1)}
 local jobs, quotas, seen = {}, {}, {}
 for i, id in ipairs(ids) do
   local row = redis.call('HMGET', ARGV[4] .. id, unpack(job_fields))
@@ -285,7 +290,11 @@ for i, id in ipairs(ids) do
 end
 local workers = {}
 for i, worker_id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-  workers[i] = {redis.call('HGETALL', ARGV[5] .. worker_id), redis.call('HGETALL', ARGV[6] .. worker_id)}
+  local held, slots = {}, redis.call('HGETALL', ARGV[6] .. worker_id)
+  for k = 1, #slots, 2 do
+    if slot_owner(slots[k + 1]) > now then held[#held + 1] = slots[k] end
+  end
+  workers[i] = {redis.call('HMGET', ARGV[5] .. worker_id, unpack(worker_fields)), held}
 end
 return {1, jobs, quotas, workers, redis.call('HGETALL', KEYS[4])}
 """
@@ -377,8 +386,8 @@ WORKER_HEARTBEAT = _LEASES + """
 -- its record and the fields of its job, read in the same step.
 -- KEYS: worker, worker index, lease expiry, worker slots, worker's lease set
 -- ARGV: now, ttl, worker_id, lease record key prefix, job key prefix, job fields...
--- Returns {0} (dead or unknown: it must register again) or
--- {1, {lease record hash, job field values}...} by lease id
+-- Returns {0} (dead or unknown: it must register again) or, flat, by lease id:
+-- {1, lease id, job field values..., lease id, job field values..., ...}
 local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
 local held_until = redis.call('HGET', KEYS[1], 'expire_at')
 if not held_until or tonumber(held_until) <= now then return {0} end
@@ -399,8 +408,10 @@ for _, lease_id in ipairs(ids) do
       local _, owner = slot_owner(redis.call('HGET', KEYS[4], slot))
       if owner == lease_id then redis.call('HSET', KEYS[4], slot, expire .. '|' .. lease_id) end
     end
-    renewed[#renewed + 1] = {redis.call('HGETALL', record_key),
-                             redis.call('HMGET', ARGV[5] .. (rec[3] or ''), unpack(job_fields))}
+    renewed[#renewed + 1] = lease_id
+    for _, value in ipairs(redis.call('HMGET', ARGV[5] .. (rec[3] or ''), unpack(job_fields))) do
+      renewed[#renewed + 1] = value
+    end
   end
 end
 return renewed

@@ -16,6 +16,7 @@ from opentinker.core.redis_store import connect, ping_until_ready
 from opentinker.core.server import HealthReporter, ServerPlan
 from opentinker_scheduler.allocator import Allocator
 from opentinker_scheduler.app import build_scheduler
+from opentinker_scheduler.heap import settle_heap_once_started
 from opentinker_scheduler.metrics import ClusterGauges
 from opentinker_scheduler.redis_health import track_redis_health
 from opentinker_scheduler.servicer import scheduler_service_binding
@@ -35,7 +36,7 @@ async def build_plan(settings: SchedulerSettings) -> ServerPlan:
     scheduler = build_scheduler(client, blocking_client, config=settings.domain_config(),
                                 service_key=settings.api_key)
     watch_redis = partial(track_redis_health, client, check_seconds=settings.redis_check_seconds)
-    hooks = [watch_redis, partial(run_allocator, scheduler.allocator, blocking_client)]
+    hooks = [watch_redis, partial(run_allocator, scheduler.allocator, blocking_client), settle_heap_once_started]
     if settings.auth_enabled:
         hooks.append(partial(install_service_key, client, settings.api_key))
     gauges = ClusterGauges(settings.redis_url, password=password)

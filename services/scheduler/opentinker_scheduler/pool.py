@@ -18,7 +18,6 @@ from opentinker_scheduler.model import (
     Assignment,
     Caller,
     JobState,
-    Lease,
     LeasedJob,
     Page,
     Role,
@@ -78,22 +77,22 @@ class WorkerPool:
             raise NotFound(f"worker {worker_id} is not registered or missed heartbeats past its "
                            "TTL; register again", reason="UNSPECIFIED")
         result = HeartbeatResult()
-        for lease, job_fields in renewed:
-            await self._collect(lease, decode_leased_job(job_fields), result)
+        for lease_id, job_fields in renewed:
+            await self._collect(worker_id, lease_id, decode_leased_job(job_fields), result)
         return result
 
-    async def _collect(self, lease: Lease, job: LeasedJob | None, result: HeartbeatResult) -> None:
-        if job is None or job.state.terminal or not holds(job, lease.lease_id):
-            await self.leases.release(lease.lease_id)  # the job ended or moved on without this lease
+    async def _collect(self, worker_id: str, lease_id: str, job: LeasedJob | None, result: HeartbeatResult) -> None:
+        if job is None or job.state.terminal or not holds(job, lease_id):
+            await self.leases.release(lease_id)  # the job ended or moved on without this lease
             return
         if job.cancel_requested:
             result.stop_job_ids.append(job.job_id)
-            if await self.store.stop_told(job.job_id, lease.worker_id) == 0:
+            if await self.store.stop_told(job.job_id, worker_id) == 0:
                 await self.lifecycle.end(job.job_id, expected=job.state, to=JobState.CANCELLED,
                                          reason="cancelled: every worker was told to stop")
             return
         if job.state is JobState.RUNNING:
-            result.assignments.extend(a for a in job.assignments if a.lease.lease_id == lease.lease_id)
+            result.assignments.extend(a for a in job.assignments if a.lease.lease_id == lease_id)
             result.job_tokens[job.job_id] = self.tokens.token_of(job.job_id, job.state, job.job_token_nonce)
 
     async def deregister(self, worker_id: str, caller: Caller, *, drain: bool) -> Worker:

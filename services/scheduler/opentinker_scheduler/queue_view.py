@@ -16,8 +16,15 @@ import redis.asyncio
 
 from opentinker.core.redis_store import Keys
 from opentinker_scheduler.clock import Clock
-from opentinker_scheduler.codec import QUOTA_FIELDS, decode_quota, decode_resources, decode_usage, decode_worker, pairs
-from opentinker_scheduler.leases import held_slots
+from opentinker_scheduler.codec import (
+    QUOTA_FIELDS,
+    WORKER_FIELDS,
+    decode_quota,
+    decode_resources,
+    decode_usage,
+    decode_worker_fields,
+    pairs,
+)
 from opentinker_scheduler.lua import Scripts
 from opentinker_scheduler.model import JobState, QueuedJob, Quota, Usage, Worker, WorkerState
 from opentinker_scheduler.placement import worker_slots
@@ -49,27 +56,28 @@ class QueueReader:
         when nothing is queued."""
         keys = [self.keys.allocator_lock(), self.keys.job_queue(), self.keys.worker_index(),
                 self.keys.tenant_usage()]
+        now = self.clock.now_ms()
         args = [owner, lock_ttl_ms, scan_limit, self.keys.job("x")[:-1], self.keys.worker("x")[:-1],
-                self.keys.worker_slots("x")[:-1], self.keys.tenant("x")[:-1], len(JOB_FIELDS),
-                *JOB_FIELDS, *QUOTA_FIELDS]
+                self.keys.worker_slots("x")[:-1], self.keys.tenant("x")[:-1], now, len(JOB_FIELDS),
+                *JOB_FIELDS, len(QUOTA_FIELDS), *QUOTA_FIELDS, *WORKER_FIELDS]
         reply = await self.scripts.read_pass(keys=keys, args=args)
         if not reply[0]:
             return PassView(holds_lock=False)
         if len(reply) == 1:
             return PassView(holds_lock=True)
         rows, quota_rows, worker_rows, usage = reply[1:]
-        alive, free = self._alive_workers(worker_rows)
+        alive, free = self._alive_workers(worker_rows, now)
         return PassView(holds_lock=True, queued=[j for j in map(queued_job, rows) if j is not None],
                         alive=alive, free=free, usage=decode_usage(pairs(usage)),
                         quotas={row[0].decode(): decode_quota(row[1:]) for row in quota_rows})
 
-    def _alive_workers(self, rows: Sequence[Sequence[list]]) -> tuple[list[Worker], dict[str, list[str]]]:
-        now = self.clock.now_ms()
+    def _alive_workers(self, rows: Sequence[Sequence[list]], now: int) -> tuple[list[Worker], dict[str, list[str]]]:
+        """The alive workers by id, and the free slots of each (the script lists the held ones)."""
         alive, free = [], {}
-        for raw, slots in rows:
-            worker = decode_worker(pairs(raw), now_ms=now) if raw else None
+        for fields, held_slots in rows:
+            worker = decode_worker_fields(fields, now_ms=now)
             if worker is not None and worker.state is WorkerState.ALIVE:
-                held = held_slots(pairs(slots), now)
+                held = {slot.decode() for slot in held_slots}
                 alive.append(worker)
                 free[worker.worker_id] = [s for s in worker_slots(worker, self.coordinator_capacity) if s not in held]
         return sorted(alive, key=lambda w: w.worker_id), free
