@@ -166,7 +166,7 @@ class Alternating(Echo):
 class Lingering(Echo):
     """Counts resets per game object and per class (what a kept process keeps between sessions);
     the step action "leave:<what>" leaves something behind in its process: a thread, a child
-    process, a daemonised grandchild, an open file or another working directory."""
+    process, a daemonised grandchild, an open file, another working directory or 16 MiB."""
 
     class_resets: ClassVar[int] = 0
     kept: ClassVar[list[Any]] = []
@@ -193,6 +193,8 @@ class Lingering(Echo):
             Lingering.kept.append(open(os.devnull))  # noqa: SIM115 - left open on purpose
         elif leave == "cwd":
             os.chdir("/")
+        elif leave == "memory":
+            Lingering.kept.append(bytearray(16 << 20))
         return super().step(action)
 
 

@@ -31,7 +31,8 @@ class SessionLimits:
     max_observation_chars: int = DEFAULT_MAX_OBSERVATION_CHARS
     isolation: Isolation = Isolation.PROCESS
     memory_limit_mb: int = 1024
-    """Process isolation: memory a game process may allocate beyond what it starts with."""
+    """Process isolation: memory a game process may allocate beyond what it maps when forked (a
+    kept process: when the session starts)."""
     cpu_seconds_per_call: float = 30.0
     """Process isolation: CPU time one game call may use (user + system)."""
     warm_processes: int = 128

@@ -169,7 +169,7 @@ class Sandbox:
         """The game built in a warm process kept for (`owner`, game, config), or in a new one;
         sessions with no owner always get a new process, which exits when they close."""
         key = (*owner, spec.name, json.dumps(config, sort_keys=True)) if owner and self.pool.capacity else ()
-        process = self.pool.take(key) if key else None
+        process = self._take_warm(key) if key else None
         if process is None:
             process = await self._spawn(spec.name, key)
         return await SandboxedGame.open(process, spec, config, session_id=session_id, limits=self.limits,
@@ -246,6 +246,11 @@ class Sandbox:
                               output=output, exited=self.exits[pid], owner_key=owner_key)
         if owner_key:
             process.exited.add_done_callback(lambda _: self._forget_if_idle(process))
+        return process
+
+    def _take_warm(self, key: OwnerKey) -> GameProcess | None:
+        while (process := self.pool.take(key)) is not None and not process.alive:
+            self._retire(process)  # died while idle, its end not reported yet
         return process
 
     def _keep(self, process: GameProcess) -> None:

@@ -19,8 +19,9 @@ process: `sandbox_pool`): each session constructs a new game object, and a close
 the process answers whether it may be reused: only if no call of any session it served raised,
 and the game left no thread, child process (the process is a child subreaper, so even a
 daemonised grandchild stays its child), open file, pending asyncio task or changed working
-directory behind, and its address space grew by less than half the memory limit. Otherwise it
-exits after answering. The process runs under SCHED_BATCH: waking it with a request does not
+directory behind, and its address space grew by at most 1/8 of the memory limit since its first
+session (each session's construct raises the address-space cap to the size then plus the
+limit). Otherwise it exits after answering. The process runs under SCHED_BATCH: waking it with a request does not
 preempt the EnvHost, which goes on sending other sessions' requests (on a busy host the games
 then run in a batch).
 """
@@ -51,8 +52,10 @@ from opentinker_envhost.game_results import reset_call, reset_outcome_to_wire, s
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 MIB = 1 << 20
-REUSE_MEMORY_FRACTION = 0.5
-"""A process whose address space grew by more than this fraction of its limit is not reused."""
+REUSE_MEMORY_FRACTION = 0.125
+"""A process whose address space grew by more than this fraction of the memory limit since its
+first session is not reused (each session may allocate the whole limit beyond what the process
+maps when the session starts, so a kept process peaks at most this fraction above a new one)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,7 +105,12 @@ def _prepare_process(out_fd: int, limits: ChildLimits, parent_pid: int) -> None:
         os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     _redirect_output(out_fd)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    address_space = _address_space_bytes() + limits.memory_limit_mb * MIB
+    limit_address_space(limits.memory_limit_mb)
+
+
+def limit_address_space(memory_limit_mb: int) -> None:
+    """Cap the address space at its size now plus `memory_limit_mb` (a session's budget)."""
+    address_space = _address_space_bytes() + memory_limit_mb * MIB
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     if hard == resource.RLIM_INFINITY or address_space < hard:
         resource.setrlimit(resource.RLIMIT_AS, (address_space, hard))
@@ -196,6 +204,8 @@ class GameServer:
         if call == "construct":
             if self.baseline is None:
                 self.baseline = ProcessBaseline.now()
+            else:  # a kept process: this session may allocate its whole budget too
+                limit_address_space(self.limits.memory_limit_mb)
             self.game = None  # the last session's game goes before the next one is built
             self.game = self.game_cls(**request["config"])
             return None

@@ -107,14 +107,13 @@ def _time_out(waiter: asyncio.Future[bytes]) -> None:
 class GameProcess:
     """A live game process: its pid, session socket, output and the future of its wait status
     (None: unknown, the fork server is gone). `owner_key` names whose sessions it may serve
-    ("" = none but the one it was forked for); `sessions` counts the sessions it served."""
+    (() = none but the one it was forked for)."""
 
     pid: int
     connection: GameConnection
     output: GameOutput
     exited: asyncio.Future[int | None]
     owner_key: tuple[str, ...] = ()
-    sessions: int = 0
 
     @property
     def alive(self) -> bool:

@@ -38,16 +38,15 @@ class WarmPool:
         return len(self.idle)
 
     def take(self, key: OwnerKey) -> GameProcess | None:
-        """An idle live process kept for `key` (now no longer idle), or None."""
+        """The process kept last for `key` (no longer idle: check that it is alive), or None."""
         stack = self.by_key.get(key)
-        while stack:
-            process = stack.pop()
-            del self.idle[process]
-            if not stack:
-                del self.by_key[key]
-            if process.alive:
-                return process
-        return None
+        if not stack:
+            return None
+        process = stack.pop()
+        del self.idle[process]
+        if not stack:
+            del self.by_key[key]
+        return process
 
     def put(self, process: GameProcess) -> list[GameProcess]:
         """Keep `process` for its key; the processes this pushes out (least recently used first),

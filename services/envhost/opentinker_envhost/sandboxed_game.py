@@ -70,7 +70,6 @@ class SandboxedGame:
                    release: Callable[[GameProcess], None] | None = None) -> SandboxedGame:
         """Construct the game in `process` (`spec.cls(**config)`) for session `session_id`."""
         process.output.next_session(session_id)
-        process.sessions += 1
         game = cls(process, limits=limits, kill=kill, release=release)
         try:
             await game.call({"call": "construct", "config": config}, f"{spec.cls.__name__}()", invalid=True)

@@ -57,7 +57,9 @@ class EnvHostSettings(ServiceSettings):
         choices=tuple(mode.value for mode in Isolation))
     memory_limit_mb: int = setting(
         1024, "Process isolation: memory (address space) a game's process may allocate beyond what it "
-        "maps when forked; past it the game gets MemoryError and the session fails (ENVIRONMENT_FAILED).",
+        "maps when forked (in a kept process: when the session starts; a process holding more than 1/8 of "
+        "it from earlier sessions is not kept); past it the game gets MemoryError and the session fails "
+        "(ENVIRONMENT_FAILED).",
         min=16)
     cpu_seconds_per_call: float = setting(
         30.0, "Process isolation: CPU time one game call may use; past it the kernel ends the game's "
