@@ -22,16 +22,25 @@ same weights and take the same number of steps (their first losses are reported 
 After `--warmup` untimed steps per side, each of `--rounds` rounds times `--steps` steps of
 every side, the two sides of an adaptation back to back, the order rotating from round to round.
 
-ExportWeights throughput (target: >= 0.50 x safetensors): a Llama of ~30M parameters (hidden
-512, 8 layers; ~5M with --quick) built from a seed with the byte-level tokenizer and saved as a
-local model directory, the base of two more sessions on each side: a LoRA adapter
-(`--lora-rank`, exported as WEIGHTS_FORMAT_LORA_ADAPTER) and full parameters (WEIGHTS_FORMAT_FULL).
-`export` = one ExportWeights call (chunk_bytes `--chunk-bytes`, 0 = the server's 1 MiB) with the
-stream drained and every chunk fed to a `WeightsAssembler`, whose `finish()` (sha256 check,
-tensors rebuilt) is timed too; `safetensors` = `safetensors.torch.save_file` of the same tensors
-(taken from the in-process twin session) to /dev/shm (/tmp without it), the file deleted
-untimed. The first export of each kind is checked against the twin: same names, sha256, and
-every tensor equal. Throughput is tensor bytes per second, over `--export-rounds` rounds run
+ExportWeights throughput: a Llama of ~30M parameters (hidden 512, 8 layers; ~5M with --quick)
+built from a seed with the byte-level tokenizer and saved as a local model directory, the base of
+two more sessions on each side: a LoRA adapter (`--lora-rank`, exported as
+WEIGHTS_FORMAT_LORA_ADAPTER) and full parameters (WEIGHTS_FORMAT_FULL). Three targets:
+
+* `shm` (same host; target >= 0.70 x safetensors): ExportWeights with transport SHARED_MEMORY
+  (the Trainer writes one safetensors file under its OPENTINKER_SHARED_WEIGHTS_DIR, here a fresh
+  directory in /dev/shm, and answers with the header only), then what the Rollout does with that
+  header: `read_shared_weights` under the same directory (the path checks, size and nonce, the
+  index against the header, the XXH3-64 checksum over the data, tensors viewing the file's
+  mapping, the file deleted). The Rollout's copy into its model is not timed, as in `stream`.
+* `stream` (across hosts; target >= 0.50): ExportWeights with transport STREAM (chunk_bytes
+  `--chunk-bytes`, 0 = the server's 4 MiB - 64 KiB) drained and every chunk fed to a
+  `WeightsAssembler`, whose `finish()` (XXH3-64 check, tensors) is timed too.
+* `safetensors`: `safetensors.torch.save_file` of the same tensors (taken from the in-process twin
+  session) to /dev/shm (/tmp without it), the file deleted untimed: the baseline.
+
+The first export of each kind and transport is checked against the twin: same names, checksum,
+and every tensor equal. Throughput is tensor bytes per second, over `--export-rounds` rounds run
 like the step rounds.
 
 The table shows medians over rounds; each ratio is the median over rounds of that round's ratio
@@ -78,6 +87,7 @@ from opentinker.api.trainer.v1 import trainer_service_pb2 as pb  # noqa: E402
 from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc  # noqa: E402
 from opentinker.ml.models import quiet_transformers, save_model_dir  # noqa: E402
 from opentinker.ml.tokenizer import VOCAB_SIZE, build_byte_tokenizer  # noqa: E402
+from opentinker.ml.shared_weights import read_shared_weights  # noqa: E402
 from opentinker.ml.weights import WeightsAssembler, lora_state_dict  # noqa: E402
 from opentinker_rollout.convert import weights_header  # noqa: E402 - as the Rollout receives weights
 from opentinker_trainer import convert  # noqa: E402
@@ -87,9 +97,12 @@ from opentinker_trainer.session import TrainingSession, create_session  # noqa: 
 LEASE = resources_pb2.LeaseContext(job_id="bench-trainer", lease_id="bench", fencing_token=1)
 ADAPTATIONS = ("lora", "full")
 STEP_TARGETS = ("grpc", "in-process")
-EXPORT_TARGETS = ("export", "safetensors")
+EXPORT_TARGETS = ("shm", "stream", "safetensors")
+TRANSPORTS = {"shm": weights_pb2.WEIGHTS_TRANSPORT_SHARED_MEMORY, "stream": weights_pb2.WEIGHTS_TRANSPORT_STREAM}
 TARGET_RATIOS = {"grpc_over_inprocess_step_lora": 0.90, "grpc_over_inprocess_step_full": 0.90,
-                 "export_over_safetensors_lora": 0.50, "export_over_safetensors_full": 0.50}
+                 "export_over_safetensors_lora": 0.70, "export_over_safetensors_full": 0.70,
+                 "stream_over_safetensors_lora": 0.50, "stream_over_safetensors_full": 0.50}
+"""export_over_* is the same-host export (`shm`), stream_over_* the cross-host one (`stream`)."""
 WEIGHTS_FORMATS = {"lora": weights_pb2.WEIGHTS_FORMAT_LORA_ADAPTER, "full": weights_pb2.WEIGHTS_FORMAT_FULL}
 EXPORT_SIZES = {"full": {"hidden_size": 512, "intermediate_size": 1792, "num_hidden_layers": 8},
                 "quick": {"hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 6}}
@@ -131,7 +144,8 @@ def parse_args(argv: list[str] | None) -> BenchConfig:
     p.add_argument("--rounds", type=int, help="step rounds (default 7; 2 with --quick)")
     p.add_argument("--export-rounds", type=int, help="export rounds (default 5; 2 with --quick)")
     p.add_argument("--lora-rank", type=int, default=16)
-    p.add_argument("--chunk-bytes", type=int, default=0, help="ExportWeights chunk_bytes (0 = the server's 1 MiB)")
+    p.add_argument("--chunk-bytes", type=int, default=0,
+                   help="ExportWeights chunk_bytes of the stream (0 = the server's 4 MiB - 64 KiB)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads of the server (OMP_NUM_THREADS) and of the in-process sessions "
                         "(default 1; see the module docstring)")
@@ -231,11 +245,11 @@ class ExportRun:
     bytes: int
     seconds: float
     header_s: float = 0.0
-    """export: from the call to its first message (the server's snapshot and sha256)."""
+    """shm/stream: from the call to its first message (the server's snapshot or file, checksum)."""
     stream_s: float = 0.0
-    """export: from the header to the last chunk added to the assembler."""
+    """stream: from the header to the last chunk added to the assembler (shm: ~0)."""
     finish_s: float = 0.0
-    """export: the assembler's finish() (sha256 check, tensors rebuilt)."""
+    """stream: the assembler's finish(); shm: read_shared_weights (checks, checksum, tensors)."""
     server_cpu_s: float = 0.0
     client_cpu_s: float = 0.0
 
@@ -247,8 +261,11 @@ class ExportRun:
 class Sides:
     """The server's sessions (ids by adaptation) and their in-process twins, step and export."""
 
-    def __init__(self, stub: pb_grpc.TrainerServiceStub, server: ServerProcess, config: BenchConfig) -> None:
+    def __init__(self, stub: pb_grpc.TrainerServiceStub, server: ServerProcess, config: BenchConfig,
+                 shared_dir: Path) -> None:
         self.stub, self.server, self.config = stub, server, config
+        self.shared_dir = shared_dir
+        """The Trainer's OPENTINKER_SHARED_WEIGHTS_DIR, read here as a Rollout on this host would."""
         self.request = pb.ForwardBackwardRequest(lease=LEASE, datums=datum_messages(config), loss=PPO_CLIP)
         self.datums = [convert.datum(message) for message in self.request.datums]
         self.loss = convert.loss_config(PPO_CLIP)
@@ -313,10 +330,11 @@ class Sides:
         source = lora_state_dict(model) if adaptation == "lora" else model.state_dict()
         return {name: tensor.detach().clone() for name, tensor in source.items()}
 
-    def export_grpc(self, adaptation: str, round_index: int) -> tuple[ExportRun, pb.ExportWeightsResponse,
-                                                                       dict[str, torch.Tensor]]:
-        request = pb.ExportWeightsRequest(session_id=self.export_ids[adaptation],
-                                          format=WEIGHTS_FORMATS[adaptation], chunk_bytes=self.config.chunk_bytes)
+    def export_grpc(self, adaptation: str, target: str, round_index: int
+                    ) -> tuple[ExportRun, pb.ExportWeightsResponse, dict[str, torch.Tensor]]:
+        """One ExportWeights through `target` ("shm" or "stream"), received as the Rollout does."""
+        request = pb.ExportWeightsRequest(session_id=self.export_ids[adaptation], format=WEIGHTS_FORMATS[adaptation],
+                                          chunk_bytes=self.config.chunk_bytes, transport=TRANSPORTS[target])
         server_cpu, client_cpu = cpu_seconds(self.server.pid), time.process_time()
         started = time.perf_counter()
         stream = self.stub.ExportWeights(request, timeout=CALL_TIMEOUT_S)
@@ -324,14 +342,24 @@ class Sides:
         header_at = time.perf_counter()
         if first.WhichOneof("item") != "header":
             raise BenchFailure(f"ExportWeights ({adaptation}) began with {first.WhichOneof('item')}, not a header")
-        header = first.header
-        assembler = WeightsAssembler(list(weights_header(header).tensors), header.sha256)
-        for item in stream:
-            assembler.add(item.chunk.tensor_name, item.chunk.offset, item.chunk.data)
-        streamed_at = time.perf_counter()
-        tensors = assembler.finish()
+        header = weights_header(first.header)
+        if (header.shared_file is not None) != (target == "shm"):
+            raise BenchFailure(f"ExportWeights ({adaptation}, {target}) answered "
+                               f"{'a shared file' if header.shared_file else 'a stream'}")
+        if header.shared_file is not None:
+            if next(stream, None) is not None:
+                raise BenchFailure(f"ExportWeights ({adaptation}) sent chunks after a shared-file header")
+            streamed_at = time.perf_counter()
+            tensors = read_shared_weights(self.shared_dir, header.shared_file, header.tensors,
+                                          header.expected_checksum)
+        else:
+            assembler = WeightsAssembler(list(header.tensors), header.expected_checksum)
+            for item in stream:
+                assembler.add(item.chunk.tensor_name, item.chunk.offset, item.chunk.data)
+            streamed_at = time.perf_counter()
+            tensors = assembler.finish()
         done = time.perf_counter()
-        run = ExportRun(adaptation=adaptation, target="export", round=round_index, bytes=header.total_bytes,
+        run = ExportRun(adaptation=adaptation, target=target, round=round_index, bytes=header.total_bytes,
                         seconds=done - started, header_s=header_at - started, stream_s=streamed_at - header_at,
                         finish_s=done - streamed_at, server_cpu_s=cpu_seconds(self.server.pid) - server_cpu,
                         client_cpu_s=time.process_time() - client_cpu)
@@ -352,23 +380,23 @@ class Sides:
                          seconds=seconds, client_cpu_s=cpu)
 
 
-def verify_export(adaptation: str, first: pb.ExportWeightsResponse, received: dict[str, torch.Tensor],
+def verify_export(what: str, first: pb.ExportWeightsResponse, received: dict[str, torch.Tensor],
                   expected: dict[str, torch.Tensor], twin_session: TrainingSession) -> dict[str, Any]:
-    """The exported weights are the twin's: same names, sha256 and tensors; BenchFailure otherwise."""
-    reference = export_weights(twin_session)
+    """The exported weights are the twin's: same names, checksum and tensors; BenchFailure otherwise."""
+    reference = export_weights(twin_session).package.checksum
     problems = []
     if list(received) != list(expected):
         problems.append(f"tensor names differ: {sorted(set(received) ^ set(expected))[:5]}")
-    if first.header.sha256 != reference.package.sha256:
-        problems.append(f"sha256 {first.header.sha256} != in-process {reference.package.sha256}")
+    if first.header.checksum.hex_digest != reference.hex_digest:
+        problems.append(f"checksum {first.header.checksum.hex_digest} != in-process {reference.hex_digest}")
     unequal = [name for name in expected if name in received and not torch.equal(received[name], expected[name])]
     if unequal:
         problems.append(f"tensors differ: {unequal[:5]}")
     if problems:
-        raise BenchFailure(f"ExportWeights ({adaptation}) differs from the in-process weights: "
+        raise BenchFailure(f"ExportWeights ({what}) differs from the in-process weights: "
                            f"{'; '.join(problems)}")
-    return {"tensors": len(received), "bytes": first.header.total_bytes, "sha256": first.header.sha256,
-            "equal": True}
+    return {"tensors": len(received), "bytes": first.header.total_bytes,
+            "checksum": first.header.checksum.hex_digest, "equal": True}
 
 
 def shm_dir() -> Path:
@@ -400,16 +428,19 @@ def run_exports(sides: Sides, config: BenchConfig) -> tuple[list[ExportRun], dic
     expected = {adaptation: sides.expected_tensors(adaptation) for adaptation in ADAPTATIONS}
     verified: dict[str, Any] = {}
     runs: list[ExportRun] = []
-    for adaptation in ADAPTATIONS:  # warm-up, and the one check against the in-process weights
-        _, first, received = sides.export_grpc(adaptation, -1)
-        verified[adaptation] = verify_export(adaptation, first, received, expected[adaptation],
-                                             sides.export_twins[adaptation])
+    for adaptation in ADAPTATIONS:  # warm-up, and the one check per transport against the in-process weights
+        checks = []
+        for transport in TRANSPORTS:
+            _, first, received = sides.export_grpc(adaptation, transport, -1)
+            checks.append(verify_export(f"{adaptation}, {transport}", first, received, expected[adaptation],
+                                        sides.export_twins[adaptation]))
+            del received
+        verified[adaptation] = {**checks[0], "transports": list(TRANSPORTS)}
         sides.export_safetensors(adaptation, -1, expected[adaptation], directory)
-        del received
     for round_index in range(config.export_rounds):
         for adaptation in rotated(ADAPTATIONS, round_index):
             for target in rotated(EXPORT_TARGETS, round_index):
-                run = (sides.export_grpc(adaptation, round_index)[0] if target == "export"
+                run = (sides.export_grpc(adaptation, target, round_index)[0] if target in TRANSPORTS
                        else sides.export_safetensors(adaptation, round_index, expected[adaptation], directory))
                 progress(f"round {round_index + 1} export {adaptation:4s} {target:11s} "
                          f"{run.bytes_per_s / 1e6:8.1f} MB/s ({run.bytes / 1e6:.1f} MB "
@@ -451,8 +482,10 @@ def ratios(step_runs: list[StepRun], export_runs: list[ExportRun]) -> dict[str, 
     a round run back to back, so a drift in the machine's load cancels out)."""
     steps = {f"grpc_over_inprocess_step_{a}": paired_ratio(step_runs, a, "grpc", "in-process")
              for a in ADAPTATIONS}
-    exports = {f"export_over_safetensors_{a}": paired_ratio(export_runs, a, "export", "safetensors")
+    exports = {f"export_over_safetensors_{a}": paired_ratio(export_runs, a, "shm", "safetensors")
                for a in ADAPTATIONS}
+    exports |= {f"stream_over_safetensors_{a}": paired_ratio(export_runs, a, "stream", "safetensors")
+                for a in ADAPTATIONS}
     return {**steps, **exports}
 
 
@@ -477,56 +510,64 @@ def print_report(results: dict[str, Any], config: BenchConfig) -> None:
             print(f"{adaptation:11s}{target:12s}{row['steps_per_s']:9.2f}{row['tokens_per_s']:10.0f}"
                   f"{row['ms_per_step']:9.1f}{row['server_cpu_ms_per_step']:15.1f}"
                   f"{row['client_cpu_ms_per_step']:15.1f}")
-    chunk = f"{config.chunk_bytes} B" if config.chunk_bytes else "1 MiB (server default)"
+    chunk = f"{config.chunk_bytes} B" if config.chunk_bytes else "4 MiB - 64 KiB (server default)"
     print(f"\nExportWeights: Llama of {models['export_parameters']:,} parameters (a LoRA rank {config.lora_rank} "
-          f"adapter, and full), chunks of {chunk}, drained and reassembled vs safetensors save_file to "
+          f"adapter, and full); shm = same host (a shared-memory file, read and checked as the Rollout does), "
+          f"stream = across hosts (chunks of {chunk}, drained and reassembled), vs safetensors save_file to "
           f"{results['safetensors_dir']}; median of {config.export_rounds} rounds")
     print(f"{'kind':6s}{'target':13s}{'MB':>8s}{'MB/s':>9s}{'ms':>8s}{'header ms':>11s}{'stream ms':>11s}"
           f"{'finish ms':>11s}{'server CPU ms':>15s}{'client CPU ms':>15s}")
     for adaptation, targets in summary["export"].items():
         for target, row in targets.items():
             phases = (f"{row['header_ms']:11.1f}{row['stream_ms']:11.1f}{row['finish_ms']:11.1f}"
-                      f"{row['server_cpu_ms']:15.1f}" if target == "export" else f"{'-':>11s}" * 3 + f"{'-':>15s}")
+                      f"{row['server_cpu_ms']:15.1f}" if target in TRANSPORTS else f"{'-':>11s}" * 3 + f"{'-':>15s}")
             print(f"{adaptation:6s}{target:13s}{row['bytes'] / 1e6:8.2f}{row['bytes_per_s'] / 1e6:9.1f}"
                   f"{row['ms']:8.1f}{phases}{row['client_cpu_ms']:15.1f}")
     losses = results["first_loss"]
     print("\nfirst step loss, grpc / in-process: " + ", ".join(
         f"{a} {losses[a]['grpc']:.6f} / {losses[a]['in-process']:.6f}" for a in ADAPTATIONS))
-    print("exported weights equal to the in-process session's (names, sha256, tensors): " + ", ".join(
+    print("exported weights equal to the in-process session's (names, checksum, tensors; both transports): " + ", ".join(
         f"{a} {'yes' if results['verified'][a]['equal'] else 'NO'}" for a in ADAPTATIONS))
     for name, value in results["ratios"].items():
         target = TARGET_RATIOS[name]
-        print(f"{name:34s}{value:6.2f}  target >= {target:.2f}: {'ok' if value >= target else 'MISS'}")
+        where = "same host" if name.startswith("export_") else "across hosts" if name.startswith("stream_") else ""
+        print(f"{name:34s}{value:6.2f}  target >= {target:.2f}: {'ok' if value >= target else 'MISS'}"
+              f"{f'  ({where})' if where else ''}")
     print(f"{results['load_before']} before, {results['load_after']} after")
 
 
-def trainer_process(tmp_path: Path, config: BenchConfig) -> ServerProcess:
+def trainer_process(tmp_path: Path, config: BenchConfig, shared_dir: Path) -> ServerProcess:
     port, nowhere = free_port(), free_port()
     return ServerProcess(
         name="trainer", command=[sys.executable, "-m", "opentinker_trainer"], port=port,
         log_path=tmp_path / "trainer.log", env=clean_environment(
             OPENTINKER_AUTH="disabled", OPENTINKER_TRAINER_PORT=str(port), OPENTINKER_TRAINER_HOST="127.0.0.1",
             OPENTINKER_TRAINER_DEVICE="cpu", OPENTINKER_TRAINER_SCHEDULER_ADDRESS=f"127.0.0.1:{nowhere}",
-            OPENTINKER_CHECKPOINT_DIR=str(tmp_path / "checkpoints"), OMP_NUM_THREADS=str(config.threads)))
+            OPENTINKER_CHECKPOINT_DIR=str(tmp_path / "checkpoints"), OMP_NUM_THREADS=str(config.threads),
+            OPENTINKER_SHARED_WEIGHTS_DIR=str(shared_dir)))
 
 
 def run(config: BenchConfig) -> dict[str, Any]:
     """Start the server, measure both parts, stop it; the results (BenchFailure on a failed run)."""
     load_before = load_note()
-    with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
-        tmp_path = Path(tmp)
-        server = trainer_process(tmp_path, config)
+    with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp, \
+            tempfile.TemporaryDirectory(prefix="bench-trainer-weights-", dir=shm_dir()) as shared:
+        tmp_path, shared_dir = Path(tmp), Path(shared)
+        server = trainer_process(tmp_path, config, shared_dir)
         try:
             progress("starting the Trainer process; building the export model ...")
             server.start()
             export_dir, export_parameters = export_model_dir(config.export_sizes, tmp_path / "export-model")
             server.wait_serving(START_TIMEOUT_S)
             with grpc.insecure_channel(server.address) as channel:
-                sides = Sides(pb_grpc.TrainerServiceStub(channel), server, config)
+                sides = Sides(pb_grpc.TrainerServiceStub(channel), server, config, shared_dir)
                 progress("creating sessions (server and in-process) ...")
                 sides.open(export_dir, tmp_path / "checkpoints")
                 step_runs = run_steps(sides, config)
                 export_runs, verified = run_exports(sides, config)
+                left = sorted(str(p.relative_to(shared_dir)) for p in shared_dir.rglob("*") if p.is_file())
+                if left:
+                    raise BenchFailure(f"shared-memory files left behind after the exports: {left[:5]}")
         except (BenchFailure, grpc.RpcError) as failure:
             raise BenchFailure(f"{failure}\ntrainer log:\n{server.log_tail()}") from failure
         finally:

@@ -33,9 +33,10 @@ import shutil
 import stat
 import struct
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -108,12 +109,7 @@ class SharedWeightsWriter:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             _write_all(fd, index)
-            for tensor in state_dict.values():
-                data = tensor_bytes(tensor)
-                for start in range(0, len(data), SLICE_BYTES):  # hashed, then written while in cache
-                    piece = data[start:start + SLICE_BYTES]
-                    hasher.update(piece)
-                    _write_all(fd, piece)
+            _write_tensors(fd, state_dict.values(), hasher)
         except BaseException:
             os.close(fd)
             path.unlink(missing_ok=True)
@@ -149,7 +145,35 @@ class SharedWeightsWriter:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def _write_all(fd: int, data: bytes | memoryview) -> None:
+def _write_tensors(fd: int, tensors: Iterable[torch.Tensor], hasher: Any) -> None:
+    """Each piece hashed, then written while in cache: a large tensor in 1 MiB slices, small ones
+    gathered into one buffer (a LoRA adapter is many small tensors: one call each costs more than
+    its bytes)."""
+    pending = bytearray()
+
+    def flush() -> None:
+        hasher.update(pending)
+        _write_all(fd, pending)
+        pending.clear()
+
+    for tensor in tensors:
+        data = tensor_bytes(tensor)
+        if len(data) < SLICE_BYTES:
+            pending += data
+            if len(pending) >= SLICE_BYTES:
+                flush()
+            continue
+        if pending:
+            flush()
+        for start in range(0, len(data), SLICE_BYTES):
+            piece = data[start:start + SLICE_BYTES]
+            hasher.update(piece)
+            _write_all(fd, piece)
+    if pending:
+        flush()
+
+
+def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
     view = memoryview(data).cast("B")
     while view:
         written = os.write(fd, view)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -207,8 +208,44 @@ class WeightsAssembler:
 
 
 def lora_state_dict(model: Any, adapter_name: str = "default") -> dict[str, torch.Tensor]:
-    """The tensors of one adapter of a peft model (names without the adapter name)."""
-    return dict(get_peft_model_state_dict(model, adapter_name=adapter_name))
+    """The tensors of one adapter of a peft model (names without the adapter name).
+
+    peft's `get_peft_model_state_dict` builds the whole model's state dict each time (tens of ms,
+    more than moving a small adapter): the first call per (model, adapter) remembers which
+    parameter each name is (weakly), later calls take those parameters, after checking that the
+    model still holds the first and the last of them (deleting an adapter, or adding it anew,
+    replaces them all).
+    """
+    cached = _ADAPTER_PARAMETERS.setdefault(model, {}).get(adapter_name)
+    if cached:
+        tensors = {name: ref() for name, _, ref in cached}
+        if all(t is not None for t in tensors.values()) and all(
+                _holds(model, full, ref) for _, full, ref in (cached[0], cached[-1])):
+            return {name: t.detach() for name, t in tensors.items()}  # type: ignore[union-attr]
+    state = dict(get_peft_model_state_dict(model, adapter_name=adapter_name))
+    _ADAPTER_PARAMETERS[model][adapter_name] = _parameters_of(model, state)
+    return state
+
+
+_ADAPTER_PARAMETERS: weakref.WeakKeyDictionary[Any, dict[str, list[tuple[str, str, weakref.ref]] | None]] = \
+    weakref.WeakKeyDictionary()
+"""model -> adapter -> [(state-dict name, parameter name, weak parameter)], or None when not every
+tensor is a parameter (then peft is asked every time). Weak: no tensor is kept alive."""
+
+
+def _holds(model: Any, full_name: str, ref: weakref.ref) -> bool:
+    try:
+        return model.get_parameter(full_name) is ref()
+    except AttributeError:
+        return False
+
+
+def _parameters_of(model: Any, state: Mapping[str, torch.Tensor]) -> list[tuple[str, str, weakref.ref]] | None:
+    by_storage = {(p.data_ptr(), tuple(p.shape), p.dtype): (name, p) for name, p in model.named_parameters()}
+    found = [(name, by_storage.get((t.data_ptr(), tuple(t.shape), t.dtype))) for name, t in state.items()]
+    if not found or any(match is None for _, match in found):
+        return None
+    return [(name, full, weakref.ref(parameter)) for name, (full, parameter) in found]  # type: ignore[misc]
 
 
 def load_lora_state_dict(model: Any, state_dict: Mapping[str, torch.Tensor],
