@@ -50,8 +50,9 @@ EOS = 259
 class CountingManager(SessionManager):
     """The EnvHost's real session manager, counting opens and noting which job each reset served."""
 
-    def __init__(self) -> None:
-        super().__init__(GameCatalog.from_setting(GAMES), SessionLimits(isolation=Isolation.THREAD))
+    def __init__(self, max_sessions: int = 256) -> None:
+        super().__init__(GameCatalog.from_setting(GAMES),
+                         SessionLimits(isolation=Isolation.THREAD, max_sessions=max_sessions))
         self.opens = 0
         self.resets: list[tuple[str, str, Mapping[str, Any]]] = []
         """(session id, the session's job id, the reset's kwargs) per reset."""
@@ -101,8 +102,8 @@ class CountingServicer(EnvHostServicer):
 
 
 @asynccontextmanager
-async def envhost():
-    manager = CountingManager()
+async def envhost(max_sessions: int = 256):
+    manager = CountingManager(max_sessions)
     manager.servicer = servicer = CountingServicer(manager)
     binding = ServiceBinding(full_name="opentinker.envhost.v1.EnvHostService", servicer=servicer,
                              add_to_server=env_grpc.add_EnvHostServiceServicer_to_server)
@@ -254,6 +255,21 @@ def test_two_jobs_or_two_attempts_of_a_job_never_share_a_session() -> None:
             await asyncio.sleep(0.2)
             attempts = {s.session_id for s in manager.sessions.values() if s.job_id == "job-a"}
             assert attempts == {r[0] for r in manager.resets[-2:]}, "only the new attempt's sessions stay"
+            await channels.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_full_envhost_gets_sessions_parked_by_other_jobs_closed_to_make_room() -> None:
+    async def scenario() -> None:
+        async with envhost(max_sessions=2) as (manager, address):
+            channels = EnvHostChannels()
+            await play(channels, job_target(address, "job-a"), batch(2, concurrency=2, tag="job-a"))
+            assert [s.job_id for s in manager.sessions.values()] == ["job-a", "job-a"]
+            results = await play(channels, job_target(address, "job-b"), batch(3, concurrency=1, tag="job-b"))
+            assert all(t.stop_reason is StopReason.DONE for t in results.values())
+            assert sorted(s.job_id for s in manager.sessions.values()) == ["job-a", "job-b"]
+            assert all(session_job == kwargs["tag"] for _, session_job, kwargs in manager.resets)
             await channels.close()
 
     asyncio.run(scenario())

@@ -114,29 +114,30 @@ class InteractSession:
                 await self.call.write(request)
                 response = await self.call.read()
         except TimeoutError:
-            raise self._failure(method, f"DEADLINE_EXCEEDED: no answer within {self.call_timeout_s:g} s") from None
+            raise self._failure(method, "DEADLINE_EXCEEDED", f"no answer within {self.call_timeout_s:g} s") from None
         except grpc.aio.AioRpcError as error:
-            raise self._failure(method, f"{error.code().name}: {error.details()}",
+            raise self._failure(method, error.code().name, error.details(),
                                 traceback_from_metadata(error.trailing_metadata())) from error
         except (grpc.RpcError, grpc.aio.BaseError, asyncio.InvalidStateError) as error:
-            raise self._failure(method, f"the Interact stream broke: {type(error).__name__}: {error}") from error
+            raise self._failure(method, "UNAVAILABLE",
+                                f"the Interact stream broke: {type(error).__name__}: {error}") from error
         return self._checked(method, response)
 
     def _checked(self, method: str, response: Any) -> envhost_pb2.InteractResponse:
         if response is grpc.aio.EOF:
-            raise self._failure(method, "UNAVAILABLE: the EnvHost ended the Interact stream")
+            raise self._failure(method, "UNAVAILABLE", "the EnvHost ended the Interact stream")
         if response.sequence != self.sequence:
-            raise self._failure(method, f"INTERNAL: answer {response.sequence} to request {self.sequence}")
+            raise self._failure(method, "INTERNAL", f"answer {response.sequence} to request {self.sequence}")
         if response.HasField("error"):
             error = response.error
-            raise self._failure(method, f"{STATUS_NAMES.get(error.code, error.code)}: {error.message}",
+            raise self._failure(method, STATUS_NAMES.get(error.code, str(error.code)), error.message,
                                 error.traceback)
         return response
 
-    def _failure(self, method: str, what: str, traceback: str = "") -> EnvironmentFailure:
-        return EnvironmentFailure(f"EnvHost {self.target.address} {method} failed: {what}", traceback=traceback)
+    def _failure(self, method: str, status: str, details: str, traceback: str = "") -> EnvironmentFailure:
+        return EnvironmentFailure(f"EnvHost {self.target.address} {method} failed: {status}: {details}",
+                                  traceback=traceback, status=status)
 
 
 def _unimplemented(failure: EnvironmentFailure) -> bool:
-    cause = failure.__cause__
-    return isinstance(cause, grpc.aio.AioRpcError) and cause.code() is grpc.StatusCode.UNIMPLEMENTED
+    return isinstance(failure.__cause__, grpc.aio.AioRpcError) and failure.status == "UNIMPLEMENTED"

@@ -15,7 +15,10 @@ and seed, exactly as on a fresh one, so a game whose reset() fully restarts it p
 
 Parked sessions are closed when they have been idle for `idle_ttl_s`, when the same job opens a
 session with another attempt token (the old attempt is over), on `job_stopped`, and on `close`
-(the Rollout stopping). At most `max_parked` sessions are parked per scope; more are closed.
+(the Rollout stopping). At most `max_parked` sessions are parked per scope; more are closed. An
+EnvHost that refuses an open as full (RESOURCE_EXHAUSTED) gets this Rollout's sessions parked
+there by other scopes closed (oldest first, as many as opens failed), and the open is tried once
+more: parked sessions never keep another job out.
 """
 
 from __future__ import annotations
@@ -31,11 +34,13 @@ from typing import Any, Protocol
 
 import structlog
 
-from opentinker_rollout.environment import ResetResult, StepOutcome
+from opentinker_rollout.environment import EnvironmentFailure, ResetResult, StepOutcome
 
 log = structlog.get_logger(__name__)
 
-DEFAULT_IDLE_TTL_S = 60.0
+DEFAULT_IDLE_TTL_S = 300.0
+"""Longer than a job's update phase between two rollout phases, shorter than the EnvHost's own
+idle TTL (600 s by default)."""
 DEFAULT_MAX_PARKED = 128
 CLOSE_TIMEOUT_S = 5.0
 
@@ -100,9 +105,12 @@ class SessionPools:
         parked = self._parked.get(scope)
         if parked:
             return parked.pop().session
-        session = make()
-        await session.open()
-        self.opened += 1
+        try:
+            session = await self._open(make)
+        except EnvironmentFailure as failure:
+            if failure.status != "RESOURCE_EXHAUSTED" or not await self._evict_one(scope):
+                raise
+            session = await self._open(make)
         return session
 
     def give_back(self, scope: SessionScope, session: OpenableSession, *, reusable: bool) -> None:
@@ -153,6 +161,26 @@ class SessionPools:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
     # -- internals --------------------------------------------------------------------------
+
+    async def _open(self, make: Callable[[], OpenableSession]) -> OpenableSession:
+        session = make()
+        await session.open()
+        self.opened += 1
+        return session
+
+    async def _evict_one(self, scope: SessionScope) -> bool:
+        """Close the oldest session parked on `scope`'s EnvHost by another scope; False if none."""
+        candidates = [(p.since, other, p) for other, parked in self._parked.items()
+                      if other.address == scope.address and other != scope for p in parked]
+        if not candidates:
+            return False
+        _, other, oldest = min(candidates, key=lambda c: c[0])
+        self._parked[other].remove(oldest)
+        if not self._parked[other]:
+            del self._parked[other]
+        log.info("envhost_parked_session_evicted", address=scope.address, for_job=scope.job_id[:128])
+        await _close_quietly(oldest.session)
+        return True
 
     def _close_other_attempts(self, scope: SessionScope) -> None:
         """A job calling with another attempt token: its earlier attempt's sessions go."""

@@ -81,7 +81,8 @@ class EnvHostSession:
         except grpc.aio.AioRpcError as error:
             raise EnvironmentFailure(
                 f"EnvHost {self.target.address} {method} failed: {error.code().name}: "
-                f"{error.details()}", traceback=traceback_from_metadata(error.trailing_metadata())) from error
+                f"{error.details()}", traceback=traceback_from_metadata(error.trailing_metadata()),
+                status=error.code().name) from error
 
 
 def to_struct(values: Mapping[str, Any]) -> struct_pb2.Struct:

@@ -19,11 +19,13 @@ from opentinker_rollout.episode import Episode
 
 
 class EnvironmentFailure(Exception):
-    """The environment could not open, reset or step; `traceback` is the game's, if any."""
+    """The environment could not open, reset or step; `traceback` is the game's, if any, and
+    `status` the status code's name when its host answered with one (e.g. "RESOURCE_EXHAUSTED")."""
 
-    def __init__(self, message: str, *, traceback: str = "") -> None:
+    def __init__(self, message: str, *, traceback: str = "", status: str = "") -> None:
         super().__init__(message)
         self.traceback = traceback
+        self.status = status
 
 
 @dataclass(frozen=True, kw_only=True)
