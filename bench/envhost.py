@@ -36,7 +36,9 @@ descendants: fork server and game processes; /proc) and of this client process w
 measured window, CPU microseconds per step, and the time to open and reset all the sessions at
 once per session: in the first round (process mode: a fork per session) and in the later rounds
 (process mode: every session opens with the same job id, so it is built in a warm process the
-previous round's closed session left; see opentinker_envhost.sandbox_pool). ratio = median envhost
+previous round's closed session left; see opentinker_envhost.sandbox_pool); and, after each
+round, the open + reset latency of a session opened alone (ONE_AT_A_TIME each: with the job id,
+so in a warm process; and without a job, so in a new process: a fork). ratio = median envhost
 steps/s / median echo steps/s; the target is >= 0.80 for the default (process) mode's sync game
 (the other ratios are shown too). `isolation` compares the two modes: process/thread steps/s, server CPU per step and
 p50 latency (the cost of the process boundary per step).
@@ -91,6 +93,8 @@ STOP_TIMEOUT_S = 15.0
 CALL_TIMEOUT_S = 30.0
 """Longest one request (open, reset, step, close) may wait for its answer before the run fails."""
 ACTION = "go"
+ONE_AT_A_TIME = 5
+"""Sessions each round opens one after the other per kind (warm, cold) to time open + reset alone."""
 
 ECHO, ENVHOST, ENVHOST_THREAD, ENVHOST_ASYNC = "echo", "envhost", "envhost-thread", "envhost-async"
 GAME_OF = {ECHO: "trivial", ENVHOST: "trivial", ENVHOST_THREAD: "trivial", ENVHOST_ASYNC: "trivial-async"}
@@ -315,6 +319,7 @@ class Session:
     target: str
     stub: pb_grpc.EnvHostServiceStub
     env_name: str
+    job_id: str = "bench-envhost"
     call: Any = None
     session_id: str = ""
     sequence: int = 0
@@ -345,7 +350,7 @@ class Session:
     async def open(self) -> None:
         self.call = self.stub.Interact(timeout=None)
         opened = await self.request(open_session=pb.OpenSessionRequest(
-            env_name=self.env_name, request_id=uuid.uuid4().hex, job_id="bench-envhost"))
+            env_name=self.env_name, request_id=uuid.uuid4().hex, job_id=self.job_id))
         self.expect(opened, "open_session")
         self.session_id = opened.open_session.session_id
         self.expect(await self.request(reset=pb.ResetRequest(session_id=self.session_id)), "reset")
@@ -391,6 +396,22 @@ async def within(awaitable: Any, seconds: float, what: str) -> Any:
         raise BenchFailure(f"{what}: {error.code().name}: {error.details()}") from None
 
 
+async def open_one_at_a_time(stub: pb_grpc.EnvHostServiceStub, target: str, job_id: str) -> list[float]:
+    """Open + reset latency (ms) of ONE_AT_A_TIME sessions opened, reset and closed one after the
+    other. With the bench's job id a process-isolated session is built in a warm process (the
+    round's sessions just closed); with none ("") in a new one (a fork; it exits at close)."""
+    latencies = []
+    for _ in range(ONE_AT_A_TIME):
+        session = Session(target=target, stub=stub, env_name=GAME_OF[target], job_id=job_id)
+        started = time.perf_counter()
+        await session.open()
+        latencies.append((time.perf_counter() - started) * 1000)
+        await session.close()
+        if session.errors:
+            raise BenchFailure(f"{target}: a session opened alone: {session.errors[0]}")
+    return latencies
+
+
 async def measure(target: str, server: ServerProcess, config: BenchConfig, round_index: int) -> dict[str, Any]:
     """One round of one target: open, warm up, measure, close."""
     channels = [grpc.aio.insecure_channel(server.address) for _ in range(config.channels)]
@@ -420,6 +441,9 @@ async def measure(target: str, server: ServerProcess, config: BenchConfig, round
                      f"{target}: playing")
         await within(asyncio.gather(*(s.close() for s in sessions)), CALL_TIMEOUT_S,
                      f"{target}: closing the sessions")
+        one_at_a_time = {kind: await within(open_one_at_a_time(stubs[0], target, job_id), CALL_TIMEOUT_S,
+                                            f"{target}: opening sessions one at a time")
+                         for kind, job_id in (("warm", "bench-envhost"), ("cold", ""))}
     finally:
         for channel in channels:
             await channel.close()
@@ -439,6 +463,7 @@ async def measure(target: str, server: ServerProcess, config: BenchConfig, round
         "server_cpu_s": server_cpu, "client_cpu_s": client_cpu, "cpu_window_s": window,
         "server_processes": cpu["server_processes"],
         "open_ms_per_session": open_s / config.sessions * 1000,
+        "open_one_ms": one_at_a_time,
         "server_cpu_us_per_step": server_cpu / steps * 1e6 if steps else None,
         "client_cpu_us_per_step": client_cpu / steps * 1e6 if steps else None,
         "steps_sent": sum(s.steps_sent for s in sessions),
@@ -481,6 +506,8 @@ def summarize(runs: list[dict[str, Any]], config: BenchConfig) -> dict[str, Any]
             "open_ms_per_session": median([r["open_ms_per_session"] for r in mine]),
             "open_ms_per_session_first_round": median([r["open_ms_per_session"] for r in mine if r["round"] == 0]),
             "open_ms_per_session_later_rounds": median([r["open_ms_per_session"] for r in mine if r["round"] > 0]),
+            "open_one_ms_warm": median([v for r in mine for v in r["open_one_ms"]["warm"]]),
+            "open_one_ms_cold": median([v for r in mine for v in r["open_one_ms"]["cold"]]),
             "steps": sum(r["steps"] for r in mine),
             "steps_sent": sum(r["steps_sent"] for r in mine),
             "steps_answered": sum(r["steps_answered"] for r in mine),
@@ -540,6 +567,9 @@ def print_report(results: dict[str, Any], config: BenchConfig) -> None:
         f"{t} {fmt(s['open_ms_per_session_first_round'], 2)}" for t, s in summary.items()))
     print("  later rounds (process mode: warm processes): " + ", ".join(
         f"{t} {fmt(s['open_ms_per_session_later_rounds'], 2)}" for t, s in summary.items()))
+    print("open + reset of one session at a time, median ms: " + ", ".join(
+        f"{t} {fmt(s['open_one_ms_warm'], 2)} with the job id (process mode: a warm process) / "
+        f"{fmt(s['open_one_ms_cold'], 2)} without (a fork)" for t, s in summary.items()))
     print("steps/s by round: " + "; ".join(
         f"{t} " + ", ".join(f"{v:,.0f}" for v in s["steps_per_s_by_round"]) for t, s in summary.items()))
     for target, ratio in results["ratios"].items():
