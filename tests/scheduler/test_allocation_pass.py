@@ -74,18 +74,23 @@ class RoundTrips:
 
 
 def test_a_pass_that_starts_several_jobs_costs_two_round_trips(redis_url: str) -> None:
-    """One round trip reads the pass, one starts all of its jobs (it was 2 + one per job)."""
+    """One round trip reads the pass, one starts all of its jobs and notes why the others wait
+    (it was 2 + one per job + one for the notes)."""
     async def scenario() -> None:
         async with scheduler_server(redis_url, clock=ManualClock()) as h:
             await register_pool(h, trainer_devices=5, rollout_devices=5)
             allocator = h.scheduler.allocator
             await submit(h, "warm-up")
-            await allocator.tick(housekeeping=False)  # Redis learns the scripts (NOSCRIPT + SCRIPT LOAD once)
-            jobs = [await submit(h, f"job-{i}") for i in range(4)]
+            await allocator.tick(housekeeping=False)
+            for name in ("read_pass", "start", "note_waiting"):  # Redis knows them (no NOSCRIPT + SCRIPT LOAD)
+                await allocator.store.client.script_load(getattr(allocator.store.scripts, name).script)
+            jobs = [await submit(h, f"job-{i}") for i in range(5)]
             trips = RoundTrips(allocator.store.client)
             await allocator.tick(housekeeping=False)
-            assert trips.count == 2
-            assert [await state(h, job.job_id) for job in jobs] == [S.STATE_RUNNING] * 4
+            assert trips.count == 2  # the job that waits has its status message written in the second
+            assert [await state(h, job.job_id) for job in jobs] == [S.STATE_RUNNING] * 4 + [S.STATE_QUEUED]
+            waiting = (await h.stub.GetJob(pb.GetJobRequest(job_id=jobs[4].job_id))).job
+            assert waiting.status_message.startswith("waiting for 1 trainer slot")
             trips.count = 0
             await allocator.tick(housekeeping=False)  # nothing queued: the read alone
             assert trips.count == 1

@@ -8,9 +8,11 @@ could run it once free: a job none of them can ever run must not stop the queue)
 Lua script (START: every lease plus QUEUED -> ALLOCATING -> RUNNING, within the tenant's quota,
 or nothing). A pass reads everything it needs in one round trip (READ_PASS), plans every job that
 fits against that view, then sends the START of every planned job in one pipelined round trip:
-two round trips for a pass that starts jobs, whatever their number. A START that finds the world
-changed since the read (a slot taken, a worker gone, the quota used) changes nothing, and another
-pass follows at once.
+two round trips for a pass that starts jobs, whatever their number (and the status messages of the
+jobs that wait ride along). A START that finds the world changed since the read (a slot taken, a
+worker gone, the quota used) changes nothing, and another pass follows at once. A job this replica
+queued itself is first tried on the view the last full pass left (pass_cache): its START alone,
+one round trip; anything doubtful goes to a full pass.
 
 The loop wakes when a job is queued or devices are freed (a Redis pub/sub message any scheduler
 replica sends; a job submitted to this replica wakes it directly, and the message it sent itself
@@ -39,6 +41,7 @@ from opentinker_scheduler.job_tokens import JobTokenIssuer
 from opentinker_scheduler.leases import LeaseDraft, LeaseTable
 from opentinker_scheduler.lifecycle import Lifecycle
 from opentinker_scheduler.model import JobState, Quota, QueuedJob, Usage
+from opentinker_scheduler.pass_cache import PassCache, cache_of
 from opentinker_scheduler.placement import COORDINATOR_REQUEST, Placement, place, worker_slots
 from opentinker_scheduler.queue_view import PassView, QueueReader
 from opentinker_scheduler.workers import WorkerRegistry
@@ -61,6 +64,11 @@ class Allocator:
     owner: str = field(default_factory=lambda: uuid.uuid4().hex)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     _last_housekeeping_ms: int = 0
+    _fresh: list[QueuedJob] = field(default_factory=list)
+    """Jobs this replica queued since the last pass (`queued`)."""
+    _woken_remotely: bool = False
+    """A wake-up message came from another replica or a freed device: the next pass is a full one."""
+    _cache: PassCache | None = None
 
     async def run_forever(self, subscriber: redis.asyncio.Redis | None = None) -> None:
         """Pass after pass until cancelled; Redis outages are logged and retried.
@@ -105,6 +113,7 @@ class Allocator:
                 while True:
                     message = await pubsub.get_message(timeout=1.0)
                     if message is not None and message["data"] != own:  # own submissions woke it already
+                        self._woken_remotely = True
                         self.wake.set()
             except Exception as error:  # noqa: BLE001 - never die silently: passes still run on the interval
                 log.warning("allocator_wakeups_unavailable", error=f"{type(error).__name__}: {error}")
@@ -120,9 +129,23 @@ class Allocator:
     def lock_ttl_ms(self) -> int:
         return self.config.allocator_interval_ms * 4 + 1000
 
+    def queued(self, job: QueuedJob) -> None:
+        """This replica queued `job`: wake the loop, and let the next pass try it first on the
+        last full pass's view (one round trip: see pass_cache)."""
+        if len(self._fresh) < self.config.queue_scan_limit:
+            self._fresh.append(job)
+        else:  # the queue holds it anyway: a full pass reads it
+            self._woken_remotely = True
+        self.wake.set()
+
     async def tick(self, *, housekeeping: bool = True) -> None:
         """One pass: start what fits (then housekeeping, and another pass if it freed anything).
-        Nothing unless this replica holds the allocator lock."""
+        Nothing unless this replica holds the allocator lock. Without housekeeping due and with
+        only this replica's own submissions to start, first the one-round-trip pass."""
+        fresh, self._fresh = self._fresh, []
+        remote, self._woken_remotely = self._woken_remotely, False
+        if fresh and not (housekeeping or remote) and await self._fast_pass(fresh):
+            return
         if not await self._pass():
             return
         if housekeeping:
@@ -130,12 +153,34 @@ class Allocator:
             if await self.expire_leases() + await self.forget_dead_workers():
                 await self._pass()
 
+    async def _fast_pass(self, fresh: Sequence[QueuedJob]) -> bool:
+        """Start `fresh` (in submission order) on the cached view, all in one round trip; False
+        (and the cache dropped) when the cache is missing, too old, or any job does not fit or
+        is refused: a full pass must follow."""
+        cache, self._cache = self._cache, None
+        if cache is None or not cache.usable(self.store.clock.now_ms(), self.config.allocator_interval_ms):
+            return False
+        plans = cache.plan(fresh)
+        if plans is None:
+            return False
+        starts = [self._draft_start(job, plan) for job, plan in zip(fresh, plans, strict=True)]
+        if not all(result.ok for result in await self._start_all(starts, {})):
+            return False
+        self._cache = cache
+        return True
+
     async def _pass(self) -> bool:
         """Read and allocate; False when another replica holds the allocator lock."""
+        read_ms = self.store.clock.now_ms()
         view = await self.reader.read(owner=self.owner, lock_ttl_ms=self.lock_ttl_ms,
                                       scan_limit=self.config.queue_scan_limit)
-        if view.holds_lock:
-            await self.allocate(view)
+        if view.holds_lock and view.queued:
+            self._cache = None
+            usage = await self.allocate(view)
+            if usage is not None:
+                self._cache = cache_of(view, read_ms=read_ms, usage=usage)
+        elif not view.holds_lock:
+            self._cache = None
         return view.holds_lock
 
     async def expire_leases(self) -> int:
@@ -167,8 +212,9 @@ class Allocator:
             log.info("worker_forgotten", worker_id=worker_id)
         return len(dead)
 
-    async def allocate(self, view: PassView) -> None:
-        """Start every queued job that fits, in queue order; note why the others wait."""
+    async def allocate(self, view: PassView) -> dict[str, Usage] | None:
+        """Start every queued job that fits, in queue order; note why the others wait. The
+        tenants' usage after the pass when every job it saw started (else None)."""
         waiting: dict[str, str] = {}
         starving: QueuedJob | None = None
         usage = dict(view.usage)
@@ -188,13 +234,19 @@ class Allocator:
             starts.append(self._draft_start(job, plan))
             take_slots(view, plan)
             usage[job.tenant_id] = add_running(usage.get(job.tenant_id, Usage()), job.device_count)
-        for start, result in zip(starts, await self._start_all(starts), strict=True):
+        refused: dict[str, str] = {}
+        results = await self._start_all(starts, changed_messages(view.queued, waiting))
+        for start, result in zip(starts, results, strict=True):
             if result.status.startswith("quota"):
-                waiting[start.job.job_id] = (f"waiting for the tenant's quota ({result.status}: "
+                refused[start.job.job_id] = (f"waiting for the tenant's quota ({result.status}: "
                                              f"{result.detail} in use)")
             if not result.ok and result.status != "state":
-                self.wake.set()  # the view was stale: the next pass (at once) sees the truth
-        await self._note_waiting(view.queued, waiting)
+                self._woken_remotely = True  # the view was stale: the next pass (at once, a full one)
+                self.wake.set()              # sees the truth
+        if refused:
+            await self.store.set_status_messages(refused)
+        all_started = not waiting and all(result.ok for result in results)
+        return usage if all_started else None
 
     def _starves(self, job: QueuedJob, view: PassView) -> bool:
         """Waited past starvation_ms and would fit the alive workers once they are free. A job
@@ -215,12 +267,16 @@ class Allocator:
         return Start(job=job, drafts=drafts, addresses=[p.worker.address for p in plan], where=where,
                      job_token=self.tokens.draft(job.job_id))
 
-    async def _start_all(self, starts: Sequence[Start]) -> list[StartResult]:
-        """START every planned job, START_BATCH per round trip (a long pass yields in between)."""
+    async def _start_all(self, starts: Sequence[Start], messages: dict[str, str]) -> list[StartResult]:
+        """START every planned job, START_BATCH per round trip (a long pass yields in between);
+        the first round trip also notes why the other jobs wait (`messages`)."""
+        if not starts and messages:
+            await self.store.set_status_messages(messages)
         results: list[StartResult] = []
         for first in range(0, len(starts), START_BATCH):
             batch = starts[first:first + START_BATCH]
-            results += await self.store.start_many(batch, ttl_ms=self.config.worker_ttl_ms)
+            results += await self.store.start_many(batch, ttl_ms=self.config.worker_ttl_ms,
+                                                   status_messages=messages if first == 0 else None)
         for start, result in zip(starts, results, strict=True):
             if result.ok:
                 log.info("job_started", job_id=start.job.job_id, where=start.where)
@@ -228,11 +284,11 @@ class Allocator:
                 log.info("job_not_started", job_id=start.job.job_id, status=result.status, detail=result.detail)
         return results
 
-    async def _note_waiting(self, queued: Sequence[QueuedJob], waiting: dict[str, str]) -> None:
-        changed = {job.job_id: waiting[job.job_id] for job in queued
-                   if job.job_id in waiting and waiting[job.job_id] != job.status_message}
-        if changed:
-            await self.store.set_status_messages(changed)
+
+def changed_messages(queued: Sequence[QueuedJob], waiting: dict[str, str]) -> dict[str, str]:
+    """The new status messages among `waiting`: only those that differ from the stored ones."""
+    return {job.job_id: waiting[job.job_id] for job in queued
+            if job.job_id in waiting and waiting[job.job_id] != job.status_message}
 
 
 def quota_reason(job: QueuedJob, quota: Quota, usage: Usage) -> str | None:

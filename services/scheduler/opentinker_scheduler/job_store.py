@@ -174,12 +174,16 @@ class JobStore:
         start = Start(job=job, drafts=drafts, addresses=addresses, where=where, job_token=job_token)
         return (await self.start_many([start], ttl_ms=ttl_ms))[0]
 
-    async def start_many(self, starts: Sequence[Start], *, ttl_ms: int) -> list[StartResult]:
+    async def start_many(self, starts: Sequence[Start], *, ttl_ms: int,
+                         status_messages: Mapping[str, str] | None = None) -> list[StartResult]:
         """`start` for each of `starts`, one START script each (every job all or nothing on its
-        own), sent in one pipelined round trip; the results in the same order."""
+        own), sent in one pipelined round trip with `set_status_messages(status_messages)`; the
+        results in the order of `starts`."""
         now = self.clock.now_ms()
-        calls = [self._start_call(start, now=now, ttl_ms=ttl_ms) for start in starts]
-        replies = await self._run_pipelined(self.scripts.start, calls)
+        calls = [(self.scripts.start, *self._start_call(start, now=now, ttl_ms=ttl_ms)) for start in starts]
+        if status_messages:
+            calls.append(self._note_waiting_call(status_messages))
+        replies = (await self._run_pipelined(calls))[:len(starts)]
         results = [StartResult(status=status.decode(), detail=detail.decode()) for status, detail in replies]
         for result in results:
             if result.ok:
@@ -201,15 +205,15 @@ class JobStore:
                 start.job_token.nonce, start.job_token.token_hash, *prefixes]
         return keys, args
 
-    async def _run_pipelined(self, script: AsyncScript, calls: Sequence[tuple[list[str], list]]) -> list:
-        """EVALSHA `script` once per (keys, args) in one round trip. A script Redis lost (a restart
-        or a flush: NOSCRIPT, nothing ran) is loaded again and the calls it refused are resent."""
+    async def _run_pipelined(self, calls: Sequence[tuple[AsyncScript, list[str], list]]) -> list:
+        """EVALSHA each (script, keys, args) in one round trip. A script Redis lost (a restart or a
+        flush: NOSCRIPT, nothing ran) is loaded again and the calls it refused are resent."""
         replies: list = [None] * len(calls)
         pending = list(range(len(calls)))
         for attempt in range(2):
             async with self.client.pipeline(transaction=False) as pipe:
                 for index in pending:
-                    keys, args = calls[index]
+                    script, keys, args = calls[index]
                     pipe.evalsha(script.sha, len(keys), *keys, *args)
                 answers = await pipe.execute(raise_on_error=False)
             refused = []
@@ -222,7 +226,8 @@ class JobStore:
                     replies[index] = answer
             if not refused:
                 break
-            await self.client.script_load(script.script)
+            for script in {calls[index][0].sha: calls[index][0] for index in refused}.values():
+                await self.client.script_load(script.script)
             pending = refused
         return replies
 
@@ -278,8 +283,10 @@ class JobStore:
 
     async def set_status_messages(self, messages: Mapping[str, str]) -> None:
         """Why each queued job waits, in one round trip (only jobs still QUEUED are touched)."""
-        await self.scripts.note_waiting(keys=[self.keys.job(job_id) for job_id in messages],
-                                        args=list(messages.values()))
+        await self._run_pipelined([self._note_waiting_call(messages)])
+
+    def _note_waiting_call(self, messages: Mapping[str, str]) -> tuple[AsyncScript, list[str], list[str]]:
+        return self.scripts.note_waiting, [self.keys.job(job_id) for job_id in messages], list(messages.values())
 
     async def queued_ids(self, limit: int) -> list[str]:
         """QUEUED job ids, highest priority first, FIFO within a priority."""

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import hashlib
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from opentinker_scheduler.config import SchedulerConfig
@@ -17,7 +16,7 @@ from opentinker_scheduler.events import CheckpointSaved, JobEvent, LogLine, Payl
 from opentinker_scheduler.job_store import AppendStatus, Created, JobStore, SubmitRefused
 from opentinker_scheduler.leases import LeaseTable
 from opentinker_scheduler.lifecycle import Lifecycle
-from opentinker_scheduler.model import Caller, Job, JobSpecFacts, JobState, JobType, LeaseContext, Page
+from opentinker_scheduler.model import Caller, Job, JobSpecFacts, JobState, JobType, LeaseContext, Page, QueuedJob
 from opentinker_scheduler.paging import decode_token, encode_token, page_size
 from opentinker_scheduler.reports import build_report
 from opentinker_scheduler.spec_paths import CheckpointOwners, check_tenant_paths
@@ -45,8 +44,8 @@ class JobService:
     leases: LeaseTable
     lifecycle: Lifecycle
     envhosts: EnvHostDirectory
-    queued: asyncio.Event | None = None
-    """Set when a job was queued: this replica's allocator wakes without a pub/sub hop."""
+    on_queued: Callable[[QueuedJob], None] | None = None
+    """Told of every job queued here: this replica's allocator (no pub/sub hop, see `Allocator.queued`)."""
 
     @property
     def checkpoints(self) -> CheckpointOwners:
@@ -76,8 +75,10 @@ class JobService:
                                   "different spec; use a new request_id", reason="REQUEST_ID_REUSED")
         if stored is None:  # the earlier job of this request_id, as it is now
             return await self.get(job_id, caller), False
-        if self.queued is not None:
-            self.queued.set()  # this replica's allocator (its own wake-up message is ignored)
+        if self.on_queued is not None:  # this replica's allocator (it ignores its own wake-up message)
+            self.on_queued(QueuedJob(job_id=stored.job_id, tenant_id=stored.tenant_id, state=stored.state,
+                                     resources=stored.resources, device_count=sum(r.device_count for r in stored.resources),
+                                     create_time_ms=stored.create_time_ms))
         return stored, True
 
     def _new_job(self, facts: JobSpecFacts, spec_blob: bytes, tenant_id: str) -> Job:
