@@ -209,6 +209,21 @@ def test_a_session_that_failed_is_closed_and_replaced_never_reused() -> None:
     asyncio.run(scenario())
 
 
+def test_parked_sessions_the_envhost_closed_meanwhile_are_replaced_without_failing_an_episode() -> None:
+    async def scenario() -> None:
+        async with envhost() as (manager, address):
+            channels = EnvHostChannels()
+            await play(channels, job_target(address), batch(2, concurrency=2))
+            for session_id in list(manager.sessions):  # e.g. its idle reaper, or a restart
+                await manager.close(session_id)
+            results = await play(channels, job_target(address), batch(4, concurrency=2, tag="b"))
+            assert all(t.stop_reason is StopReason.DONE and not t.env_error for t in results.values())
+            assert manager.opens == 4 and len(manager.sessions) == 2
+            await channels.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_call_without_a_job_closes_its_sessions_when_it_ends() -> None:
     async def scenario() -> None:
         async with envhost() as (manager, address):

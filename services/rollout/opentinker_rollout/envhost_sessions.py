@@ -99,12 +99,15 @@ class SessionPools:
         self.opened = 0
         """Sessions opened through the pools so far (reused ones are not counted again)."""
 
-    async def take(self, scope: SessionScope, make: Callable[[], OpenableSession]) -> OpenableSession:
-        """A parked session of `scope` (the most recently parked), else a newly opened one."""
+    def take_parked(self, scope: SessionScope) -> OpenableSession | None:
+        """The most recently parked session of `scope`, if any."""
         self._close_other_attempts(scope)
         parked = self._parked.get(scope)
-        if parked:
-            return parked.pop().session
+        return parked.pop().session if parked else None
+
+    async def take_new(self, scope: SessionScope, make: Callable[[], OpenableSession]) -> OpenableSession:
+        """A newly opened session (`make()`, then open)."""
+        self._close_other_attempts(scope)
         try:
             session = await self._open(make)
         except EnvironmentFailure as failure:
@@ -214,7 +217,9 @@ class SessionPools:
 
 class PooledSession:
     """One episode's `EnvironmentSession` over a session taken from `pools`: open takes one,
-    close gives it back (parked only if every call on it succeeded)."""
+    close gives it back (parked only if every call on it succeeded). A parked session whose
+    reset fails (the EnvHost closed it meanwhile, restarted, or its stream broke) is closed and
+    the reset is tried once more on a new session: nothing of the episode had happened yet."""
 
     def __init__(self, pools: SessionPools, scope: SessionScope, make: Callable[[], OpenableSession]) -> None:
         self.pools = pools
@@ -222,12 +227,25 @@ class PooledSession:
         self.make = make
         self.session: OpenableSession | None = None
         self.reusable = True
+        self.was_parked = False
 
     async def open(self) -> None:
-        self.session = await self._guarded(self.pools.take(self.scope, self.make))
+        self.session = self.pools.take_parked(self.scope)
+        self.was_parked = self.session is not None
+        if self.session is None:
+            self.session = await self._guarded(self.pools.take_new(self.scope, self.make))
 
     async def reset(self, kwargs: Mapping[str, Any], seed: int) -> ResetResult:
-        return await self._guarded(self._open_session().reset(kwargs, seed))
+        try:
+            return await self._guarded(self._open_session().reset(kwargs, seed))
+        except EnvironmentFailure as failure:
+            if not self.was_parked:
+                raise
+            log.info("envhost_parked_session_replaced", error=str(failure))
+            await self.close()
+            self.reusable, self.was_parked = True, False
+            self.session = await self._guarded(self.pools.take_new(self.scope, self.make))
+            return await self._guarded(self.session.reset(kwargs, seed))
 
     async def step(self, action: str) -> StepOutcome:
         return await self._guarded(self._open_session().step(action))
