@@ -9,6 +9,7 @@ Real fork servers and game processes, as in test_sandbox.py; one manager serves 
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -229,7 +230,6 @@ def test_no_process_is_kept_with_warm_processes_0() -> None:
 
 
 def descendants_of_us() -> set[int]:
-    import os
     return descendants(os.getpid())
 
 
