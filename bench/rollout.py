@@ -26,6 +26,19 @@ about 15 tokens long on average):
 Scenarios: `fast` (no step delay; target: service >= 0.90 x in-process generated tokens/s)
 and `slow` (`--slow-delay-ms`, 50 by default; target: service >= 2 x one-at-a-time episodes/s).
 Continuous over static batching is reported for both, with no target.
+
+Environment overhead per episode (target: median <= 1 ms): what opening, resetting and closing
+its environment costs an episode besides its steps, measured after the rounds on the same
+EnvHost process, one episode at a time through the Rollout's own EnvHost client and timing
+wrapper (`envhost_environments`, `TimedEnvironment`), 100 times each: `reused` takes
+the job's parked session, resets it over its Interact stream and parks it again (the Rollout's
+path: in a job's steady state an episode pays one Reset); `fresh` opens, resets and closes a
+session with unary calls (every episode's path before sessions were reused); `in-process`
+constructs and resets the TurnsGame (measured in the in-process rounds). Also shown: the median
+of the `service` trajectories' `env_overhead_seconds` metric (the same measure inside
+RunEpisodes; the warm-up calls open the job's sessions of each scenario, as a job's first step
+does), which also counts the time the episode waited for the Rollout's event loop while
+generation kept its process busy.
 Each round runs every target of a scenario in rotating order; medians over rounds are reported
 with the mean action length and turns per episode of each target (the work must match: the
 sampling is random, so these agree only on average). All processes share this machine's
@@ -65,6 +78,9 @@ from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as pb_grpc  # noq
 from opentinker.env.game import opening_messages  # noqa: E402
 from opentinker.ml.models import load_model  # noqa: E402
 from opentinker.ml.sources import ModelSource  # noqa: E402
+from opentinker_rollout.envhost_client import EnvHostChannels, EnvironmentTarget, envhost_environments  # noqa: E402
+from opentinker_rollout.environment import TimedEnvironment  # noqa: E402
+from opentinker_rollout.episode import Episode  # noqa: E402
 from opentinker_rollout.rendering import TokenizerRenderer  # noqa: E402
 
 MODEL_NAME = "tiny-llama"
@@ -77,6 +93,11 @@ SERVICE_BATCHING = {"service": "continuous", "service-static": "static"}
 """Rollout processes by target name, and their OPENTINKER_ROLLOUT_BATCHING."""
 TARGETS = {"fast": ("service", "service-static", "in-process"),
            "slow": ("service", "service-static", "one-at-a-time", "in-process")}
+CLIENT_EPISODES = 100
+"""Episodes of each one-at-a-time measure of the environment overhead through the Rollout's client."""
+ENV_OVERHEAD_TARGET_MS = 1.0
+SERVING_TIMEOUT_S = 180.0
+"""Three processes importing torch at once take over a minute on a busy 2-core machine."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,6 +173,8 @@ class InProcessLoop:
         self.renderer = TokenizerRenderer(self.tokenizer)
         self.config = config
         self.stops = {EOS, *STOP_TOKEN_IDS}
+        self.env_overheads: list[float] = []
+        """Seconds each measured episode spent constructing and resetting its game."""
 
     async def play(self, count: int, delay_ms: float) -> tuple[int, int, int]:
         """Play `count` episodes together; (episodes, generated tokens, turns)."""
@@ -162,8 +185,10 @@ class InProcessLoop:
         return len(episodes), sum(e.generated for e in episodes), sum(e.turns for e in episodes)
 
     async def _start(self, index: int, delay_ms: float) -> LoopEpisode:
+        started = time.perf_counter()
         game = TurnsGame(turns=self.config.turns, delay_ms=delay_ms)
         observation = await game.reset(index=index)
+        self.env_overheads.append(time.perf_counter() - started)
         messages = opening_messages(game.get_system_prompt(), game.get_initial_user_message(), observation)
         return LoopEpisode(game=game, token_ids=self.renderer.prompt(messages))
 
@@ -224,6 +249,8 @@ class ServiceTarget:
         self.rollouts = {name: self._rollout(name, batching, log_dir, envhost_port, nowhere)
                          for name, batching in SERVICE_BATCHING.items()}
         self.policy_ids: dict[str, str] = {}
+        self.env_overheads: dict[str, list[float]] = {name: [] for name in SERVICE_BATCHING}
+        """Per Rollout: each measured episode's `env_overhead_seconds` (its trajectory's metric)."""
 
     @staticmethod
     def _rollout(name: str, batching: str, log_dir: Path, envhost_port: int, nowhere: int) -> ServerProcess:
@@ -245,7 +272,7 @@ class ServiceTarget:
         for server in self.servers:
             server.start()
         for server in self.servers:
-            server.wait_serving(60.0)
+            server.wait_serving(SERVING_TIMEOUT_S)
 
     def stop(self) -> None:
         for server in reversed(self.servers):
@@ -259,10 +286,13 @@ class ServiceTarget:
             builtin=model_pb2.BuiltinModel(name=MODEL_NAME, seed=0)))
         self.policy_ids[name] = (await stub.LoadModel(request, timeout=120)).policy.policy_id
 
+    def environment_config(self, delay_ms: float) -> dict[str, float]:
+        return {"turns": self.config.turns, "delay_ms": delay_ms}
+
     async def play(self, name: str, stub: pb_grpc.RolloutServiceStub, count: int,
                    delay_ms: float) -> tuple[int, int, int]:
         environment = EnvironmentReference(env_name="turns")
-        environment.config.update({"turns": self.config.turns, "delay_ms": delay_ms})
+        environment.config.update(self.environment_config(delay_ms))
         specs = [pb.EpisodeSpec(group_id=f"g{i}") for i in range(count)]
         for index, spec in enumerate(specs):
             spec.reset_kwargs.update({"index": index})
@@ -281,7 +311,34 @@ class ServiceTarget:
                 episodes += 1
                 generated += sum(trajectory.loss_mask)
                 turns += len(trajectory.turns)
+                self.env_overheads[name].append(trajectory.metrics["env_overhead_seconds"])
         return episodes, generated, turns
+
+    async def client_overheads(self, count: int) -> dict[str, list[float]]:
+        """Seconds of open + reset + close per episode, `count` episodes one at a time through the
+        Rollout's EnvHost client (no generation, no steps): `reused`, a job's session taken from
+        the pool, reset, given back (the Rollout's path); `fresh`, OpenSession + Reset +
+        CloseSession as unary calls (every episode's path before sessions were reused). The two
+        alternate, each first every other time, so the machine's load hits both alike."""
+        channels = EnvHostChannels()
+        target = EnvironmentTarget(address=self.envhost.address, env_name="turns",
+                                   config=self.environment_config(0.0), job_id=LEASE.job_id)
+        paths = {"reused": envhost_environments(channels, target),
+                 "fresh": envhost_environments(channels, target, reuse_sessions=False, interact=False)}
+        seconds: dict[str, list[float]] = {name: [] for name in paths}
+        try:
+            for index in range(count + 2):  # the first two open the channel and the pooled session
+                for name in sorted(paths, reverse=index % 2 == 1):  # each goes first every other time
+                    environments = paths[name]
+                    episode = Episode(group_id="overhead", episode_index=index, reset_kwargs={"index": index})
+                    session = TimedEnvironment(environments(episode))
+                    await session.open()
+                    await session.reset(episode.reset_kwargs, 0)
+                    await session.close()
+                    seconds[name].append(session.overhead_s)
+        finally:
+            await channels.close()
+        return {name: values[2:] for name, values in seconds.items()}
 
 
 # ---- rounds and report ----------------------------------------------------------------------
@@ -311,8 +368,11 @@ async def run_rounds(config: BenchConfig, loop: InProcessLoop, service: ServiceT
     try:
         for name, stub in stubs.items():
             await service.load(name, stub)
-            await service.play(name, stub, 4, 0.0)      # warm-up: first calls, first channel to EnvHost
+            for delay in delays.values():  # warm-up: first calls, the job's EnvHost sessions
+                await service.play(name, stub, config.episodes, delay)
+            service.env_overheads[name].clear()
         await loop.play(4, 0.0)
+        loop.env_overheads.clear()
         for round_index in range(config.rounds):
             for scenario, targets in TARGETS.items():
                 shift = round_index % len(targets)
@@ -341,6 +401,16 @@ def summarize(results: list[Measurement]) -> dict[str, dict[str, dict[str, float
     return summary
 
 
+def env_overhead_ms(loop: InProcessLoop, service: ServiceTarget,
+                    client: dict[str, list[float]]) -> dict[str, float]:
+    """Median environment overhead per episode, in ms (see the module docstring)."""
+    return {"client_reused_session": statistics.median(client["reused"]) * 1000,
+            "client_fresh_session": statistics.median(client["fresh"]) * 1000,
+            "in_process": statistics.median(loop.env_overheads) * 1000,
+            "service_under_load": statistics.median(service.env_overheads["service"]) * 1000,
+            "service_static_under_load": statistics.median(service.env_overheads["service-static"]) * 1000}
+
+
 def ratios(summary: dict[str, dict[str, dict[str, float]]]) -> dict[str, float]:
     fast, slow = summary["fast"], summary["slow"]
     return {
@@ -360,7 +430,8 @@ def ratios(summary: dict[str, dict[str, dict[str, float]]]) -> dict[str, float]:
 TARGET_RATIOS = {"fast_tokens_service_over_in_process": 0.90, "slow_episodes_service_over_one_at_a_time": 2.0}
 
 
-def print_report(summary: dict[str, Any], ratio: dict[str, float], config: BenchConfig) -> None:
+def print_report(summary: dict[str, Any], ratio: dict[str, float], overhead: dict[str, float],
+                 config: BenchConfig) -> None:
     print(f"\nRollout throughput, {config.rounds} round(s), {config.episodes} episodes of "
           f"{config.turns} turns, <= {config.max_new_tokens} tokens per action")
     print(f"{'scenario':9s}{'target':16s}{'episodes/s':>12s}{'tokens/s':>11s}{'tok/action':>12s}{'turns/ep':>10s}")
@@ -372,6 +443,13 @@ def print_report(summary: dict[str, Any], ratio: dict[str, float], config: Bench
         target = TARGET_RATIOS.get(name)
         verdict = "" if target is None else f"  target >= {target:.2f}: {'ok' if value >= target else 'MISS'}"
         print(f"{name:45s}{value:6.2f}{verdict}")
+    verdict = "ok" if overhead["client_reused_session"] <= ENV_OVERHEAD_TARGET_MS else "MISS"
+    print(f"env overhead per episode (open/reset/close), median: Rollout client "
+          f"{overhead['client_reused_session']:.3f} ms (fresh session per episode, as before: "
+          f"{overhead['client_fresh_session']:.3f} ms), in-process {overhead['in_process']:.3f} ms"
+          f"  target <= {ENV_OVERHEAD_TARGET_MS:g} ms: {verdict}")
+    print(f"  the same inside RunEpisodes, while generation shares the Rollout's process: "
+          f"{overhead['service_under_load']:.3f} ms (static batching {overhead['service_static_under_load']:.3f} ms)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -383,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
             service.start()
             loop = InProcessLoop(config)
             results = asyncio.run(run_rounds(config, loop, service))
+            client = asyncio.run(service.client_overheads(CLIENT_EPISODES))
         except (BenchFailure, grpc.RpcError) as failure:
             print(f"bench failed: {failure}\n{service.log_tails()}", file=sys.stderr)
             return 1
@@ -390,10 +469,12 @@ def main(argv: list[str] | None = None) -> int:
             service.stop()
     summary = summarize(results)
     ratio = ratios(summary)
-    print_report(summary, ratio, config)
+    overhead = env_overhead_ms(loop, service, client)
+    print_report(summary, ratio, overhead, config)
     config.out.parent.mkdir(parents=True, exist_ok=True)
     config.out.write_text(json.dumps({"config": {k: str(v) for k, v in asdict(config).items()},
                                       "summary": summary, "ratios": ratio,
+                                      "env_overhead_ms": overhead,
                                       "runs": [asdict(r) for r in results]}, indent=2))
     return 0
 
