@@ -54,13 +54,29 @@ class Stack:
         self.shared_dir = shared_dir
         self.exports: list[int] = []
         """The transport of every ExportWeights call the relay made."""
+        self.corrupt_next_file = False
+        """Flip a byte of the next shared file once the Trainer wrote it (before the Rollout reads)."""
         original = trainer.stub.ExportWeights
 
         def recording(request, **kwargs):
             self.exports.append(request.transport)
-            return original(request, **kwargs)
+            call = original(request, **kwargs)
+            if not self.corrupt_next_file:
+                return call
+            self.corrupt_next_file = False
+            return self._corrupting(call)
 
         trainer.stub.ExportWeights = recording
+
+    async def _corrupting(self, call):
+        async for item in call:
+            if item.HasField("header") and item.header.HasField("shared_file"):
+                with open(self.shared_dir / item.header.shared_file.name, "r+b") as f:
+                    f.seek(-1, 2)
+                    last = f.read(1)
+                    f.seek(-1, 2)
+                    f.write(bytes([last[0] ^ 0xFF]))
+            yield item
 
     async def train_one_step(self, step: int = 1) -> None:
         """One cross-entropy step with a large learning rate: the weights leave their seed."""
@@ -214,3 +230,19 @@ def test_a_rollout_with_shared_memory_off_gets_the_stream(tmp_path) -> None:
 async def _identical(s: Stack, lora: bool = False) -> bool:
     expected, received = await s.trainer_tensors(lora), s.rollout_tensors(lora)
     return expected.keys() == received.keys() and all(torch.equal(expected[n], received[n]) for n in expected)
+
+
+def test_a_corrupt_shared_file_is_refused_and_the_relay_sends_the_stream_instead(tmp_path) -> None:
+    async def scenario():
+        async with stack(tmp_path, lora=False) as s:
+            await s.train_one_step()
+            s.corrupt_next_file = True
+            sync = RemoteWeightSync(s.trainer, s.rollout)
+            version = await sync.sync()
+            return version, s.exports, await _identical(s), sync.shared_memory, s.files()
+
+    version, exports, identical, shared_memory, files = asyncio.run(scenario())
+    assert version == 1 and identical
+    assert exports == [weights_pb2.WEIGHTS_TRANSPORT_SHARED_MEMORY, weights_pb2.WEIGHTS_TRANSPORT_STREAM]
+    assert shared_memory is True  # a corrupt file is no sign of another host: the next sync tries again
+    assert files == []  # the Rollout deleted the corrupt file it refused
