@@ -92,13 +92,14 @@ class InteractSession:
                            done=response.done, info=from_struct(response.info))
 
     async def close(self) -> None:
+        """Cancel the stream, then CloseSession as a unary call (whatever state the stream is in)."""
         call, self.call = self.call, None
         if call is not None:
             call.cancel()
-        closer, self.unary = self.unary or EnvHostSession(self.stub, self.target, call_timeout_s=self.call_timeout_s), None
-        if self.session_id and not closer.session_id:
+        closer = self.unary or EnvHostSession(self.stub, self.target, call_timeout_s=self.call_timeout_s)
+        if self.session_id:
             closer.session_id = self.session_id
-        self.session_id = ""
+        self.unary, self.session_id = None, ""
         await closer.close()
 
     async def _open_unary(self) -> None:

@@ -41,7 +41,8 @@ log = structlog.get_logger(__name__)
 DEFAULT_IDLE_TTL_S = 300.0
 """Longer than a job's update phase between two rollout phases, shorter than the EnvHost's own
 idle TTL (600 s by default)."""
-DEFAULT_MAX_PARKED = 128
+DEFAULT_MAX_PARKED = 256
+"""As many as an EnvHost holds by default (OPENTINKER_ENVHOST_MAX_SESSIONS)."""
 CLOSE_TIMEOUT_S = 5.0
 
 
@@ -96,8 +97,6 @@ class SessionPools:
         self._parked: dict[SessionScope, list[_Parked]] = {}
         self._closing: set[asyncio.Task[None]] = set()
         self._reaper: asyncio.Task[None] | None = None
-        self.opened = 0
-        """Sessions opened through the pools so far (reused ones are not counted again)."""
 
     def take_parked(self, scope: SessionScope) -> OpenableSession | None:
         """The most recently parked session of `scope`, if any."""
@@ -119,9 +118,8 @@ class SessionPools:
     def give_back(self, scope: SessionScope, session: OpenableSession, *, reusable: bool) -> None:
         """Park `session` for the scope's next episode, or close it (in the background) when it
         failed or the scope has enough parked. Never awaits: safe in a cancelled episode."""
-        parked = self._parked.setdefault(scope, [])
-        if reusable and len(parked) < self.max_parked:
-            parked.append(_Parked(session=session, since=self.clock()))
+        if reusable and len(self._parked.get(scope, ())) < self.max_parked:
+            self._parked.setdefault(scope, []).append(_Parked(session=session, since=self.clock()))
             self._start_reaper()
         else:
             self._close_in_background(session)
@@ -147,11 +145,6 @@ class SessionPools:
         await _close_all(stale)
         return len(stale)
 
-    def parked_count(self, scope: SessionScope | None = None) -> int:
-        if scope is not None:
-            return len(self._parked.get(scope, ()))
-        return sum(map(len, self._parked.values()))
-
     async def close(self) -> None:
         """Close every parked session, and wait for closes under way (the Rollout is stopping)."""
         if self._reaper is not None:
@@ -168,7 +161,6 @@ class SessionPools:
     async def _open(self, make: Callable[[], OpenableSession]) -> OpenableSession:
         session = make()
         await session.open()
-        self.opened += 1
         return session
 
     async def _evict_one(self, scope: SessionScope) -> bool:
