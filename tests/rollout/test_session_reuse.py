@@ -5,7 +5,8 @@ A real EnvHost (its servicer and SessionManager, games in threads) on a real por
 `SeededGame`; the Rollout's episode runner plays on it through the Rollout's own EnvHost client,
 with a deterministic generator (each action is a function of its context and seed, whatever
 order the episodes run in) and a byte-level renderer, so trajectories can be compared exactly.
-The last test goes through the Rollout service itself (RunEpisodes over gRPC).
+One test goes through the Rollout service itself (RunEpisodes over gRPC, the tiny model), one
+plays on a stand-in EnvHost that implements no Interact (unary calls then).
 """
 
 from __future__ import annotations
