@@ -117,8 +117,9 @@ class SharedWeightsWriter:
             raise
         os.close(fd)
         size = len(index) + sum(spec.byte_length for spec in specs)
+        checksum = WeightsChecksum(algorithm=ChecksumAlgorithm.XXH3_64, hex_digest=hasher.hexdigest())
         return WrittenWeights(file=SharedFile(name=f"{self.owner}/{path.name}", size_bytes=size, nonce=nonce),
-                              specs=specs, checksum=WeightsChecksum(algorithm=ChecksumAlgorithm.XXH3_64, hex_digest=hasher.hexdigest()))
+                              specs=specs, checksum=checksum)
 
     def remove(self, name: str) -> None:
         """Delete one of this writer's files (gone already is fine)."""
@@ -179,6 +180,8 @@ def _pwrite_all(fd: int, pieces: list[memoryview], offset: int) -> None:
     pieces = [piece for piece in pieces if len(piece)]
     while pieces:
         written = os.pwritev(fd, pieces[:IOV_MAX], offset)
+        if written <= 0:
+            raise OSError(errno.EIO, "a write to the shared-memory file made no progress")
         offset += written
         while pieces and written >= len(pieces[0]):
             written -= len(pieces[0])
