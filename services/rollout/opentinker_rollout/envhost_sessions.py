@@ -207,11 +207,17 @@ class SessionPools:
             await self.reap_idle()
 
 
+STALE_SESSION_STATUSES = frozenset({"NOT_FOUND", "UNAVAILABLE", "CANCELLED"})
+"""What a parked session's reset answers when the session, not the game, is gone: the EnvHost
+closed it (idle TTL), restarted, or the session's stream broke."""
+
+
 class PooledSession:
     """One episode's `EnvironmentSession` over a session taken from `pools`: open takes one,
     close gives it back (parked only if every call on it succeeded). A parked session whose
-    reset fails (the EnvHost closed it meanwhile, restarted, or its stream broke) is closed and
-    the reset is tried once more on a new session: nothing of the episode had happened yet."""
+    reset finds it gone (the EnvHost closed it meanwhile, restarted, or its stream broke:
+    `STALE_SESSION_STATUSES`) is closed and the reset is tried once more on a new session:
+    nothing of the episode had happened yet. A game that fails its reset is not retried."""
 
     def __init__(self, pools: SessionPools, scope: SessionScope, make: Callable[[], OpenableSession]) -> None:
         self.pools = pools
@@ -231,8 +237,8 @@ class PooledSession:
         try:
             return await self._guarded(self._open_session().reset(kwargs, seed))
         except EnvironmentFailure as failure:
-            if not self.was_parked:
-                raise
+            if not self.was_parked or failure.status not in STALE_SESSION_STATUSES:
+                raise  # a game that failed its reset fails the episode, as on a fresh session
             log.info("envhost_parked_session_replaced", error=str(failure))
             await self.close()
             self.reusable, self.was_parked = True, False
