@@ -39,7 +39,8 @@ from opentinker_rollout.engine import FinishReason, Generation, GenerationReques
 from opentinker_rollout.envhost_client import EnvHostChannels, EnvironmentTarget, envhost_environments
 from opentinker_rollout.envhost_sessions import SessionPools
 from opentinker_rollout.episode import EpisodeLimits, StopReason, Trajectory
-from opentinker_rollout.main import build_plan
+from opentinker.core.reaping import attempt_callbacks
+from opentinker_rollout.main import JobAttempts, build_plan
 from opentinker_rollout.runner import EpisodeBatch, EpisodeServices, EpisodeSpec, run_episodes
 from opentinker_rollout.settings import RolloutSettings
 from tests.rollout._support import MODEL_NAME
@@ -250,6 +251,35 @@ def test_parked_sessions_close_when_idle_or_when_the_job_stops() -> None:
             await play(channels, job_target(address, "job-c"), batch(1, concurrency=1))
             await channels.sessions.job_stopped("job-b")
             assert [s.job_id for s in manager.sessions.values()] == ["job-c"]
+            await channels.close()
+
+    asyncio.run(scenario())
+
+
+class RecordingRegistry:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    async def attempt_assigned(self, job_id: str, fencing_token: int) -> None:
+        self.calls.append(("assigned", job_id))
+
+    async def job_stopped(self, job_id: str) -> None:
+        self.calls.append(("stopped", job_id))
+
+
+def test_the_schedulers_stop_of_a_job_closes_its_parked_sessions_at_once() -> None:
+    async def scenario() -> None:
+        async with envhost() as (manager, address):
+            channels = EnvHostChannels()
+            registry = RecordingRegistry()
+            callbacks = attempt_callbacks(JobAttempts(registry, channels.sessions))  # type: ignore[arg-type]
+            await play(channels, job_target(address, "job-b"), batch(2, concurrency=2))
+            await play(channels, job_target(address, "job-c"), batch(1, concurrency=1))
+            assert len(manager.sessions) == 3  # parked, not closed
+            await callbacks["on_stop"]("job-b")
+            await asyncio.sleep(0.2)
+            assert [s.job_id for s in manager.sessions.values()] == ["job-c"]
+            assert registry.calls == [("stopped", "job-b")]
             await channels.close()
 
     asyncio.run(scenario())

@@ -12,6 +12,7 @@ from opentinker.core.server import ServerPlan
 from opentinker.core.torch_threads import apply_torch_threads
 from opentinker.core.worker_registration import WorkerRegistration
 from opentinker_rollout.envhost_client import EnvHostChannels
+from opentinker_rollout.envhost_sessions import SessionPools
 from opentinker_rollout.match_client import CoordinatorChannels
 from opentinker_rollout.policies import PolicyRegistry
 from opentinker_rollout.servicer import RolloutServicer, rollout_service_binding
@@ -35,10 +36,26 @@ async def build_plan(settings: RolloutSettings) -> ServerPlan:
                                max_concurrent_episodes=settings.max_concurrent_episodes,
                                coordinator_channels=coordinators)
     registration = WorkerRegistration.for_settings(settings, role="rollout", devices=discover_devices(
-        settings.cpu_slots), **attempt_callbacks(registry))
+        settings.cpu_slots), **attempt_callbacks(JobAttempts(registry, channels.sessions)))
     return ServerPlan(services=[rollout_service_binding(servicer)],
                       start_hooks=[idle_reaper(registry.reap_idle, registry.idle_ttl_s), registration.start],
                       close_hooks=[registration.stop, registry.close, channels.close, coordinators.close])
+
+
+class JobAttempts:
+    """What the Scheduler says of this Rollout's jobs reaches the policies and the parked EnvHost
+    sessions: a stopped job's sessions close at once instead of after their idle TTL."""
+
+    def __init__(self, registry: PolicyRegistry, sessions: SessionPools) -> None:
+        self.registry = registry
+        self.sessions = sessions
+
+    async def attempt_assigned(self, job_id: str, fencing_token: int) -> None:
+        await self.registry.attempt_assigned(job_id, fencing_token)
+
+    async def job_stopped(self, job_id: str) -> None:
+        await self.registry.job_stopped(job_id)
+        await self.sessions.job_stopped(job_id)
 
 
 def main() -> int:
