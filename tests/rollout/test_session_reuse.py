@@ -361,7 +361,10 @@ def test_the_rollout_service_reuses_a_jobs_sessions_across_run_episodes_calls(tm
                     for call in range(2):
                         items = [item async for item in stub.RunEpisodes(service_request(policy.policy_id, call))]
                         assert len(items) == 4 and all(not i.trajectory.env_error for i in items), items
-                assert manager.opens == 2 and len(manager.resets) == 8
+                    assert manager.opens == 2 and len(manager.resets) == 8
+                    assert len(manager.sessions) == 2  # parked between the calls
+                    await stub.UnloadModel(pb.UnloadModelRequest(policy_id=policy.policy_id, lease=LEASE))
+                    assert manager.sessions == {}, "the job's end (its policy unloaded) closes its sessions"
             finally:
                 await stop_server(server, grace_seconds=1)
                 for hook in plan.close_hooks:

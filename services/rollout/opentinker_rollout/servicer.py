@@ -100,6 +100,8 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
                           context: grpc.aio.ServicerContext) -> pb.UnloadModelResponse:
         await self._job_token(context, lease=request.lease, policy_id=request.policy_id)
         info = await self.registry.unload(request.policy_id, convert.lease(request.lease))
+        # The job is ending: close its parked EnvHost sessions while its token still opens them.
+        await self.channels.sessions.job_stopped(info.job_id)
         return pb.UnloadModelResponse(policy=convert.policy(info))
 
     @answers_domain_errors
