@@ -13,11 +13,14 @@ ResetRequest.seed 0 means "no seed" (put `seed` in kwargs to pass 0).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+import structlog
 
 from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
 from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
@@ -29,6 +32,8 @@ from opentinker_envhost import convert
 from opentinker_envhost.errors import EnvHostError, InvalidArgument
 from opentinker_envhost.interact import InteractPump
 from opentinker_envhost.sessions import SessionManager
+
+log = structlog.get_logger(__name__)
 
 SERVICE_FULL_NAME = pb.DESCRIPTOR.services_by_name["EnvHostService"].full_name
 
@@ -55,6 +60,7 @@ class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
 
     def __init__(self, manager: SessionManager) -> None:
         self.manager = manager
+        self._closing: set[asyncio.Task[None]] = set()
 
     @answers_domain_errors
     async def ListEnvironments(self, request: pb.ListEnvironmentsRequest,
@@ -87,11 +93,28 @@ class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
 
     async def Interact(self, request_iterator: AsyncIterable[pb.InteractRequest],
                        context: grpc.aio.ServicerContext) -> AsyncIterator[pb.InteractResponse]:
-        async def answer(request: pb.InteractRequest) -> pb.InteractResponse:
-            return await self.interact_once(request, context)
+        bound: set[str] = set()  # sessions opened here with close_with_stream
 
-        async for response in InteractPump(answer, request_iterator).responses():
-            yield response
+        async def answer(request: pb.InteractRequest) -> pb.InteractResponse:
+            response = await self.interact_once(request, context)
+            if request.open_session.close_with_stream and response.HasField("open_session"):
+                bound.add(response.open_session.session_id)
+            return response
+
+        try:
+            async for response in InteractPump(answer, request_iterator).responses():
+                yield response
+        finally:
+            if bound:  # in a task of its own: the stream's handler may be cancelled already
+                self._closing.add(task := asyncio.get_running_loop().create_task(self._close_bound(bound)))
+                task.add_done_callback(self._closing.discard)
+
+    async def _close_bound(self, session_ids: set[str]) -> None:
+        """Close what a finished stream opened with close_with_stream (those still open)."""
+        for session_id in sorted(session_ids):
+            with contextlib.suppress(EnvHostError):  # closed already (CloseSession, the TTL)
+                await self.manager.close(session_id)
+                log.info("session_closed_with_its_stream", session_id=session_id)
 
     def _job_scope(self, kind: str, request) -> dict[str, str]:  # noqa: ANN001
         """The job a call acts on (its job token is checked): an opened session's, or the one

@@ -8,7 +8,9 @@ An answer is expected within `call_timeout_s`. Any failure (an ErrorDetail answe
 breaking, no answer in time, an answer out of sequence) is raised as `EnvironmentFailure`, and
 leaves the stream in no state to trust: the session pool then closes the session. Close never
 uses the stream: it cancels it and sends a unary CloseSession, which works whatever a failed
-call left behind.
+call left behind. The session is opened with `close_with_stream`, so the EnvHost closes it when
+its stream ends even where the CloseSession is refused (the job ended, its token with it) or
+never sent (this process died).
 
 An EnvHost that does not implement Interact (its own implementation of the API, answering
 UNIMPLEMENTED) is remembered in `unary_only`, and its sessions use unary calls
@@ -62,7 +64,7 @@ class InteractSession:
         self.call = self.stub.Interact(metadata=self.metadata)
         request = envhost_pb2.OpenSessionRequest(
             env_name=self.target.env_name, config=to_struct(self.target.config),
-            request_id=uuid.uuid4().hex, job_id=self.target.job_id)
+            request_id=uuid.uuid4().hex, job_id=self.target.job_id, close_with_stream=True)
         try:
             response = await self._request("OpenSession", open_session=request)
         except EnvironmentFailure as failure:

@@ -26,7 +26,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from opentinker.api.common.v1 import errors_pb2 as opentinker_dot_common_dot_v1_dot_errors__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n+opentinker/envhost/v1/envhost_service.proto\x12\x15opentinker.envhost.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a!opentinker/common/v1/errors.proto\"\x94\x01\n\x0b\x45nvironment\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x0e\n\x06source\x18\x03 \x01(\t\x12\x12\n\nmulti_turn\x18\x04 \x01(\x08\x12\r\n\x05seats\x18\x05 \x03(\t\x12/\n\x0e\x64\x65\x66\x61ult_config\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\"@\n\x17ListEnvironmentsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"m\n\x18ListEnvironmentsResponse\x12\x38\n\x0c\x65nvironments\x18\x01 \x03(\x0b\x32\".opentinker.envhost.v1.Environment\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"s\n\x12OpenSessionRequest\x12\x10\n\x08\x65nv_name\x18\x01 \x01(\t\x12\'\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x0e\n\x06job_id\x18\x04 \x01(\t\"b\n\x13OpenSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x37\n\x0b\x65nvironment\x18\x02 \x01(\x0b\x32\".opentinker.envhost.v1.Environment\"Y\n\x0cResetRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\'\n\x06kwargs\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0c\n\x04seed\x18\x03 \x01(\x03\"\x80\x01\n\rResetResponse\x12\x15\n\rsystem_prompt\x18\x01 \x01(\t\x12\x1c\n\x14initial_user_message\x18\x02 \x01(\t\x12\x13\n\x0bobservation\x18\x03 \x01(\t\x12%\n\x04info\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\"?\n\x0bStepRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x0c\n\x04seat\x18\x03 \x01(\t\"h\n\x0cStepResponse\x12\x13\n\x0bobservation\x18\x01 \x01(\t\x12\x0e\n\x06reward\x18\x02 \x01(\x02\x12\x0c\n\x04\x64one\x18\x03 \x01(\x08\x12%\n\x04info\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"%\n\x14\x43loseSessionResponse\x12\r\n\x05steps\x18\x01 \x01(\x03\"\x9f\x02\n\x0fInteractRequest\x12\x10\n\x08sequence\x18\x01 \x01(\x03\x12\x41\n\x0copen_session\x18\x02 \x01(\x0b\x32).opentinker.envhost.v1.OpenSessionRequestH\x00\x12\x34\n\x05reset\x18\x03 \x01(\x0b\x32#.opentinker.envhost.v1.ResetRequestH\x00\x12\x32\n\x04step\x18\x04 \x01(\x0b\x32\".opentinker.envhost.v1.StepRequestH\x00\x12\x43\n\rclose_session\x18\x05 \x01(\x0b\x32*.opentinker.envhost.v1.CloseSessionRequestH\x00\x42\x08\n\x06\x61\x63tion\"\xd8\x02\n\x10InteractResponse\x12\x10\n\x08sequence\x18\x01 \x01(\x03\x12\x42\n\x0copen_session\x18\x02 \x01(\x0b\x32*.opentinker.envhost.v1.OpenSessionResponseH\x00\x12\x35\n\x05reset\x18\x03 \x01(\x0b\x32$.opentinker.envhost.v1.ResetResponseH\x00\x12\x33\n\x04step\x18\x04 \x01(\x0b\x32#.opentinker.envhost.v1.StepResponseH\x00\x12\x44\n\rclose_session\x18\x05 \x01(\x0b\x32+.opentinker.envhost.v1.CloseSessionResponseH\x00\x12\x32\n\x05\x65rror\x18\x06 \x01(\x0b\x32!.opentinker.common.v1.ErrorDetailH\x00\x42\x08\n\x06result2\xda\x04\n\x0e\x45nvHostService\x12s\n\x10ListEnvironments\x12..opentinker.envhost.v1.ListEnvironmentsRequest\x1a/.opentinker.envhost.v1.ListEnvironmentsResponse\x12\x64\n\x0bOpenSession\x12).opentinker.envhost.v1.OpenSessionRequest\x1a*.opentinker.envhost.v1.OpenSessionResponse\x12R\n\x05Reset\x12#.opentinker.envhost.v1.ResetRequest\x1a$.opentinker.envhost.v1.ResetResponse\x12O\n\x04Step\x12\".opentinker.envhost.v1.StepRequest\x1a#.opentinker.envhost.v1.StepResponse\x12g\n\x0c\x43loseSession\x12*.opentinker.envhost.v1.CloseSessionRequest\x1a+.opentinker.envhost.v1.CloseSessionResponse\x12_\n\x08Interact\x12&.opentinker.envhost.v1.InteractRequest\x1a\'.opentinker.envhost.v1.InteractResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n+opentinker/envhost/v1/envhost_service.proto\x12\x15opentinker.envhost.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a!opentinker/common/v1/errors.proto\"\x94\x01\n\x0b\x45nvironment\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x0e\n\x06source\x18\x03 \x01(\t\x12\x12\n\nmulti_turn\x18\x04 \x01(\x08\x12\r\n\x05seats\x18\x05 \x03(\t\x12/\n\x0e\x64\x65\x66\x61ult_config\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\"@\n\x17ListEnvironmentsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"m\n\x18ListEnvironmentsResponse\x12\x38\n\x0c\x65nvironments\x18\x01 \x03(\x0b\x32\".opentinker.envhost.v1.Environment\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x8e\x01\n\x12OpenSessionRequest\x12\x10\n\x08\x65nv_name\x18\x01 \x01(\t\x12\'\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x0e\n\x06job_id\x18\x04 \x01(\t\x12\x19\n\x11\x63lose_with_stream\x18\x05 \x01(\x08\"b\n\x13OpenSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x37\n\x0b\x65nvironment\x18\x02 \x01(\x0b\x32\".opentinker.envhost.v1.Environment\"Y\n\x0cResetRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\'\n\x06kwargs\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0c\n\x04seed\x18\x03 \x01(\x03\"\x80\x01\n\rResetResponse\x12\x15\n\rsystem_prompt\x18\x01 \x01(\t\x12\x1c\n\x14initial_user_message\x18\x02 \x01(\t\x12\x13\n\x0bobservation\x18\x03 \x01(\t\x12%\n\x04info\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\"?\n\x0bStepRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x0c\n\x04seat\x18\x03 \x01(\t\"h\n\x0cStepResponse\x12\x13\n\x0bobservation\x18\x01 \x01(\t\x12\x0e\n\x06reward\x18\x02 \x01(\x02\x12\x0c\n\x04\x64one\x18\x03 \x01(\x08\x12%\n\x04info\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"%\n\x14\x43loseSessionResponse\x12\r\n\x05steps\x18\x01 \x01(\x03\"\x9f\x02\n\x0fInteractRequest\x12\x10\n\x08sequence\x18\x01 \x01(\x03\x12\x41\n\x0copen_session\x18\x02 \x01(\x0b\x32).opentinker.envhost.v1.OpenSessionRequestH\x00\x12\x34\n\x05reset\x18\x03 \x01(\x0b\x32#.opentinker.envhost.v1.ResetRequestH\x00\x12\x32\n\x04step\x18\x04 \x01(\x0b\x32\".opentinker.envhost.v1.StepRequestH\x00\x12\x43\n\rclose_session\x18\x05 \x01(\x0b\x32*.opentinker.envhost.v1.CloseSessionRequestH\x00\x42\x08\n\x06\x61\x63tion\"\xd8\x02\n\x10InteractResponse\x12\x10\n\x08sequence\x18\x01 \x01(\x03\x12\x42\n\x0copen_session\x18\x02 \x01(\x0b\x32*.opentinker.envhost.v1.OpenSessionResponseH\x00\x12\x35\n\x05reset\x18\x03 \x01(\x0b\x32$.opentinker.envhost.v1.ResetResponseH\x00\x12\x33\n\x04step\x18\x04 \x01(\x0b\x32#.opentinker.envhost.v1.StepResponseH\x00\x12\x44\n\rclose_session\x18\x05 \x01(\x0b\x32+.opentinker.envhost.v1.CloseSessionResponseH\x00\x12\x32\n\x05\x65rror\x18\x06 \x01(\x0b\x32!.opentinker.common.v1.ErrorDetailH\x00\x42\x08\n\x06result2\xda\x04\n\x0e\x45nvHostService\x12s\n\x10ListEnvironments\x12..opentinker.envhost.v1.ListEnvironmentsRequest\x1a/.opentinker.envhost.v1.ListEnvironmentsResponse\x12\x64\n\x0bOpenSession\x12).opentinker.envhost.v1.OpenSessionRequest\x1a*.opentinker.envhost.v1.OpenSessionResponse\x12R\n\x05Reset\x12#.opentinker.envhost.v1.ResetRequest\x1a$.opentinker.envhost.v1.ResetResponse\x12O\n\x04Step\x12\".opentinker.envhost.v1.StepRequest\x1a#.opentinker.envhost.v1.StepResponse\x12g\n\x0c\x43loseSession\x12*.opentinker.envhost.v1.CloseSessionRequest\x1a+.opentinker.envhost.v1.CloseSessionResponse\x12_\n\x08Interact\x12&.opentinker.envhost.v1.InteractRequest\x1a\'.opentinker.envhost.v1.InteractResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,26 +39,26 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTENVIRONMENTSREQUEST']._serialized_end=350
   _globals['_LISTENVIRONMENTSRESPONSE']._serialized_start=352
   _globals['_LISTENVIRONMENTSRESPONSE']._serialized_end=461
-  _globals['_OPENSESSIONREQUEST']._serialized_start=463
-  _globals['_OPENSESSIONREQUEST']._serialized_end=578
-  _globals['_OPENSESSIONRESPONSE']._serialized_start=580
-  _globals['_OPENSESSIONRESPONSE']._serialized_end=678
-  _globals['_RESETREQUEST']._serialized_start=680
-  _globals['_RESETREQUEST']._serialized_end=769
-  _globals['_RESETRESPONSE']._serialized_start=772
-  _globals['_RESETRESPONSE']._serialized_end=900
-  _globals['_STEPREQUEST']._serialized_start=902
-  _globals['_STEPREQUEST']._serialized_end=965
-  _globals['_STEPRESPONSE']._serialized_start=967
-  _globals['_STEPRESPONSE']._serialized_end=1071
-  _globals['_CLOSESESSIONREQUEST']._serialized_start=1073
-  _globals['_CLOSESESSIONREQUEST']._serialized_end=1114
-  _globals['_CLOSESESSIONRESPONSE']._serialized_start=1116
-  _globals['_CLOSESESSIONRESPONSE']._serialized_end=1153
-  _globals['_INTERACTREQUEST']._serialized_start=1156
-  _globals['_INTERACTREQUEST']._serialized_end=1443
-  _globals['_INTERACTRESPONSE']._serialized_start=1446
-  _globals['_INTERACTRESPONSE']._serialized_end=1790
-  _globals['_ENVHOSTSERVICE']._serialized_start=1793
-  _globals['_ENVHOSTSERVICE']._serialized_end=2395
+  _globals['_OPENSESSIONREQUEST']._serialized_start=464
+  _globals['_OPENSESSIONREQUEST']._serialized_end=606
+  _globals['_OPENSESSIONRESPONSE']._serialized_start=608
+  _globals['_OPENSESSIONRESPONSE']._serialized_end=706
+  _globals['_RESETREQUEST']._serialized_start=708
+  _globals['_RESETREQUEST']._serialized_end=797
+  _globals['_RESETRESPONSE']._serialized_start=800
+  _globals['_RESETRESPONSE']._serialized_end=928
+  _globals['_STEPREQUEST']._serialized_start=930
+  _globals['_STEPREQUEST']._serialized_end=993
+  _globals['_STEPRESPONSE']._serialized_start=995
+  _globals['_STEPRESPONSE']._serialized_end=1099
+  _globals['_CLOSESESSIONREQUEST']._serialized_start=1101
+  _globals['_CLOSESESSIONREQUEST']._serialized_end=1142
+  _globals['_CLOSESESSIONRESPONSE']._serialized_start=1144
+  _globals['_CLOSESESSIONRESPONSE']._serialized_end=1181
+  _globals['_INTERACTREQUEST']._serialized_start=1184
+  _globals['_INTERACTREQUEST']._serialized_end=1471
+  _globals['_INTERACTRESPONSE']._serialized_start=1474
+  _globals['_INTERACTRESPONSE']._serialized_end=1818
+  _globals['_ENVHOSTSERVICE']._serialized_start=1821
+  _globals['_ENVHOSTSERVICE']._serialized_end=2423
 # @@protoc_insertion_point(module_scope)

@@ -41,16 +41,18 @@ class ListEnvironmentsResponse(_message.Message):
     def __init__(self, environments: _Optional[_Iterable[_Union[Environment, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class OpenSessionRequest(_message.Message):
-    __slots__ = ("env_name", "config", "request_id", "job_id")
+    __slots__ = ("env_name", "config", "request_id", "job_id", "close_with_stream")
     ENV_NAME_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_WITH_STREAM_FIELD_NUMBER: _ClassVar[int]
     env_name: str
     config: _struct_pb2.Struct
     request_id: str
     job_id: str
-    def __init__(self, env_name: _Optional[str] = ..., config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., request_id: _Optional[str] = ..., job_id: _Optional[str] = ...) -> None: ...
+    close_with_stream: bool
+    def __init__(self, env_name: _Optional[str] = ..., config: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., close_with_stream: _Optional[bool] = ...) -> None: ...
 
 class OpenSessionResponse(_message.Message):
     __slots__ = ("session_id", "environment")
