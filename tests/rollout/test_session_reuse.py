@@ -430,3 +430,29 @@ def test_an_envhost_without_interact_is_played_with_unary_calls() -> None:
     assert len(results) == 4 and not any(t.env_error for t in results.values())
     assert len(game.sessions) == 2 and len(game.resets) == 4 and game.closed == 2
     assert unary_only == {next(iter(unary_only))} and unary_only.pop().startswith("127.0.0.1:")
+
+
+def test_an_envhost_behind_a_proxy_that_breaks_streams_is_played_with_unary_calls() -> None:
+    """A proxy serving every method as unary answers the stream's open, then fails its reset at
+    the RPC level: the session falls back to unary calls, and so does the address after it."""
+    from tests.chaos._metadata_spy import MetadataSpy
+    from opentinker.core.embedded_redis import free_port
+
+    async def scenario() -> None:
+        async with envhost() as (manager, address):
+            spy = MetadataSpy(target=address)
+            port = free_port()
+            spy.start(port)
+            try:
+                channels = EnvHostChannels()
+                proxied = job_target(f"127.0.0.1:{port}", "job-p")
+                results = await play(channels, proxied, batch(3, concurrency=1))
+                assert all(r.stop_reason is StopReason.DONE for r in results.values()), results
+                methods = [seen.method.rsplit("/", 1)[-1] for seen in spy.calls]
+                assert methods.count("Interact") == 1, methods  # tried once, then never again
+                assert {"OpenSession", "Reset", "Step"} <= set(methods)
+                await channels.close()
+            finally:
+                spy.stop()
+
+    asyncio.run(scenario())

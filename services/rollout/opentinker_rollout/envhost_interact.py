@@ -12,19 +12,22 @@ call left behind. The session is opened with `close_with_stream`, so the EnvHost
 its stream ends even where the CloseSession is refused (the job ended, its token with it) or
 never sent (this process died).
 
-An EnvHost that does not implement Interact (its own implementation of the API, answering
-UNIMPLEMENTED) is remembered in `unary_only`, and its sessions use unary calls
+An EnvHost that does not serve Interact (its own implementation of the API answering
+UNIMPLEMENTED, or a proxy before it that fails the stream with INTERNAL or UNKNOWN, at the open
+or at the session's first reset) is remembered in `unary_only`, and its sessions use unary calls
 (`envhost_unary.EnvHostSession`) from then on, this one included.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
 import grpc
+import structlog
 
 from opentinker.api.envhost.v1 import envhost_service_pb2 as envhost_pb2
 from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
@@ -39,6 +42,7 @@ from opentinker_rollout.envhost_unary import (
     to_struct,
 )
 
+log = structlog.get_logger(__name__)
 STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 
 
@@ -56,6 +60,7 @@ class InteractSession:
         self.call: Any = None
         self.sequence = 0
         self.unary: EnvHostSession | None = None
+        self.resets = 0
 
     async def open(self) -> None:
         if self.target.address in self.unary_only:
@@ -68,7 +73,7 @@ class InteractSession:
         try:
             response = await self._request("OpenSession", open_session=request)
         except EnvironmentFailure as failure:
-            if not _unimplemented(failure):
+            if not _stream_unusable(failure):
                 raise
             self.unary_only.add(self.target.address)
             self.call = None
@@ -80,7 +85,14 @@ class InteractSession:
         if self.unary is not None:
             return await self.unary.reset(kwargs, seed)
         request = envhost_pb2.ResetRequest(session_id=self.session_id, kwargs=to_struct(kwargs), seed=seed)
-        response = (await self._request("Reset", reset=request)).reset
+        try:
+            response = (await self._request("Reset", reset=request)).reset
+        except EnvironmentFailure as failure:
+            if self.resets or not _stream_unusable(failure):
+                raise
+            await self._fall_back_to_unary(failure)
+            return await self.reset(kwargs, seed)
+        self.resets += 1
         return ResetResult(system_prompt=response.system_prompt,
                            initial_user_message=response.initial_user_message,
                            observation=response.observation, info=from_struct(response.info))
@@ -103,6 +115,16 @@ class InteractSession:
             closer.session_id = self.session_id
         self.unary, self.session_id = None, ""
         await closer.close()
+
+    async def _fall_back_to_unary(self, failure: EnvironmentFailure) -> None:
+        """The stream answered the open and then broke at the RPC level (a proxy that serves
+        every method as unary, say): this EnvHost address is played with unary calls from now
+        on, this session included (closed, and opened again as a unary one)."""
+        log.warning("envhost_interact_unusable", address=self.target.address, error=str(failure))
+        self.unary_only.add(self.target.address)
+        with contextlib.suppress(EnvironmentFailure):  # gone already: bound to the broken stream
+            await self.close()
+        await self._open_unary()
 
     async def _open_unary(self) -> None:
         self.unary = EnvHostSession(self.stub, self.target, call_timeout_s=self.call_timeout_s)
@@ -142,5 +164,10 @@ class InteractSession:
                                   traceback=traceback, status=status)
 
 
-def _unimplemented(failure: EnvironmentFailure) -> bool:
-    return isinstance(failure.__cause__, grpc.aio.AioRpcError) and failure.status == "UNIMPLEMENTED"
+STREAM_UNUSABLE = frozenset({"UNIMPLEMENTED", "INTERNAL", "UNKNOWN"})
+
+
+def _stream_unusable(failure: EnvironmentFailure) -> bool:
+    """The Interact stream itself failed (not an answer carrying an error): the EnvHost, or a
+    proxy before it, does not serve the stream."""
+    return isinstance(failure.__cause__, grpc.aio.AioRpcError) and failure.status in STREAM_UNUSABLE
