@@ -73,9 +73,7 @@ def test_a_shared_file_is_applied_and_bad_ones_are_refused(tmp_path: Path) -> No
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
                 stub = pb_grpc.RolloutServiceStub(channel)
-                policy = (await stub.LoadModel(pb.LoadModelRequest(
-                    lease=LEASE, adaptation=model_pb2.Adaptation(lora=model_pb2.LoraAdaptation(rank=4, alpha=8.0)),
-                    model=model_pb2.ModelReference(builtin=model_pb2.BuiltinModel(name=MODEL_NAME))))).policy
+                policy = await load_lora_policy(stub)
                 greedy = pb.SampleRequest(policy_id=policy.policy_id)
                 greedy.MergeFrom(GREEDY)
                 before = (await stub.Sample(greedy)).results[0].completions[0].tokens
@@ -137,22 +135,19 @@ def _flip_last_byte(path: Path) -> None:
         f.write(bytes([byte[0] ^ 0xFF]))
 
 
-@pytest.mark.parametrize("configured", [""])
-def test_a_rollout_without_a_shared_directory_asks_for_the_stream(tmp_path: Path, configured: str) -> None:
+def test_a_rollout_without_a_shared_directory_asks_for_the_stream(tmp_path: Path) -> None:
     writer = SharedWeightsWriter(tmp_path / "shm")
     writer.open()
     written = writer.write(lora_state_dict(lora_reference()))
 
     async def scenario():
-        settings = RolloutSettings(auth="disabled", port=0, checkpoint_dir=tmp_path, shared_weights_dir=configured)
+        settings = RolloutSettings(auth="disabled", port=0, checkpoint_dir=tmp_path, shared_weights_dir="")
         plan = await build_plan(settings)
         server = await start_server(settings, plan)
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
                 stub = pb_grpc.RolloutServiceStub(channel)
-                policy = (await stub.LoadModel(pb.LoadModelRequest(
-                    lease=LEASE, adaptation=model_pb2.Adaptation(lora=model_pb2.LoraAdaptation(rank=4, alpha=8.0)),
-                    model=model_pb2.ModelReference(builtin=model_pb2.BuiltinModel(name=MODEL_NAME))))).policy
+                policy = await load_lora_policy(stub)
                 with pytest.raises(grpc.aio.AioRpcError) as refused:
                     await stub.UpdateWeights(requests(policy.policy_id, header_of(written, 1)))
                 return refused.value
@@ -166,3 +161,10 @@ def test_a_rollout_without_a_shared_directory_asks_for_the_stream(tmp_path: Path
     assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert reason(error) == "ERROR_REASON_WEIGHTS_SHARED_FILE_UNAVAILABLE"
     assert "OPENTINKER_SHARED_WEIGHTS_DIR is empty" in error.details()
+
+
+async def load_lora_policy(stub: pb_grpc.RolloutServiceStub):  # noqa: ANN201
+    """A rank-4 LoRA policy of the builtin model, loaded under LEASE."""
+    return (await stub.LoadModel(pb.LoadModelRequest(
+        lease=LEASE, adaptation=model_pb2.Adaptation(lora=model_pb2.LoraAdaptation(rank=4, alpha=8.0)),
+        model=model_pb2.ModelReference(builtin=model_pb2.BuiltinModel(name=MODEL_NAME))))).policy
