@@ -49,6 +49,7 @@ class Batch:
     lengths: tuple[int, ...]
     has_sampling_logprobs: bool
     importance_keep_B_T: torch.Tensor | None = None
+    longest: int = 0  # rows cut after a shared prefix: the longest whole datum (0 = not cut)
 
 
 def validate_datums(datums: Sequence[Datum], loss: LossConfig, *, vocab_size: int,

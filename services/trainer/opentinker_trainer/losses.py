@@ -165,13 +165,14 @@ def aggregate(values_B_T: torch.Tensor, mask_B_T: torch.Tensor, aggregation: Los
     return weighted_B_T.sum() / (max(norm.token_divisor, 1e-8) * sequences)
 
 
-def loss_norm(masks: list[torch.Tensor], token_divisor: float) -> LossNorm:
+def loss_norm(masks: list[torch.Tensor], token_divisor: float, longest: int = 0) -> LossNorm:
     """LossNorm of a batch from each datum's loss weights (mask_T tensors, index 0 already 0,
     tokens dropped by the importance mask already 0).
 
-    token_divisor 0 = the longest sequence of the batch.
+    token_divisor 0 = the longest sequence of the batch (`longest` when the masks are of
+    datums cut after their shared prefix, else the longest mask).
     """
     weights = [float(mask_T.sum()) for mask_T in masks]
-    longest = max((len(mask_T) for mask_T in masks), default=1)
+    longest = longest or max((len(mask_T) for mask_T in masks), default=1)
     return LossNorm(total_weight=sum(weights), num_sequences=sum(w > 0 for w in weights),
                     token_divisor=token_divisor or float(longest))

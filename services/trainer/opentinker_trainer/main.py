@@ -12,6 +12,7 @@ from opentinker.core.reaping import attempt_callbacks, idle_reaper
 from opentinker.core.server import ServerPlan
 from opentinker.core.torch_threads import apply_torch_threads
 from opentinker.core.worker_registration import WorkerRegistration
+from opentinker_trainer import shared_prefix
 from opentinker_trainer.settings import TrainerSettings
 
 SERVICE_NAME = "trainer"
@@ -68,4 +69,5 @@ async def _process_plan(settings: TrainerSettings) -> ServerPlan:
     """The service process's plan: its torch threads first (process-wide, so not in `build_plan`,
     which tests call inside their own process), before any model computes."""
     apply_torch_threads(settings.torch_threads, service=SERVICE_NAME)
+    shared_prefix.set_enabled(settings.share_prefixes)
     return await build_plan(settings)

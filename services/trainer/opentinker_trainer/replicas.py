@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from opentinker_trainer import shared_prefix
 from opentinker_trainer.config import SessionSpec
 from opentinker_trainer.errors import TrainerError
 from opentinker_trainer.replica_worker import serve_replica
@@ -113,7 +114,7 @@ class ReplicaGroup:
             process = context.Process(
                 target=serve_replica, name=f"opentinker-replica-{rank}", daemon=True,
                 args=(theirs, spec, str(checkpoint_root), devices[rank], rank, self.world_size,
-                      store.port))
+                      store.port, shared_prefix.enabled()))
             process.start()
             theirs.close()
             self._pipes.append(ours)

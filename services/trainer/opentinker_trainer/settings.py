@@ -33,6 +33,12 @@ class TrainerSettings(ServiceSettings):
         "(those end with their lease: sessions of an attempt that a newer one replaced, or of a job "
         "the Scheduler stopped or moved away, are closed at once).", positive=True)
     torch_threads: int = torch_threads_setting()
+    share_prefixes: bool = setting(
+        True, "Run the prompt prefix that a batch's datums share (a GRPO group's G completions "
+        "of one prompt) through the model once per ForwardBackward, with gradients through its "
+        "KV cache, instead of once per datum. Same logprobs and gradients up to float rounding; "
+        "a model whose cached forward disagrees with its plain one on its first batch keeps the "
+        "plain forward.")
     shared_weights_dir: str = shared_weights_dir_setting(
         "Directory in shared memory where ExportWeights writes the files a Rollout on this host "
         "reads (transport SHARED_MEMORY); the same directory as the Rollout's. A Trainer keeps its "

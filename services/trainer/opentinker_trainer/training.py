@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from opentinker.ml.logprobs import entropy_from_logits, forward_logits, logprobs_from_logits
-from opentinker_trainer import losses
+from opentinker_trainer import losses, prefix_check, shared_prefix
 from opentinker_trainer.batching import (Batch, Datum, datum_loss_mask, datum_loss_weights,
                                          pad_batch, plan_micro_batches)
 from opentinker_trainer.config import LossConfig, LossFunction
@@ -102,11 +102,11 @@ def accumulate(model: Any, datums: Sequence[Datum], loss: LossConfig,
     if norm is None and len(plan) > 1:
         raise AssertionError("only a batch of one micro-batch computes its own norm")
     for indices in plan:
-        batch = pad_batch([datums[i] for i in indices], device)
-        value, logprobs_B_T = _micro_batch(model, batch, loss, norm, reference, metrics)
+        value, rows = _micro_batch(model, [datums[i] for i in indices], loss, norm, reference,
+                                   metrics, device)
         total += value
-        for row, index in enumerate(indices):
-            logprobs[index] = logprobs_B_T[row, :batch.lengths[row]].tolist()
+        for index, row in zip(indices, rows):
+            logprobs[index] = row
     return ShardResult(loss=total, metrics=metrics, logprobs=logprobs)
 
 
@@ -125,14 +125,39 @@ def combine(datums: Sequence[Datum],
                                  num_tokens=num_tokens, logprobs=logprobs)
 
 
-def _micro_batch(model: Any, batch: Batch, loss: LossConfig, norm: losses.LossNorm | None,
-                 reference: ReferenceFn | None, metrics: MetricSums) -> tuple[float, torch.Tensor]:
-    """Backward of this micro-batch's share of the loss; (its value, its logprobs_B_T)."""
+def _micro_batch(model: Any, datums: Sequence[Datum], loss: LossConfig,
+                 norm: losses.LossNorm | None, reference: ReferenceFn | None, metrics: MetricSums,
+                 device: str | torch.device) -> tuple[float, list[list[float]]]:
+    """Backward of this micro-batch's share of the loss; (its value, each datum's logprobs).
+    Datums sharing a prompt prefix run it once (`shared_prefix`) unless a reference model must
+    see whole sequences or the model fails the shared-prefix check."""
+    sharing = shared_prefix.enabled() and not _reference_forward_needed(datums, loss, reference)
+    split = shared_prefix.split_shared_prefixes(datums) if sharing else None
+    if split is not None and prefix_check.shares_prefixes(model, datums, split, loss.temperature, device):
+        batch = dataclasses.replace(pad_batch(split.suffixes, device),
+                                    longest=max(len(d.tokens) for d in datums))
+        forward = shared_prefix.forward_with_prefixes(model, split, batch, loss.temperature, device)
+        value, logprobs_B_T = _backward(model, forward.logits_B_S_V, batch, loss, norm, reference, metrics)
+        return value, shared_prefix.full_logprob_rows(split, forward, logprobs_B_T)
+    batch = pad_batch(datums, device)
+    logits_B_T_V = forward_logits(model, batch.tokens_B_T, batch.attention_mask_B_T)
+    value, logprobs_B_T = _backward(model, logits_B_T_V, batch, loss, norm, reference, metrics)
+    return value, [logprobs_B_T[row, :n].tolist() for row, n in enumerate(batch.lengths)]
+
+
+def _reference_forward_needed(datums: Sequence[Datum], loss: LossConfig,
+                              reference: ReferenceFn | None) -> bool:
+    return loss.needs_reference and reference is not None and not all(d.reference_logprobs for d in datums)
+
+
+def _backward(model: Any, logits_B_T_V: torch.Tensor, batch: Batch, loss: LossConfig,
+              norm: losses.LossNorm | None, reference: ReferenceFn | None,
+              metrics: MetricSums) -> tuple[float, torch.Tensor]:
+    """Backward of the objective over `batch` given its logits; (its value, its logprobs_B_T)."""
     reference_B_T = _reference_logprobs(batch, loss, reference)
     if loss.kl_in_reward:
         batch = _with_kl_reward(batch, reference_B_T, loss, metrics)
         reference_B_T = None
-    logits_B_T_V = forward_logits(model, batch.tokens_B_T, batch.attention_mask_B_T)
     logprobs_B_T = logprobs_from_logits(logits_B_T_V, batch.tokens_B_T, batch.attention_mask_B_T,
                                         loss.temperature)
     entropy_B_T = entropy_from_logits(logits_B_T_V, batch.attention_mask_B_T, loss.temperature)
@@ -154,7 +179,7 @@ def objective(logprobs_B_T: torch.Tensor, entropy_B_T: torch.Tensor,
     weights_B_T = batch.loss_mask_B_T if keep_B_T is None else batch.loss_mask_B_T * keep_B_T
     if norm is None:
         norm = losses.loss_norm([row[:n] for row, n in zip(weights_B_T, batch.lengths)],
-                                loss.token_sum_divisor)
+                                loss.token_sum_divisor, longest=batch.longest)
     policy = policy_loss(logprobs_B_T, batch, loss, weights_B_T)
     total = losses.aggregate(policy.loss_B_T, weights_B_T, loss.aggregation, norm)
     if reference_B_T is not None:
