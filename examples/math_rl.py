@@ -48,6 +48,7 @@ class DemoConfig:
     batch_size: int
     group_size: int
     eval_episodes: int
+    final_eval_episodes: int
     eval_every: int
     learning_rate: float
     rl_learning_rate: float
@@ -57,7 +58,7 @@ class DemoConfig:
     @property
     def game_config(self) -> dict:
         return {"seed": self.seed, "operations": "+", "min_digits": self.digits, "max_digits": self.digits,
-                "carry": self.carry, "eval_size": self.eval_episodes}
+                "carry": self.carry, "eval_size": max(self.eval_episodes, self.final_eval_episodes)}
 
     @property
     def environment(self) -> dict:
@@ -80,7 +81,11 @@ def parse_args(argv: list[str] | None) -> DemoConfig:
     p.add_argument("--rl-steps", type=int, default=400)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--eval-episodes", type=int, default=64)
+    p.add_argument("--eval-episodes", type=int, default=64,
+                   help="held-out problems each evaluation during RL plays (the curve)")
+    p.add_argument("--final-eval-episodes", type=int, default=256,
+                   help="held-out problems the SFT and RL checkpoints are scored on (greedy); 256 "
+                        "puts the standard error of an accuracy near 0.8 at 0.025 (64: 0.05)")
     p.add_argument("--eval-every", type=int, default=25, help="RL steps between held-out evals")
     p.add_argument("--learning-rate", type=float, default=1e-3)
     p.add_argument("--rl-learning-rate", type=float, default=3e-4)
@@ -144,7 +149,7 @@ def inference_spec(config: DemoConfig, checkpoint_id: str, name: str) -> dict:
         "policy": {"model": {"checkpoint": {"checkpoint_id": checkpoint_id}},
                    "sampling": {"max_new_tokens": config.max_new_tokens}},
         "environment": config.environment,
-        "inference": {"num_episodes": config.eval_episodes,
+        "inference": {"num_episodes": config.final_eval_episodes,
                       "output_path": str((config.out / f"eval-{name}.jsonl").resolve())},
         "training": {"seed": config.seed},
     }
