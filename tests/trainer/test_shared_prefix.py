@@ -16,7 +16,8 @@ import torch
 from opentinker.ml.sources import LoraSpec
 from opentinker_trainer import prefix_check, shared_prefix
 from opentinker_trainer.batching import Datum
-from opentinker_trainer.config import ImportanceMask, LossAggregation, LossConfig, LossFunction
+from opentinker_trainer.config import (ImportanceMask, KlPlacement, LossAggregation, LossConfig,
+                                       LossFunction)
 from opentinker_trainer.shared_prefix import split_shared_prefixes
 from tests.trainer.helpers import rows_close, session
 
@@ -110,6 +111,39 @@ def test_lora_sessions_share_prefixes_with_the_same_adapter_gradients():
     shared, shared_grads = run(True, LOSSES["ppo_token_mean"], lora=lora, model="tiny-llama")
     assert plain_grads and all("lora" in key for key in plain_grads)
     assert rows_close(shared.logprobs, plain.logprobs, atol=1e-4)
+    for key, grad in plain_grads.items():
+        torch.testing.assert_close(shared_grads[key], grad, rtol=1e-3, atol=1e-6, msg=key)
+
+
+KL_LOSSES = {
+    "kl_in_loss": LossConfig(function=LossFunction.PPO_CLIP, kl_coef=0.1, kl_placement=KlPlacement.LOSS),
+    "kl_in_reward": LossConfig(function=LossFunction.PPO_CLIP, kl_coef=0.1, kl_placement=KlPlacement.REWARD),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KL_LOSSES))
+def test_a_reference_model_scores_whole_sequences_and_the_policy_still_shares(name):
+    """LoRA: the reference is the base (adapter off); the KL term reads its logprobs of every
+    trained token, taken over the whole sequences before the policy's shared-prefix forward."""
+    kwargs = {"lora": LoraSpec(rank=4, alpha=8), "model": "tiny-llama", "lr": 0.5}
+    s = session(**kwargs)
+    with sharing(True):  # one update, so the policy is no longer the reference
+        s.forward_backward(grpo_datums(seed=1), LOSSES["ppo_token_mean"])
+        s.optim_step()
+    state = {k: v.clone() for k, v in s.model.state_dict().items()}
+    results = {}
+    for enabled in (False, True):
+        s.model.load_state_dict(state)
+        s.optimizer.zero_grad(set_to_none=True)
+        with sharing(enabled):
+            result = s.forward_backward(grpo_datums(), KL_LOSSES[name])
+        grads = {n: p.grad.clone() for n, p in s.model.named_parameters() if p.grad is not None}
+        results[enabled] = (result, grads)
+    (plain, plain_grads), (shared, shared_grads) = results[False], results[True]
+    kl_metric = "kl" if name == "kl_in_loss" else "kl_reward/kl"
+    assert plain.metrics[kl_metric] > 1e-6  # the policy has moved away from the reference
+    assert shared.metrics[kl_metric] == pytest.approx(plain.metrics[kl_metric], rel=1e-3)
+    assert shared.loss == pytest.approx(plain.loss, rel=1e-4, abs=1e-6)
     for key, grad in plain_grads.items():
         torch.testing.assert_close(shared_grads[key], grad, rtol=1e-3, atol=1e-6, msg=key)
 

@@ -129,10 +129,11 @@ def _micro_batch(model: Any, datums: Sequence[Datum], loss: LossConfig,
                  norm: losses.LossNorm | None, reference: ReferenceFn | None, metrics: MetricSums,
                  device: str | torch.device) -> tuple[float, list[list[float]]]:
     """Backward of this micro-batch's share of the loss; (its value, each datum's logprobs).
-    Datums sharing a prompt prefix run it once (`shared_prefix`) unless a reference model must
-    see whole sequences or the model fails the shared-prefix check."""
-    sharing = shared_prefix.enabled() and not _reference_forward_needed(datums, loss, reference)
-    split = shared_prefix.split_shared_prefixes(datums) if sharing else None
+    Datums sharing a prompt prefix run it once (`shared_prefix`) unless the model fails the
+    shared-prefix check; a reference model first scores the whole sequences (no gradient)."""
+    if shared_prefix.enabled() and _reference_forward_needed(datums, loss, reference):
+        datums = _with_reference_logprobs(datums, loss, reference, device)
+    split = shared_prefix.split_shared_prefixes(datums) if shared_prefix.enabled() else None
     if split is not None and prefix_check.shares_prefixes(model, datums, split, loss.temperature, device):
         batch = dataclasses.replace(pad_batch(split.suffixes, device),
                                     longest=max(len(d.tokens) for d in datums))
@@ -148,6 +149,16 @@ def _micro_batch(model: Any, datums: Sequence[Datum], loss: LossConfig,
 def _reference_forward_needed(datums: Sequence[Datum], loss: LossConfig,
                               reference: ReferenceFn | None) -> bool:
     return loss.needs_reference and reference is not None and not all(d.reference_logprobs for d in datums)
+
+
+def _with_reference_logprobs(datums: Sequence[Datum], loss: LossConfig, reference: ReferenceFn,
+                             device: str | torch.device) -> list[Datum]:
+    """`datums` carrying the reference model's logprobs of their whole sequences."""
+    batch = pad_batch(datums, device)
+    with torch.no_grad():
+        reference_B_T = reference(batch.tokens_B_T, batch.attention_mask_B_T, loss.temperature)
+    return [dataclasses.replace(datum, reference_logprobs=tuple(reference_B_T[row, :n].tolist()))
+            for row, (datum, n) in enumerate(zip(datums, batch.lengths))]
 
 
 def _backward(model: Any, logits_B_T_V: torch.Tensor, batch: Batch, loss: LossConfig,
