@@ -236,9 +236,11 @@ def test_the_envhost_and_the_coordinator_refuse_a_jobs_calls_without_its_token(s
                     env_pb.InteractRequest(sequence=1, open_session=request),
                     env_pb.InteractRequest(sequence=2, open_session=env_pb.OpenSessionRequest(env_name="math"))]),
                     metadata=metadata))
-                assert [a.sequence for a in answers] == [1, 2]
-                assert answers[0].error.code == REFUSED.value[0] and "job token" in answers[0].error.message
-                assert answers[1].WhichOneof("result") == "open_session"  # not job-scoped: admin key suffices
+                # one answer per request, matched by sequence (the EnvHost answers in completion order)
+                by_sequence = {a.sequence: a for a in answers}
+                assert len(answers) == 2 and sorted(by_sequence) == [1, 2]
+                assert by_sequence[1].error.code == REFUSED.value[0] and "job token" in by_sequence[1].error.message
+                assert by_sequence[2].WhichOneof("result") == "open_session"  # not job-scoped: admin key suffices
         with keyed_channel(stack.address("coordinator"), stack.api_key) as channel:
             coordinator = coordinator_grpc.CoordinatorServiceStub(channel)
             calls = [lambda md: coordinator.OpenMatch(coordinator_pb.OpenMatchRequest(job_id=job.job_id), metadata=md),
