@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(results, args))
     for line in staleness_comparison(results, args.max_staleness[0]):
         print(line)
-    print(f"{passing}/{len(results)} seeds gained >= {args.min_gain:+.2f} held-out accuracy with RL "
+    print(f"{passing}/{len(baseline)} seeds (k={args.max_staleness[0]}) gained >= {args.min_gain:+.2f} held-out accuracy with RL "
           f"in <= {args.max_rl_seconds:.0f} s (need {args.need}): {verdict}")
     (args.out / "results.json").write_text(json.dumps(
         {"seeds": [r.__dict__ | {"gain": r.gain, "pass": passed(r, args)} for r in results],
