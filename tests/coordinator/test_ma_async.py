@@ -10,7 +10,9 @@ import pytest
 from opentinker_coordinator.driver.ma_driver import run_multi_agent
 from opentinker_coordinator.driver.plans import AgentPlan
 from opentinker_coordinator.driver.staleness import AsyncSettings
-from tests.coordinator.test_ma_driver import ProtocolAgent, build, in_event_loop, merged, plan
+from tests.coordinator.test_ma_driver import LoggingTrainer, ProtocolAgent, build, in_event_loop, merged, plan
+
+RUN_AHEAD_WAIT_S = 2.0
 
 
 class VersionedAgent(ProtocolAgent):
@@ -22,6 +24,25 @@ class VersionedAgent(ProtocolAgent):
         return dataclasses.replace(trajectory, policy_version=version)
 
 
+class SlowUpdateTrainer(LoggingTrainer):
+    """An update that lasts until the agent's next rollout has started (at most
+    RUN_AHEAD_WAIT_S), so whether the pipeline runs ahead does not hang on timing luck: if it
+    cannot, the wait runs out and the test's run-ahead assertion fails."""
+
+    def __init__(self, agent_id: str, log: list, last_step: int) -> None:
+        super().__init__(agent_id, log)
+        self.last_step = last_step
+
+    async def forward_backward(self, datums):
+        step = len(self.steps)
+        if step + 1 < self.last_step:
+            next_rollout = ("start", "ROLLOUT", self.agent_id, step + 1)
+            deadline = asyncio.get_running_loop().time() + RUN_AHEAD_WAIT_S
+            while next_rollout not in self.log and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.005)
+        return await super().forward_backward(datums)
+
+
 @pytest.mark.parametrize("finish_on_old_weights", [True, False], ids=["finish-on-old", "swap"])
 @in_event_loop
 async def test_two_agents_run_ahead_by_at_most_k_steps_and_every_step_is_trained_once(finish_on_old_weights):
@@ -30,6 +51,7 @@ async def test_two_agents_run_ahead_by_at_most_k_steps_and_every_step_is_trained
     for agent_id, own in ports.agents.items():
         versioned = VersionedAgent(host, agent_id, invalid_rate=0.2, seed=ids.index(agent_id), log=log)
         own.rollout, own.weights.agent = versioned, versioned
+        own.trainer = SlowUpdateTrainer(agent_id, log, last_step=4)
     asynchrony = AsyncSettings(max_staleness=1, finish_on_old_weights=finish_on_old_weights)
     job = dataclasses.replace(plan([AgentPlan(agent_id=a) for a in ids], steps=4), asynchrony=asynchrony)
     async with asyncio.timeout(30):
