@@ -98,6 +98,12 @@ def test_shared_prefixes_give_the_plain_forwards_loss_logprobs_metrics_and_gradi
     assert shared.loss == pytest.approx(plain.loss, rel=1e-4, abs=1e-6)
     assert rows_close(shared.logprobs, plain.logprobs, atol=1e-4)
     assert shared.metrics.keys() == plain.metrics.keys()
+    datums = grpo_datums()
+    split = split_shared_prefixes(datums)
+    whole = sum(len(d.tokens) for d in datums)
+    assert plain.metrics.pop("prefix_shared_fraction") == 0.0
+    assert shared.metrics.pop("prefix_shared_fraction") == pytest.approx(
+        1 - (sum(map(len, split.prefixes)) + sum(len(s.tokens) for s in split.suffixes)) / whole)
     for key, value in plain.metrics.items():
         assert shared.metrics[key] == pytest.approx(value, rel=1e-3, abs=1e-5), key
     assert shared_grads.keys() == plain_grads.keys() and plain_grads

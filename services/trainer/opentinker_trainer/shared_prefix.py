@@ -82,6 +82,12 @@ def _cuts(datums: Sequence[Datum]) -> list[int]:
     return cuts
 
 
+def tokens_not_run(datums: Sequence[Datum], split: PrefixSplit) -> int:
+    """How many of the datums' tokens the shared-prefix forward does not run."""
+    run = sum(len(prefix) for prefix in split.prefixes) + sum(len(s.tokens) for s in split.suffixes)
+    return sum(len(d.tokens) for d in datums) - run
+
+
 def _cut(datum: Datum) -> int:
     """Where datum's suffix starts: one before its first trained token (the suffix's index 0 is
     never trained), or its last token when it trains none."""

@@ -24,6 +24,9 @@ from opentinker_trainer.batching import (Batch, Datum, datum_loss_mask, datum_lo
                                          pad_batch, plan_micro_batches)
 from opentinker_trainer.config import LossConfig, LossFunction
 
+PREFIX_SHARED = "prefix_shared_fraction"
+"""Metric: the share of the datums' tokens the forward did not run again (shared prefixes)."""
+
 # (tokens_B_T, attention_mask_B_T, temperature) -> reference logprobs_B_T
 ReferenceFn = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
 
@@ -50,6 +53,11 @@ class MetricSums:
     def add(self, name: str, values_B_T: torch.Tensor, mask_B_T: torch.Tensor) -> None:
         self.sums[name] += float((values_B_T.detach().float() * mask_B_T).sum())
         self.counts[name] += float(mask_B_T.sum())
+
+    def add_count(self, name: str, part: float, whole: float) -> None:
+        """A fraction over the batch: `part` of `whole` (summed over micro-batches and ranks)."""
+        self.sums[name] += part
+        self.counts[name] += whole
 
     def add_max(self, name: str, values_B_T: torch.Tensor, mask_B_T: torch.Tensor) -> None:
         """The largest value where mask_B_T > 0 (nothing when it is 0 everywhere)."""
@@ -139,11 +147,17 @@ def _micro_batch(model: Any, datums: Sequence[Datum], loss: LossConfig,
                                     longest=max(len(d.tokens) for d in datums))
         forward = shared_prefix.forward_with_prefixes(model, split, batch, loss.temperature, device)
         value, logprobs_B_T = _backward(model, forward.logits_B_S_V, batch, loss, norm, reference, metrics)
+        metrics.add_count(PREFIX_SHARED, shared_prefix.tokens_not_run(datums, split), _tokens(datums))
         return value, shared_prefix.full_logprob_rows(split, forward, logprobs_B_T)
+    metrics.add_count(PREFIX_SHARED, 0.0, _tokens(datums))
     batch = pad_batch(datums, device)
     logits_B_T_V = forward_logits(model, batch.tokens_B_T, batch.attention_mask_B_T)
     value, logprobs_B_T = _backward(model, logits_B_T_V, batch, loss, norm, reference, metrics)
     return value, [logprobs_B_T[row, :n].tolist() for row, n in enumerate(batch.lengths)]
+
+
+def _tokens(datums: Sequence[Datum]) -> float:
+    return float(sum(len(d.tokens) for d in datums))
 
 
 def _reference_forward_needed(datums: Sequence[Datum], loss: LossConfig,
