@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -115,7 +116,7 @@ class PrefixForward:
     cut_logprobs_B: torch.Tensor
 
 
-def forward_with_prefixes(model, split: PrefixSplit, suffixes: Batch, temperature: float,
+def forward_with_prefixes(model: Any, split: PrefixSplit, suffixes: Batch, temperature: float,
                           device: str | torch.device = "cpu") -> PrefixForward:
     """The suffix batch's logits, each row attending to its prefix's cached keys and values."""
     widths = [len(prefix) for prefix in split.prefixes]
