@@ -146,13 +146,13 @@ def _micro_batch(model: Any, datums: Sequence[Datum], loss: LossConfig,
         batch = dataclasses.replace(pad_batch(split.suffixes, device),
                                     longest=max(len(d.tokens) for d in datums))
         forward = shared_prefix.forward_with_prefixes(model, split, batch, loss.temperature, device)
-        value, logprobs_B_T = _backward(model, forward.logits_B_S_V, batch, loss, norm, reference, metrics)
+        value, logprobs_B_T = _backward(forward.logits_B_S_V, batch, loss, norm, reference, metrics)
         metrics.add_count(PREFIX_SHARED, shared_prefix.tokens_not_run(datums, split), _tokens(datums))
         return value, shared_prefix.full_logprob_rows(split, forward, logprobs_B_T)
     metrics.add_count(PREFIX_SHARED, 0.0, _tokens(datums))
     batch = pad_batch(datums, device)
     logits_B_T_V = forward_logits(model, batch.tokens_B_T, batch.attention_mask_B_T)
-    value, logprobs_B_T = _backward(model, logits_B_T_V, batch, loss, norm, reference, metrics)
+    value, logprobs_B_T = _backward(logits_B_T_V, batch, loss, norm, reference, metrics)
     return value, [logprobs_B_T[row, :n].tolist() for row, n in enumerate(batch.lengths)]
 
 
@@ -175,7 +175,7 @@ def _with_reference_logprobs(datums: Sequence[Datum], loss: LossConfig, referenc
             for row, (datum, n) in enumerate(zip(datums, batch.lengths))]
 
 
-def _backward(model: Any, logits_B_T_V: torch.Tensor, batch: Batch, loss: LossConfig,
+def _backward(logits_B_T_V: torch.Tensor, batch: Batch, loss: LossConfig,
               norm: losses.LossNorm | None, reference: ReferenceFn | None,
               metrics: MetricSums) -> tuple[float, torch.Tensor]:
     """Backward of the objective over `batch` given its logits; (its value, its logprobs_B_T)."""
