@@ -7,7 +7,7 @@ shared by every follower in this process; stored events are read with XRANGE on 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 import redis.asyncio
@@ -48,10 +48,20 @@ class EventLog:
         """Every stored event after `sequence`."""
         return self._stored_after(job_id, sequence)
 
+    async def replay_from(self, job_id: str, first: Sequence[JobEvent], *, count: int) -> AsyncIterator[JobEvent]:
+        """`first` (a batch of up to `count` stored events, read already), then every stored event after it."""
+        for event in first:
+            yield event
+        if len(first) == count:
+            async for event in self._stored_after(job_id, first[-1].sequence):
+                yield event
+
     async def _stored_after(self, job_id: str, sequence: int) -> AsyncIterator[JobEvent]:
         while batch := await self.after(job_id, sequence):
             for event in batch:
                 yield event
+            if len(batch) < REPLAY_BATCH:
+                return  # that was the last of them: no empty read to find out
             sequence = batch[-1].sequence
 
     async def follow(self, job_id: str, sequence: int) -> AsyncIterator[JobEvent]:

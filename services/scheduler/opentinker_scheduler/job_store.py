@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 import uuid
 from dataclasses import dataclass, field
 
@@ -21,8 +21,8 @@ from redis.commands.core import AsyncScript
 from opentinker.core.redis_store import Keys
 from opentinker_scheduler.clock import Clock
 from opentinker_scheduler.metrics import count_events, count_state_change
-from opentinker_scheduler.codec import assignment_prefix, decode_job, job_fields
-from opentinker_scheduler.events import KIND_OF, Payload, StateChanged, encode_payload
+from opentinker_scheduler.codec import assignment_prefix, decode_job, job_fields, pairs
+from opentinker_scheduler.events import KIND_OF, JobEvent, Payload, StateChanged, decode_entry, encode_payload
 from opentinker_scheduler.job_tokens import JobTokenDraft
 from opentinker_scheduler.leases import LeaseDraft, draft_keys, drafts_json
 from opentinker_scheduler.lua import Scripts
@@ -79,6 +79,16 @@ class Transition:
     ok: bool
     current: str  # the state found when refused ('' = no such job, or 'cancel_requested')
     sequence: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finished:
+    """What FINISH did: `ok` (and the ended `job`), `missing`, `stale` (the lease is not current)
+    or `state` (the job is not RUNNING: `state` says what it is)."""
+
+    status: str
+    state: str = ""
+    job: Job | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,6 +175,44 @@ class JobStore:
             _count_state_changes(to)
             return Transition(ok=True, current=str(to), sequence=int(current))
         return Transition(ok=False, current=current.decode() if current else "")
+
+    async def finish_running(self, lease: LeaseContext, *, final_state: JobState,
+                             reason: Callable[[JobState], str]) -> Finished:
+        """FinishJob's common case in one round trip (the FINISH script): a RUNNING job whose
+        lease is current moves to `final_state` (CANCELLED for FAILED once a cancel was
+        requested), with `reason(state)` as its status message and its StateChanged reason, and
+        loses its leases; the ended job comes back. Anything else changes nothing and says why."""
+        now = self.clock.now_ms()
+        ends = (final_state, JobState.CANCELLED)
+        reasons = [reason(to) for to in ends]
+        events = [encode_payload(StateChanged(from_state=JobState.RUNNING, to_state=to, reason=text))
+                  for to, text in zip(ends, reasons, strict=True)]
+        keys = [self.keys.job(lease.job_id), self.keys.job_events(lease.job_id), self.keys.job_queue(),
+                self.keys.tenant_usage(), self.keys.running_jobs(), self.keys.job_leases(lease.job_id),
+                self.keys.lease_expiry(), self.keys.job_stopping(lease.job_id), self.keys.lease(lease.lease_id),
+                self.keys.job_metrics(lease.job_id)]
+        args = [now, final_state, events[0], reasons[0], events[1], reasons[1], self.aging_ms,
+                self.keys.allocator_wake(), json.dumps(self.keys.lease_key_prefixes()), lease.job_id,
+                lease.fencing_token]
+        status, *rest = await self.scripts.finish(keys=keys, args=args)
+        if status != b"ok":
+            return Finished(status=status.decode(), state=rest[0].decode() if rest else "")
+        to = JobState(rest[0].decode())
+        _count_state_changes(to)
+        job = decode_job(pairs(rest[1]), metrics=pairs(rest[2]), queue_rank=None)
+        return Finished(status="ok", state=str(to), job=job)
+
+    async def state_and_events(self, job_id: str, after_sequence: int,
+                               count: int) -> tuple[JobState | None, str, list[JobEvent]]:
+        """(state, tenant, the first `count` stored events after `after_sequence`), read in one
+        step (WATCH_FROM); (None, '', []) when there is no such job."""
+        reply = await self.scripts.watch_from(keys=[self.keys.job(job_id), self.keys.job_events(job_id)],
+                                              args=[after_sequence + 1, count])
+        if not reply:
+            return None, "", []
+        state, tenant, entries = reply
+        return (JobState(state.decode()), tenant.decode(),
+                [decode_entry(job_id, entry_id, pairs(fields)) for entry_id, fields in entries])
 
     async def start(self, job: Job | QueuedJob, drafts: Sequence[LeaseDraft], *, addresses: Sequence[str],
                     ttl_ms: int, where: str, job_token: JobTokenDraft) -> StartResult:

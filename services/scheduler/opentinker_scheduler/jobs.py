@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from opentinker_scheduler.config import SchedulerConfig
 from opentinker_scheduler.envhosts import EnvHostDirectory, check_addresses
 from opentinker_scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, OutOfRange, QuotaExceeded, StaleLease
-from opentinker_scheduler.event_log import EventLog
+from opentinker_scheduler.event_log import REPLAY_BATCH, EventLog
 from opentinker_scheduler.events import CheckpointSaved, JobEvent, LogLine, Payload
 from opentinker_scheduler.job_store import AppendStatus, Created, JobStore, SubmitRefused
 from opentinker_scheduler.leases import LeaseTable
@@ -167,13 +167,17 @@ class JobService:
                     follow_after_end: bool) -> AsyncIterator[JobEvent]:
         """Stored events after `after_sequence`, then live ones; ends after the terminal event
         (unless follow_after_end), or at once when the job already ended before it. Live streams
-        are capped per tenant (QUOTA: STREAM_LIMIT); live events come from the shared EventHub."""
+        are capped per tenant (QUOTA: STREAM_LIMIT); live events come from the shared EventHub.
+        The job's state and its first stored events are read in one step (one round trip)."""
         if after_sequence < 0:
             raise InvalidArgument("after_sequence", f"must be >= 0, got {after_sequence}")
-        await self.require_visible(job_id, caller)
+        check_id("job_id", job_id)
+        state, tenant_id, stored = await self.store.state_and_events(job_id, after_sequence, REPLAY_BATCH)
+        if state is None or not (caller.admin or tenant_id == caller.tenant_id):
+            raise NotFound(f"job {job_id} not found")
         with self.events.streams.admitted(caller):
             last = after_sequence
-            async for event in self.events.replay(job_id, last):
+            async for event in self.events.replay_from(job_id, stored, count=REPLAY_BATCH):
                 if event.sequence > last + 1 and last == after_sequence:
                     raise OutOfRange(f"events {after_sequence + 1}..{event.sequence - 1} of job {job_id} were "
                                      f"trimmed (a job keeps its last {self.config.max_events_per_job} events); "
@@ -182,13 +186,8 @@ class JobService:
                 last = event.sequence
                 if event.is_terminal and not follow_after_end:
                     return
-            state, _ = await self.store.state_of(job_id)
-            if not follow_after_end and state is not None and state.terminal:
-                # maybe just after the replay: state and terminal event are written by one
-                # script, so whatever is left, terminal event included, is stored already
-                for event in await self.events.after(job_id, last):
-                    yield event
-                return
+            if not follow_after_end and state.terminal:
+                return  # ended before the read: its terminal event (written with the state) was replayed
             async for event in self.events.follow(job_id, last):
                 yield event
                 if event.is_terminal and not follow_after_end:
@@ -219,6 +218,19 @@ class JobService:
         check_lease_context(lease)
         if final_state not in FINAL_STATES:
             raise InvalidArgument("final_state", f"must be STATE_SUCCEEDED or STATE_FAILED, got {final_state}")
+        finished = await self.lifecycle.finish(lease, final_state,
+                                               reason=lambda to: message or f"finished: {to.lower()}")
+        if finished.job is not None:
+            return finished.job
+        if finished.status == "missing":
+            raise NotFound(f"job {lease.job_id} not found")
+        if finished.status == "stale":
+            raise stale_lease(lease)
+        return await self._finish_not_running(lease, final_state, caller=caller, message=message)
+
+    async def _finish_not_running(self, lease: LeaseContext, final_state: JobState, *, caller: Caller,
+                                  message: str) -> Job:
+        """`finish` for a job FINISH found not RUNNING: an ended one (a retry), or one that moved on."""
         for _ in range(CAS_RETRIES):
             state = await self.require_visible(lease.job_id, caller)
             if state.terminal:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
 
 from opentinker.core.job_tokens import FENCING_FIELD, HASH_FIELD, NONCE_FIELD
 from opentinker_scheduler.events import WorkerLost
-from opentinker_scheduler.job_store import JobStore, Report, Transition
-from opentinker_scheduler.model import Assignment, Job, JobState, Lease, LeasedJob
+from opentinker_scheduler.job_store import Finished, JobStore, Report, Transition
+from opentinker_scheduler.model import Assignment, Job, JobState, Lease, LeaseContext, LeasedJob
 
 log = structlog.get_logger(__name__)
 ACTIVE_STATES = (JobState.ALLOCATING, JobState.RUNNING)
@@ -27,6 +28,14 @@ class Lifecycle:
         if result.ok:
             log.info("job_ended", job_id=job_id, state=str(to), reason=reason)
         return result
+
+    async def finish(self, lease: LeaseContext, final_state: JobState, *,
+                     reason: Callable[[JobState], str]) -> Finished:
+        """The Coordinator's end of a RUNNING job, in one step (see `JobStore.finish_running`)."""
+        finished = await self.store.finish_running(lease, final_state=final_state, reason=reason)
+        if finished.job is not None:
+            log.info("job_ended", job_id=lease.job_id, state=finished.state, reason=finished.job.status_message)
+        return finished
 
     async def lease_lost(self, lease: Lease, *, reason: str) -> Job | None:
         """A lease of `lease.job_id` is gone (expired, worker restarted or left).

@@ -141,8 +141,40 @@ redis.call('PUBLISH', ARGV[9], ARGV[11])
 return {'created', ARGV[2], redis.call('ZRANK', KEYS[6], ARGV[2])}
 """
 
-TRANSITION = _QUEUE_SCORE + _USAGE + _LEASES + """
--- A job leaving RUNNING/ALLOCATING loses every lease it holds in the same step.
+# Move a job from `cur` (its state, checked by the caller) to `to`: the fields, the StateChanged
+# event, the queue, the usage counters, the running set; a job leaving RUNNING/ALLOCATING loses
+# every lease it holds in the same step. `k`: job, events, queue, usage, running set, job leases,
+# lease expiry, job's stopping set. Returns the event's sequence.
+_MOVE_JOB = _QUEUE_SCORE + _USAGE + _LEASES + """
+local function move_job(k, now, cur, to, event_json, aging_ms, wake_channel, names_json, fields)
+  redis.call('HSET', k[1], 'state', to, 'update_time', now, unpack(fields))
+  local seq = redis.call('HINCRBY', k[1], 'last_event_sequence', 1)
+  redis.call('XADD', k[2], 'MAXLEN', MAX_EVENTS, seq .. '-0', 'time', now, 'data', event_json)
+  local job = redis.call('HMGET', k[1], 'job_id', 'priority', 'order', 'create_time', 'tenant_id',
+                         'device_count')
+  if to == 'QUEUED' then
+    redis.call('ZADD', k[3], queue_score(job[2], job[4], job[3], aging_ms), job[1])
+  else
+    redis.call('ZREM', k[3], job[1])
+  end
+  local freed = count_transition(k[4], job[5], job[6] or '0', cur, to)
+  if is_active(to) then
+    redis.call('SADD', k[5], job[1])
+  else
+    redis.call('SREM', k[5], job[1])
+    redis.call('DEL', k[8])
+    local names = cjson.decode(names_json)
+    for _, lease_id in ipairs(redis.call('SMEMBERS', k[6])) do drop_lease(lease_id, names, k[6], k[7]) end
+  end
+  -- wake the allocator only when freed devices (or a re-queued job) could start something
+  if (freed or to == 'QUEUED') and redis.call('ZCARD', k[3]) > 0 then
+    redis.call('PUBLISH', wake_channel, 'freed')
+  end
+  return seq
+end
+"""
+
+TRANSITION = _MOVE_JOB + """
 -- KEYS: job, events, queue, usage, running set, job leases, lease expiry, job's stopping set
 -- ARGV: now, expected state, new state, event_json, refuse_if_cancel_requested, aging_ms,
 --       wake channel, key names json, field pairs...
@@ -152,30 +184,41 @@ if cur ~= ARGV[2] then return {0, cur} end
 if ARGV[5] == '1' and redis.call('HGET', KEYS[1], 'cancel_requested') == '1' then
   return {0, 'cancel_requested'}
 end
-redis.call('HSET', KEYS[1], 'state', ARGV[3], 'update_time', ARGV[1], unpack(ARGV, 9))
-local seq = redis.call('HINCRBY', KEYS[1], 'last_event_sequence', 1)
-redis.call('XADD', KEYS[2], 'MAXLEN', MAX_EVENTS, seq .. '-0', 'time', ARGV[1], 'data', ARGV[4])
-local job = redis.call('HMGET', KEYS[1], 'job_id', 'priority', 'order', 'create_time', 'tenant_id',
-                       'device_count')
-if ARGV[3] == 'QUEUED' then
-  redis.call('ZADD', KEYS[3], queue_score(job[2], job[4], job[3], ARGV[6]), job[1])
-else
-  redis.call('ZREM', KEYS[3], job[1])
+return {1, move_job(KEYS, ARGV[1], cur, ARGV[3], ARGV[4], ARGV[6], ARGV[7], ARGV[8], {unpack(ARGV, 9)})}
+"""
+
+FINISH = _MOVE_JOB + """
+-- FinishJob in one step: a RUNNING job whose lease (this lease id, job and fencing token) has not
+-- expired ends SUCCEEDED or FAILED (CANCELLED for a failure once a cancel was requested), its
+-- leases released by the same step; the ended job's hash and metrics come back.
+-- KEYS: job, events, queue, usage, running set, job leases, lease expiry, job's stopping set,
+--       lease record, job metrics
+-- ARGV: now, final state, its event json, its status message, the CANCELLED event json, its
+--       status message, aging_ms, wake channel, key names json, job id, fencing token
+-- Returns {'missing'}, {'state', state} (not RUNNING: nothing done), {'stale'} (nothing done)
+-- or {'ok', the state entered, job hash (flat), metrics hash (flat)}
+local job = redis.call('HMGET', KEYS[1], 'state', 'cancel_requested')
+local cur = job[1]
+if not cur then return {'missing'} end
+if cur ~= 'RUNNING' then return {'state', cur} end
+local lease = redis.call('HMGET', KEYS[9], 'job_id', 'fencing_token', 'expire_at')
+if lease[1] ~= ARGV[10] or lease[2] ~= ARGV[11] or tonumber(lease[3] or '0') <= tonumber(ARGV[1]) then
+  return {'stale'}
 end
-local freed = count_transition(KEYS[4], job[5], job[6] or '0', cur, ARGV[3])
-if is_active(ARGV[3]) then
-  redis.call('SADD', KEYS[5], job[1])
-else
-  redis.call('SREM', KEYS[5], job[1])
-  redis.call('DEL', KEYS[8])
-  local names = cjson.decode(ARGV[8])
-  for _, lease_id in ipairs(redis.call('SMEMBERS', KEYS[6])) do drop_lease(lease_id, names, KEYS[6], KEYS[7]) end
-end
--- wake the allocator only when freed devices (or a re-queued job) could start something
-if (freed or ARGV[3] == 'QUEUED') and redis.call('ZCARD', KEYS[3]) > 0 then
-  redis.call('PUBLISH', ARGV[7], 'freed')
-end
-return {1, seq}
+local to, event, message = ARGV[2], ARGV[3], ARGV[4]
+if to == 'FAILED' and job[2] == '1' then to, event, message = 'CANCELLED', ARGV[5], ARGV[6] end
+move_job(KEYS, ARGV[1], cur, to, event, ARGV[7], ARGV[8], ARGV[9], {'end_time', ARGV[1], 'status_message', message})
+return {'ok', to, redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[10])}
+"""
+
+WATCH_FROM = """
+-- Where a WatchJob starts, in one consistent step: the job's state and tenant, and its first
+-- `count` stored events from `first` on (as XRANGE returns them).
+-- KEYS: job, events   ARGV: first sequence, count
+-- Returns {} (no such job) or {state, tenant, events}
+local job = redis.call('HMGET', KEYS[1], 'state', 'tenant_id')
+if not job[1] then return {} end
+return {job[1], job[2] or '', redis.call('XRANGE', KEYS[2], ARGV[1] .. '-0', '+', 'COUNT', ARGV[2])}
 """
 
 START = _USAGE + _LEASES + """
@@ -433,6 +476,8 @@ class Scripts:
 
     submit: AsyncScript
     transition: AsyncScript
+    finish: AsyncScript
+    watch_from: AsyncScript
     start: AsyncScript
     hold_lock: AsyncScript
     note_waiting: AsyncScript
@@ -447,7 +492,8 @@ class Scripts:
 
     @classmethod
     def register(cls, client: redis.asyncio.Redis, *, max_events_per_job: int = 100_000) -> Scripts:
-        sources = {"submit": SUBMIT, "transition": TRANSITION, "start": START, "hold_lock": HOLD_LOCK,
+        sources = {"submit": SUBMIT, "transition": TRANSITION, "finish": FINISH, "watch_from": WATCH_FROM,
+                   "start": START, "hold_lock": HOLD_LOCK,
                    "note_waiting": NOTE_WAITING, "lost_leases": LOST_LEASES,
                    "request_cancel": REQUEST_CANCEL,
                    "append_events": APPEND_EVENTS, "lease_acquire": LEASE_ACQUIRE,
