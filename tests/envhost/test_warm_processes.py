@@ -3,7 +3,9 @@ closed session left, for the same tenant, job, attempt, game and config only, an
 process whose game failed, hit a limit or left something running; the game object is new each
 time (class state, which lives in the process, is what a kept process carries over).
 
-Real fork servers and game processes, as in test_sandbox.py; one manager serves the module.
+Real fork servers and game processes, as in test_sandbox.py; one manager serves the module. Its
+sessions get a process each (sessions_per_process=1); sessions sharing processes are
+test_shared_processes.py's.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from tests.chaos._misbehaving_games import PRINTED_LINE
 from tests.envhost.games import catalog_with_test_games
 from tests.envhost.test_sandbox import alive, descendants, wait_until_gone
 
-LIMITS = {"memory_limit_mb": 64, "cpu_seconds_per_call": 1.0, "call_timeout_s": 30.0}
+LIMITS = {"memory_limit_mb": 64, "cpu_seconds_per_call": 1.0, "call_timeout_s": 30.0, "sessions_per_process": 1}
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,7 @@ def session_manager(settings: EnvHostSettings) -> SessionManager:
                            memory_limit_mb=settings.memory_limit_mb,
                            cpu_seconds_per_call=settings.cpu_seconds_per_call,
                            warm_processes=settings.warm_processes,
+                           sessions_per_process=settings.sessions_per_process,
                            warm_idle_s=settings.warm_process_idle_seconds)
     return SessionManager(GameCatalog.from_setting(settings.games), limits)
 

@@ -41,6 +41,8 @@ from opentinker_envhost.sandbox_child import ChildLimits
 from opentinker_envhost.sandbox_connection import GameConnection, GameProcess
 from opentinker_envhost.sandbox_pool import OwnerKey, WarmPool
 from opentinker_envhost.sandboxed_game import SandboxedGame
+from opentinker_envhost.shared_game import SharedGame
+from opentinker_envhost.shared_placement import SharedPlacement
 
 FORKSERVER_MODULE = "opentinker_envhost.sandbox_forkserver"
 SERVICE_ENV_PREFIX = "OPENTINKER_"
@@ -151,6 +153,8 @@ class Sandbox:
         self.starting = asyncio.Lock()
         self.stopping = False
         self.pool = WarmPool(limits.warm_processes, limits.warm_idle_s)
+        self.placement = SharedPlacement(limits, get_process=self._process_for, keep=self._keep_shared,
+                                         retire=self._retire, kill=self.kill)
 
     @property
     def running(self) -> bool:
@@ -165,9 +169,15 @@ class Sandbox:
             await self._start_forkserver()
 
     async def open(self, spec: GameSpec, config: dict[str, Any], session_id: str,
-                   owner: OwnerKey = ()) -> SandboxedGame:
-        """The game built in a warm process kept for (`owner`, game, config), or in a new one;
-        sessions with no owner always get a new process, which exits when they close."""
+                   owner: OwnerKey = ()) -> SandboxedGame | SharedGame:
+        """The game built in a process shared with other sessions of (`owner`, game, config)
+        when sessions_per_process > 1 (`shared_placement`), else in a warm process kept for that
+        key, or in a new one; sessions with no owner always get a new process, which exits when
+        they close."""
+        if owner and self.limits.sessions_per_process > 1:
+            shared_key = (*owner, spec.name, json.dumps(config, sort_keys=True))
+            return await SharedGame.open(self.placement, shared_key, spec, config, session_id=session_id,
+                                         limits=self.limits)
         key = (*owner, spec.name, json.dumps(config, sort_keys=True)) if owner and self.pool.capacity else ()
         process = self._take_warm(key) if key else None
         if process is None:
@@ -192,6 +202,7 @@ class Sandbox:
         async with self.starting:
             self.stopping = True
             try:
+                await self.placement.shutdown()
                 for process in self.pool.clear():
                     self._retire(process)
                 if self.channel is not None:
@@ -247,6 +258,16 @@ class Sandbox:
         if owner_key:
             process.exited.add_done_callback(lambda _: self._forget_if_idle(process))
         return process
+
+    async def _process_for(self, key: OwnerKey) -> GameProcess:
+        """A process for a shared key: one it left warm, else a new fork (key[-2] is the game)."""
+        process = self._take_warm(key) if self.pool.capacity else None
+        return process if process is not None else await self._spawn(key[-2], key)
+
+    def _keep_shared(self, process: GameProcess) -> None:
+        """A shared process whose last session left cleanly: warm for the next of its key."""
+        process.output.end_session()
+        self._keep(process)
 
     def _take_warm(self, key: OwnerKey) -> GameProcess | None:
         while (process := self.pool.take(key)) is not None and not process.alive:

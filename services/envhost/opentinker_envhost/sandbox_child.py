@@ -170,17 +170,24 @@ class GameServer:
         self.game_cls = game_cls
         self.limits = limits
         self.is_async = issubclass(game_cls, AsyncAbstractGame)
-        self.game: Any = None
+        self.games: dict[Any, Any] = {}
+        """The games this process serves, by slot (slot 0 only, unless the process is shared)."""
         self.loop = asyncio.new_event_loop() if self.is_async else None  # before the baseline's fds
         self.failed = False
         """A call raised: this process serves no further session."""
         self.baseline: ProcessBaseline | None = None
 
     def serve(self, fd: int) -> None:
-        """Answer requests until end of stream, or a close after which the process is not kept."""
+        """Answer requests until end of stream, or a close after which the process is not kept.
+        A frame holding one request (a dict) is one call of slot 0 (a process of its own); a frame
+        holding a list is a batch of calls, each naming its slot (a shared process:
+        `shared_worker`), answered in order by as few frames as fit the frame limit."""
         frames, budget = wire.FrameReader(fd), CpuBudget(self.limits.cpu_seconds_per_call)
         while (payload := frames.next()) is not None:
             request = wire.decode(payload)
+            if isinstance(request, list):
+                self.serve_batch(fd, request, budget)
+                continue
             budget.start()
             reply = self.answer(request)
             budget.stop()
@@ -188,6 +195,27 @@ class GameServer:
             wire.write_blocking(fd, wire.frame(self._encode(reply)))
             if request.get("call") == "close" and not (reply.get("ok") or {}).get("reusable"):
                 return
+
+    def serve_batch(self, fd: int, requests: list[Any], budget: CpuBudget) -> None:
+        """Run a batch's calls in order and send their replies (each with its wall seconds, "s").
+        A shared process never exits by itself: the EnvHost ends it."""
+        replies: list[bytes] = []
+        size = 0
+        for item in requests:
+            request = item if isinstance(item, dict) else {"call": None}
+            started = time.perf_counter()
+            budget.start()
+            reply = self.answer(request)
+            budget.stop()
+            reply["s"] = time.perf_counter() - started
+            encoded = self._encode(reply)
+            if size + len(encoded) + len(replies) + 2 > self.limits.frame_limit and replies:
+                wire.write_blocking(fd, wire.frame(b"[" + b",".join(replies) + b"]"))
+                replies, size = [], 0
+            replies.append(encoded)
+            size += len(encoded)
+        _flush_output()
+        wire.write_blocking(fd, wire.frame(b"[" + b",".join(replies) + b"]"))
 
     def answer(self, request: dict[str, Any]) -> dict[str, Any]:
         """The reply to one request: {"ok": result} or {"error": {...}}."""
@@ -201,27 +229,36 @@ class GameServer:
 
     def _run(self, request: dict[str, Any]) -> Any:
         call, max_chars = request.get("call"), self.limits.max_observation_chars
+        slot = request.get("slot", 0)
         if call == "construct":
             if self.baseline is None:
                 self.baseline = ProcessBaseline.now()
-            else:  # a kept process: this session may allocate its whole budget too
+            else:  # a kept or shared process: this session may allocate its whole budget too
                 limit_address_space(self.limits.memory_limit_mb)
-            self.game = None  # the last session's game goes before the next one is built
-            self.game = self.game_cls(**request["config"])
+            self.games.pop(slot, None)  # the last session's game goes before the next one is built
+            self.games[slot] = self.game_cls(**request["config"])
             return None
         if call == "reset":
             return reset_outcome_to_wire(self._call(reset_call(
-                self.game, request["arguments"], is_async=self.is_async, max_chars=max_chars)))
+                self._game(slot), request["arguments"], is_async=self.is_async, max_chars=max_chars)))
         if call == "step":
             return step_result_to_wire(self._call(step_call(
-                self.game, request["action"], request["seat_kwargs"], is_async=self.is_async,
+                self._game(slot), request["action"], request["seat_kwargs"], is_async=self.is_async,
                 max_chars=max_chars)))
         if call == "close":
-            if self.game is not None:
-                self._call(self.game.close)
-            self.game = None
-            return {"reusable": self._reusable()} if request.get("keep") else None
+            game = self.games.pop(slot, None)
+            if game is not None:
+                self._call(game.close)
+            if not request.get("keep"):
+                return None
+            return {"reusable": self._reusable() if not self.games else not self.failed}
         raise ValueError(f"unknown call {call!r}")
+
+    def _game(self, slot: Any) -> Any:
+        game = self.games.get(slot)
+        if game is None:
+            raise ValueError(f"no game in slot {slot!r}")
+        return game
 
     def _reusable(self) -> bool:
         """Whether another session may get this process (see the module doc)."""

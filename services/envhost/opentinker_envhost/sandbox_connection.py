@@ -1,18 +1,22 @@
 """The EnvHost's end of one game process: its session socket as an asyncio protocol, its output
 and its wait status.
 
-`GameConnection` keeps at most one request in flight (the session's lock orders calls): `exchange`
-writes a frame and waits for the reply frame, parsed in `data_received` straight off the event
-loop's read callback (no stream reader, no task, no timer per call besides the deadline's one
-handle). A reply nobody asked for, a frame over the size limit or a stream that ends fails the
-call in flight and every later one.
+A process of its own gets one request in flight at a time (the session's lock orders calls):
+`exchange` writes a frame and waits for the reply frame. A shared process (`shared_worker`) gets
+batches: `send_batch` writes one frame of several calls and returns a future per call, which its
+reply resolves (the process answers a batch in order, in one or more list frames). Replies are
+parsed in `data_received` straight off the event loop's read callback (no stream reader, no task,
+no timer per call besides a dedicated call's deadline). A reply nobody asked for, a frame over
+the size limit or a stream that ends fails every call in flight and every later one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 from opentinker_envhost import sandbox_protocol as wire
 from opentinker_envhost.game_output import GameOutput
@@ -29,7 +33,8 @@ class GameConnection(asyncio.Protocol):
         self.frame_limit = frame_limit
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
-        self.waiter: asyncio.Future[bytes] | None = None
+        self.waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
+        """Calls sent and not answered yet, oldest first."""
         self.broken: BaseException | None = None
 
     @classmethod
@@ -44,14 +49,24 @@ class GameConnection(asyncio.Protocol):
         if self.broken is not None:
             raise self.broken
         loop = asyncio.get_running_loop()
-        waiter = self.waiter = loop.create_future()
+        waiter = loop.create_future()
+        self.waiters.append(waiter)
         self.transport.write(wire.HEADER.pack(len(payload)) + payload)  # type: ignore[union-attr]
         timer = loop.call_at(deadline, _time_out, waiter)
         try:
             return await waiter
         finally:
             timer.cancel()
-            self.waiter = None
+
+    def send_batch(self, payload: bytes, futures: list[asyncio.Future[Any]]) -> None:
+        """Write one frame holding a JSON list of calls; `futures` (one per call, in order) get
+        their decoded replies, or fail like every call in flight when the wire breaks."""
+        if self.broken is not None:
+            for future in futures:
+                _fail(future, self.broken)
+            return
+        self.waiters.extend(futures)
+        self.transport.write(wire.HEADER.pack(len(payload)) + payload)  # type: ignore[union-attr]
 
     def close(self) -> None:
         if self.transport is not None:
@@ -75,12 +90,26 @@ class GameConnection(asyncio.Protocol):
                 return
             payload = bytes(self.buffer[wire.HEADER.size:end])
             del self.buffer[:end]
-            waiter = self.waiter
-            if waiter is None or waiter.done():
+            self._deliver(payload)
+
+    def _deliver(self, payload: bytes) -> None:
+        """Resolve the oldest calls with a reply frame: a list answers as many calls as it holds
+        (decoded), anything else one call (its raw payload)."""
+        if payload[:1] != b"[":
+            replies: list[Any] = [payload]
+        else:
+            try:
+                replies = wire.decode(payload)
+            except wire.ProtocolError as error:
+                self._break(error)
+                return
+        for reply in replies:
+            if not self.waiters:
                 self._break(wire.ProtocolError("sent a reply to no request"))
                 return
-            self.waiter = None
-            waiter.set_result(payload)
+            waiter = self.waiters.popleft()
+            if not waiter.done():  # done: its caller gave up (the reply is dropped)
+                waiter.set_result(reply)
 
     def eof_received(self) -> bool:
         self._break(ConnectionLost("the game's process closed its session socket"))
@@ -93,9 +122,14 @@ class GameConnection(asyncio.Protocol):
     def _break(self, error: BaseException) -> None:
         if self.broken is None:
             self.broken = error
-        waiter, self.waiter = self.waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(self.broken)
+        while self.waiters:
+            _fail(self.waiters.popleft(), self.broken)
+
+
+def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
+        future.exception()  # retrieved: its caller may have gone
 
 
 def _time_out(waiter: asyncio.Future[bytes]) -> None:

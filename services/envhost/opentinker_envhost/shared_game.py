@@ -1,0 +1,236 @@
+"""A session whose game lives in a shared game process (`shared_worker`), as a `GameHandle`.
+
+The session keeps the calls of its current episode (the constructor's config, the last reset
+and the steps since, with what each returned). When its process is lost to another session's
+failure, or when its game turns out to be slow (`shared_placement.SLOW_CALL_S`: batching would
+make the other sessions wait behind it, so such games get a process each, as before), the session
+is rebuilt in another process by replaying those calls; each must return what it returned the
+first time (games are deterministic for given reset arguments), or the session fails with
+EnvironmentCrashed saying it could not be restored. A session is rebuilt at most
+MAX_REBUILDS times per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentinker.env import StepResult
+from opentinker_envhost.catalog import GameSpec
+from opentinker_envhost.errors import (
+    EnvironmentCrashed,
+    EnvironmentFailure,
+    EnvironmentTimeout,
+    InvalidArgument,
+    NotYourTurnError,
+)
+from opentinker_envhost.game_results import ResetOutcome, reset_outcome_from_wire, step_result_from_wire
+from opentinker_envhost.limits import SessionLimits
+from opentinker_envhost.shared_worker import Blame, CallLost, SharedWorker
+
+MAX_REBUILDS = 3
+
+Placer = Callable[..., Any]
+
+
+@dataclass
+class EpisodeLog:
+    """What replaying a session needs: construct, the last reset, the steps since."""
+
+    config: dict[str, Any]
+    calls: list[tuple[dict[str, Any], Any]] = field(default_factory=list)
+    """(request, what it returned) since construct: a reset and its steps."""
+
+    def requests(self) -> list[dict[str, Any]]:
+        return [{"call": "construct", "config": self.config}, *(dict(request) for request, _ in self.calls)]
+
+    def results(self) -> list[Any]:
+        return [None, *(result for _, result in self.calls)]
+
+    def record(self, request: dict[str, Any], result: Any) -> None:
+        if request["call"] == "reset":
+            self.calls.clear()
+        self.calls.append((request, result))
+
+    def forget_episode(self) -> None:
+        """The game raised: the episode is over until the next reset."""
+        self.calls.clear()
+
+
+class SharedGame:
+    """A session's game in a shared process, moved to another one when it must be."""
+
+    def __init__(self, placement: Any, key: tuple[str, ...], spec: GameSpec, config: dict[str, Any],
+                 session_id: str, limits: SessionLimits) -> None:
+        self.placement = placement
+        self.key = key
+        self.spec = spec
+        self.session_id = session_id
+        self.limits = limits
+        self.log = EpisodeLog(config)
+        self.worker: SharedWorker | None = None
+        self.slot = -1
+        self.last_pid = 0
+        self.raised = False
+        self.ended = ""
+
+    @property
+    def pid(self) -> int:
+        """The pid of the process the game is (or was last) in."""
+        return self.last_pid
+
+    @classmethod
+    async def open(cls, placement: Any, key: tuple[str, ...], spec: GameSpec, config: dict[str, Any], *,
+                   session_id: str, limits: SessionLimits) -> SharedGame:
+        game = cls(placement, key, spec, config, session_id, limits)
+        game.worker, game.slot = await placement.place(key, session_id, private=placement.is_slow(key))
+        game.last_pid = game.worker.pid
+        try:
+            await game._play({"call": "construct", "config": config}, f"{spec.cls.__name__}()", invalid=True)
+        except BaseException:
+            game._leave()
+            raise
+        return game
+
+    async def reset(self, arguments: dict[str, Any], what: str) -> ResetOutcome:
+        request = {"call": "reset", "arguments": arguments}
+        result = await self._play(request, what, invalid=True)
+        outcome = self._checked(what, lambda: reset_outcome_from_wire(result, self.limits.max_observation_chars))
+        self.log.record(request, result)
+        return outcome
+
+    async def step(self, action: str, seat_kwargs: dict[str, str], what: str) -> StepResult:
+        request = {"call": "step", "action": action, "seat_kwargs": seat_kwargs}
+        result = await self._play(request, what)
+        step = self._checked(what, lambda: step_result_from_wire(result, self.limits.max_observation_chars))
+        self.log.record(request, result)
+        return step
+
+    async def close(self) -> None:
+        """The game's close(); the session leaves its process (kept for the next session of its
+        key while any of its sessions may still use it)."""
+        worker, self.worker = self.worker, None
+        if worker is None:
+            return
+        try:
+            if not worker.gone and not self.ended:
+                reply = await worker.call(self.slot, {"call": "close", "keep": True})
+                if not isinstance(reply, dict) or reply.get("ok") != {"reusable": True} or self.raised:
+                    worker.tainted = True
+                self.worker = worker
+                self._result(reply, "close()", invalid=False)
+        except CallLost:
+            pass
+        finally:
+            self.worker = None
+            worker.remove_slot(self.slot)
+            self.placement.left(worker)
+
+    async def discard(self) -> None:
+        self._leave()
+
+    # -- internals ------------------------------------------------------------------------------
+
+    async def _play(self, request: dict[str, Any], what: str, *, invalid: bool = False) -> Any:
+        """One call of this session's game, rebuilt elsewhere when its process was lost (or its
+        game is slow); the call's result, or the domain error. A call that may have caused the
+        loss (a SUSPECT) runs again in a process of its own, where a loss is its alone."""
+        if self.ended:
+            raise EnvironmentCrashed(f"{what}: the game's process {self.ended}")
+        losses = {Blame.SUSPECT: 0, Blame.INNOCENT: 0}
+        private = False
+        while True:
+            worker = self.worker
+            if worker is None or worker.gone or (not worker.private and (private or self.placement.is_slow(self.key))):
+                await self._rebuild(what, private=private)
+            try:
+                reply = await self.worker.call(self.slot, dict(request))  # type: ignore[union-attr]
+            except CallLost as lost:
+                if lost.blame is Blame.CULPRIT:
+                    raise await self._lost_to(what) from None
+                losses[lost.blame] += 1
+                if losses[lost.blame] > MAX_REBUILDS:
+                    raise self._unrestorable(what, "its game's process was lost again and again") from None
+                private = private or lost.blame is Blame.SUSPECT
+                continue
+            if request["call"] in ("reset", "step") and isinstance(reply, dict) and isinstance(reply.get("s"), float):
+                self.placement.observe(self.key, reply["s"])
+            return self._result(reply, what, invalid=invalid)
+
+    async def _lost_to(self, what: str) -> EnvironmentCrashed | EnvironmentTimeout:
+        """This call's own loss: the session fails as it would in a process of its own."""
+        self.raised = True
+        error = await self.worker.loss(what)  # type: ignore[union-attr]
+        self.ended = error.message.removeprefix(f"{what} failed: the game's process ")
+        self._leave()
+        return error
+
+    async def _rebuild(self, what: str, *, private: bool = False) -> None:
+        """Move this session to another process (one of its own when `private` or its game is
+        slow): replay its episode there."""
+        self._leave()
+        private = private or self.placement.is_slow(self.key)
+        worker, slot = await self.placement.place(self.key, self.session_id, private=private)
+        self.worker, self.slot, self.last_pid = worker, slot, worker.pid
+        try:
+            replies = await worker.replay(slot, self.log.requests())
+        except CallLost:
+            raise self._unrestorable(what, "replaying its episode ended that process too") from None
+        expected = self.log.results()
+        for reply, result in zip(replies, expected, strict=True):
+            if not isinstance(reply, dict) or "ok" not in reply or reply["ok"] != result:
+                raise self._unrestorable(what, "replaying its episode gave other results (the game is not "
+                                               "deterministic for its reset arguments)")
+
+    def _unrestorable(self, what: str, why: str) -> EnvironmentCrashed:
+        self.raised = True
+        self.ended = "was lost and could not be restored"
+        self._leave()
+        return EnvironmentCrashed(f"{what} failed: the game's process was lost (another session's game in "
+                                  f"it failed, or the session moved) and {why}, so the session could not be "
+                                  "restored")
+
+    def _leave(self) -> None:
+        """Leave the current process without waiting (its slot's game is dropped there)."""
+        worker, self.worker = self.worker, None
+        if worker is not None:
+            worker.forget(self.slot)
+            self.placement.left(worker)
+
+    def _result(self, reply: Any, what: str, *, invalid: bool) -> Any:
+        if isinstance(reply, dict) and "ok" in reply:
+            return reply["ok"]
+        self.raised = True
+        if self.worker is not None:
+            self.worker.tainted = True  # its process noted the failure: it is not kept
+        error = reply.get("error") if isinstance(reply, dict) else None
+        if not isinstance(error, dict) or not all(isinstance(error.get(k), str) for k in
+                                                   ("kind", "raised", "message", "traceback")):
+            self._kill_worker("sent an invalid reply; it was killed")
+            raise EnvironmentCrashed(f"{what} failed: the game's process sent an invalid reply: "
+                                     f"{str(reply)[:200]!r}")
+        if error["kind"] == "not_your_turn":
+            raise NotYourTurnError(error["message"])  # the episode goes on
+        self.log.forget_episode()
+        if error["kind"] == "config" and invalid:
+            raise InvalidArgument(error["message"])
+        raise EnvironmentFailure(f"{what} raised {error['raised']}", traceback=error["traceback"])
+
+    def _checked(self, what: str, convert: Callable[[], Any]) -> Any:
+        try:
+            return convert()
+        except (TypeError, ValueError) as error:
+            self.raised = True
+            self._kill_worker("sent an invalid result; it was killed")
+            raise EnvironmentCrashed(f"{what} failed: the game's process sent an invalid result: "
+                                     f"{error}") from None
+
+    def _kill_worker(self, reason: str) -> None:
+        """The process broke the protocol: it ends (the other sessions move), this session fails."""
+        self.ended = reason
+        worker = self.worker
+        self._leave()
+        if worker is not None:
+            worker.kill(reason)
+

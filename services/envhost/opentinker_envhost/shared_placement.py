@@ -1,0 +1,119 @@
+"""Which shared game process a job's session goes to (process isolation, `shared_worker`).
+
+A key is (tenant, job, attempt, game, config): a process only ever serves sessions of one key,
+so a game shares its process with nothing its own job did not start. A new session goes to the
+key's process with the fewest sessions that takes new ones (not tainted, fewer than
+`sessions_per_process`), or to a new process (a warm one the key left, else a fork). A slow key
+(`shared_game.SLOW_CALL_S`) gets a process per session. A process whose last session left goes
+back to the warm pool when it may (no call failed, it said it is reusable), else it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+from opentinker_envhost.limits import SessionLimits
+from opentinker_envhost.sandbox_connection import GameProcess
+from opentinker_envhost.shared_worker import SharedWorker
+
+log = structlog.get_logger(__name__)
+
+SLOW_CALL_S = 0.005
+"""A reset or step taking longer than this (wall time, in its process) counts as slow."""
+SLOW_WINDOW = 16
+
+Key = tuple[str, ...]
+
+
+class SharedPlacement:
+    """The shared processes of every key, and which keys are slow."""
+
+    def __init__(self, limits: SessionLimits, *, get_process: Callable[[Key], Awaitable[GameProcess]],
+                 keep: Callable[[GameProcess], None], retire: Callable[[GameProcess], None],
+                 kill: Callable[[int], None]) -> None:
+        self.limits = limits
+        self.get_process = get_process
+        self.keep = keep
+        self.retire = retire
+        self.kill = kill
+        self.workers: dict[Key, list[SharedWorker]] = {}
+        self.slow: set[Key] = set()
+        self.recent: dict[Key, collections.deque[bool]] = {}
+        """Whether each of a key's last SLOW_WINDOW reset/step calls was slow."""
+
+    def is_slow(self, key: Key) -> bool:
+        return key in self.slow
+
+    def observe(self, key: Key, seconds: float) -> None:
+        """A reset or step of `key` took `seconds` in its process: the key turns slow when half
+        of its last SLOW_WINDOW calls took longer than SLOW_CALL_S (one call delayed by a busy
+        machine does not)."""
+        if key in self.slow:
+            return
+        recent = self.recent.setdefault(key, collections.deque(maxlen=SLOW_WINDOW))
+        recent.append(seconds > SLOW_CALL_S)
+        if sum(recent) * 2 >= SLOW_WINDOW:
+            self.mark_slow(key)
+
+    def mark_slow(self, key: Key) -> None:
+        if key not in self.slow:
+            self.slow.add(key)
+            log.info("shared_game_is_slow", key=key[:-1], detail="its sessions move to processes of their own")
+
+    async def place(self, key: Key, session_id: str, *, private: bool = False) -> tuple[SharedWorker, int]:
+        """A process for `session_id` and its slot there (waits for a new process to start)."""
+        worker = None if private else self._roomiest(key)
+        if worker is None:
+            worker = SharedWorker(key, capacity=1 if private else self.limits.sessions_per_process,
+                                  limits=self.limits, kill=self.kill)
+            self.workers.setdefault(key, []).append(worker)
+            slot = worker.add_slot(session_id)
+            try:
+                await worker.start(self.get_process(key))
+            except BaseException:
+                self._drop(worker)
+                raise
+            return worker, slot
+        slot = worker.add_slot(session_id)
+        if not worker.ready.done():
+            try:
+                await asyncio.shield(worker.ready)
+            except BaseException:
+                worker.remove_slot(slot)
+                raise
+        return worker, slot
+
+    def left(self, worker: SharedWorker) -> None:
+        """A session left `worker`: when none is left, keep its process warm or end it."""
+        if worker.slots or worker not in self.workers.get(worker.key, ()):
+            return
+        self._drop(worker)
+        process = worker.process
+        if process is None:
+            return
+        if worker.tainted or worker.gone:
+            self.retire(process)
+        else:
+            self.keep(process)
+
+    async def shutdown(self) -> None:
+        for workers in list(self.workers.values()):
+            for worker in list(workers):
+                self._drop(worker)
+                if worker.process is not None:
+                    self.retire(worker.process)
+
+    def _roomiest(self, key: Key) -> SharedWorker | None:
+        candidates = [w for w in self.workers.get(key, ()) if w.accepts()]
+        return min(candidates, key=lambda w: len(w.slots)) if candidates else None
+
+    def _drop(self, worker: SharedWorker) -> None:
+        workers = self.workers.get(worker.key)
+        if workers is not None and worker in workers:
+            workers.remove(worker)
+            if not workers:
+                del self.workers[worker.key]

@@ -1,0 +1,302 @@
+"""A game process shared by several sessions of one owner, game and config (process isolation).
+
+Each session is a slot of the process. Calls of all its slots that arrive in the same turn of
+the event loop go in one frame (`sandbox_protocol`: a JSON list), which the process runs in
+order and answers in order, so a step costs the process one wake-up per batch rather than one
+per call. The process runs each call under the same per-call CPU budget as a process of its own.
+
+When the process dies or is killed, every call it had not answered is lost, and `CallLost` says
+how each one relates to the loss:
+
+* CULPRIT: it was the only call of the batch the process was running: the loss is its own
+  (crash, memory or CPU-time limit, timeout), and its session fails as it would alone;
+* SUSPECT: it was in that batch with others: any of them may have caused it, so each session
+  is rebuilt and its call run again alone, where the one that caused it fails as a CULPRIT;
+* INNOCENT: it was queued behind that batch: its session is rebuilt and its call run again.
+
+Rebuilding (`shared_game`) replays a session's episode in another process. A batch running past
+the call timeout gets the process killed (the same blame applies).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import enum
+import itertools
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from opentinker_envhost import sandbox_protocol as wire
+from opentinker_envhost.errors import EnvironmentCrashed, EnvironmentTimeout
+from opentinker_envhost.limits import SessionLimits
+from opentinker_envhost.sandbox_connection import GameProcess
+
+EXIT_WAIT_S = 5.0
+"""How long a dead or killed process may take to be reported reaped."""
+
+log = structlog.get_logger(__name__)
+
+
+class Blame(enum.Enum):
+    CULPRIT = "culprit"
+    SUSPECT = "suspect"
+    INNOCENT = "innocent"
+
+
+class CallLost(Exception):
+    """The process died with this call unanswered; `blame` says how the call relates to it."""
+
+    def __init__(self, blame: Blame) -> None:
+        super().__init__(blame.value)
+        self.blame = blame
+
+
+class SharedWorker:
+    """One game process serving the slots (sessions) of one key, calls batched per loop turn."""
+
+    def __init__(self, key: tuple[str, ...], *, capacity: int, limits: SessionLimits,
+                 kill: Callable[[int], None]) -> None:
+        self.key = key
+        self.capacity = capacity
+        self.limits = limits
+        self.kill_pid = kill
+        self.process: GameProcess | None = None
+        self.ready: asyncio.Future[GameProcess] = asyncio.get_running_loop().create_future()
+        self.slots: dict[int, str] = {}
+        """Slot -> the session id it serves."""
+        self.slot_numbers = itertools.count()
+        self.outbox: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
+        self.flushing = False
+        self.frames: collections.deque[list[asyncio.Future[Any]]] = collections.deque()
+        """Batches sent and not wholly answered, oldest (the one running) first."""
+        self.head_since = 0.0
+        self.watchdog: asyncio.TimerHandle | None = None
+        self.tainted = False
+        """A call raised, or a close found the process not reusable: it takes no new session
+        and is not kept once its last session closes."""
+        self.killed_for = ""
+        self.blames: dict[asyncio.Future[Any], Blame] | None = None
+
+    # -- life ---------------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid if self.process is not None else 0
+
+    @property
+    def private(self) -> bool:
+        return self.capacity == 1
+
+    @property
+    def gone(self) -> bool:
+        """The process died or was killed (or never started)."""
+        if self.ready.done() and self.ready.exception() is not None:
+            return True
+        return self.process is not None and not self.process.alive
+
+    def accepts(self) -> bool:
+        """Whether a new session may be placed here."""
+        return not self.tainted and not self.gone and len(self.slots) < self.capacity
+
+    def add_slot(self, session_id: str) -> int:
+        slot = next(self.slot_numbers)
+        self.slots[slot] = session_id
+        self._label_output()
+        return slot
+
+    def remove_slot(self, slot: int) -> None:
+        self.slots.pop(slot, None)
+        self._label_output()
+
+    async def start(self, get_process: Awaitable[GameProcess]) -> None:
+        """Take the process (a warm one or a new fork); sessions placed meanwhile wait for it."""
+        try:
+            process = await get_process
+        except BaseException as error:
+            self.ready.set_exception(error)
+            self.ready.exception()
+            raise
+        self.process = process
+        process.exited.add_done_callback(lambda _: self._on_exit())
+        self._label_output()
+        self.ready.set_result(process)
+
+    def kill(self, reason: str) -> None:
+        """End the process at once; its unanswered calls get CallLost."""
+        self.killed_for = self.killed_for or reason
+        self.tainted = True
+        if self.process is not None and not self.process.exited.done():
+            self.kill_pid(self.process.pid)
+
+    # -- calls --------------------------------------------------------------------------------
+
+    async def call(self, slot: int, request: dict[str, Any], *, alone: bool = False) -> Any:
+        """Send `request` for `slot` in the next batch (alone: in a batch of its own) and return
+        the process's reply (a dict with "ok" or "error", and "s", its wall seconds);
+        CallLost when the process dies first."""
+        if not self.ready.done():
+            await asyncio.shield(self.ready)
+        if self.gone:
+            raise CallLost(Blame.INNOCENT)
+        future = asyncio.get_running_loop().create_future()
+        request["slot"] = slot
+        if alone:
+            self._flush()
+            self.outbox.append((request, future))
+            self._flush()
+        else:
+            self.outbox.append((request, future))
+            if not self.flushing:
+                self.flushing = True
+                asyncio.get_running_loop().call_soon(self._flush)
+        try:
+            return await asyncio.shield(future)
+        except (ConnectionError, wire.ProtocolError):
+            raise CallLost(self._blame_of(future)) from None
+
+    async def replay(self, slot: int, requests: list[dict[str, Any]]) -> list[Any]:
+        """Send `requests` for `slot` as a batch of their own (a session rebuilt here) and return
+        their replies; CallLost when the process dies first."""
+        if not self.ready.done():
+            await asyncio.shield(self.ready)
+        if self.gone:
+            raise CallLost(Blame.INNOCENT)
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in requests]
+        self._flush()
+        for request, future in zip(requests, futures, strict=True):
+            self.outbox.append(({**request, "slot": slot}, future))
+        self._flush()
+        try:
+            return list(await asyncio.shield(asyncio.gather(*futures)))
+        except (ConnectionError, wire.ProtocolError):
+            raise CallLost(self._blame_of(futures[0])) from None
+
+    def forget(self, slot: int) -> None:
+        """Drop `slot`'s game without waiting (its session moved or was discarded)."""
+        self.remove_slot(slot)
+        if not self.gone and self.ready.done():
+            self.outbox.append(({"call": "close", "slot": slot}, _ignored_future()))
+            if not self.flushing:
+                self.flushing = True
+                asyncio.get_running_loop().call_soon(self._flush)
+
+    async def loss(self, what: str) -> EnvironmentCrashed | EnvironmentTimeout:
+        """The error of the call whose process was lost under it (a CULPRIT)."""
+        if self.killed_for.startswith("timeout"):
+            return EnvironmentTimeout(f"{what} did not return within {self.limits.call_timeout_s:g}s; "
+                                      "its process was killed")
+        status = await self._wait_exit()
+        described, kind = wire.describe_exit(status, memory_limit_mb=self.limits.memory_limit_mb,
+                                             cpu_seconds=self.limits.cpu_seconds_per_call)
+        if self.killed_for:
+            described = self.killed_for
+        tail = self.process.output.tail_text() if self.process is not None else ""
+        return EnvironmentCrashed(f"{what} failed: the game's process {described}", metric_kind=kind,
+                                  traceback=f"last output of the game's process:\n{tail}" if tail else "")
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        self.flushing = False
+        if not self.outbox or self.process is None:
+            return
+        batch, self.outbox = self.outbox, []
+        futures = [future for _, future in batch]
+        if self.process.connection.broken is not None or self.blames is not None:
+            for future in futures:  # queued behind the loss
+                _fail(future, ConnectionError("the game's process is gone"))
+            self._blame_all(futures, Blame.INNOCENT)
+            return
+        payload = wire.encode([request for request, _ in batch])
+        if not self.frames:
+            self._new_head()
+        self.frames.append(futures)
+        for future in futures:
+            future.add_done_callback(self._answered)
+        self.process.connection.send_batch(payload, futures)
+
+    def _answered(self, future: asyncio.Future[Any]) -> None:
+        """A reply arrived: when the running batch is wholly answered, the next one runs. (A call
+        failed: the process is gone, the batches stay for `_blame_of`.)"""
+        if future.exception() is not None:
+            return
+        changed = False
+        while self.frames and all(f.done() and f.exception() is None for f in self.frames[0]):
+            self.frames.popleft()
+            changed = True
+        if changed and self.frames:
+            self._new_head()
+
+    def _new_head(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.head_since = loop.time()
+        if self.watchdog is None:
+            self.watchdog = loop.call_at(self.head_since + self.limits.call_timeout_s, self._check_head)
+
+    def _check_head(self) -> None:
+        """Kill the process when the batch it runs has run past the call timeout."""
+        self.watchdog = None
+        if not self.frames or self.gone:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = self.head_since + self.limits.call_timeout_s
+        if loop.time() >= deadline:
+            self.kill(f"timeout: a call ran past {self.limits.call_timeout_s:g}s; it was killed")
+            return
+        self.watchdog = loop.call_at(deadline, self._check_head)
+
+    def _blame_of(self, future: asyncio.Future[Any]) -> Blame:
+        if self.blames is None:
+            self.blames = {}
+            for position, frame in enumerate(self.frames):
+                blame = Blame.INNOCENT if position else (Blame.CULPRIT if len(frame) == 1 else Blame.SUSPECT)
+                self._blame_all(frame, blame)
+            self.frames.clear()
+        return self.blames.get(future, Blame.INNOCENT)
+
+    def _blame_all(self, futures: list[asyncio.Future[Any]], blame: Blame) -> None:
+        if self.blames is None:
+            self.blames = {}
+        for future in futures:
+            self.blames.setdefault(future, blame)
+
+    def _on_exit(self) -> None:
+        self.tainted = True
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            self.watchdog = None
+        if self.process is not None:
+            self.process.connection.close()  # unanswered calls fail now, not at end of stream
+
+    async def _wait_exit(self) -> int | None:
+        if self.process is None:
+            return None
+        exited = self.process.exited
+        try:
+            return await asyncio.wait_for(asyncio.shield(exited), EXIT_WAIT_S)
+        except TimeoutError:
+            self.kill("did not exit; it was killed")
+        with contextlib.suppress(TimeoutError):
+            return await asyncio.wait_for(asyncio.shield(exited), EXIT_WAIT_S)
+        return None
+
+    def _label_output(self) -> None:
+        if self.process is not None:
+            self.process.output.next_session(",".join(self.slots.values()))
+
+
+def _ignored_future() -> asyncio.Future[Any]:
+    future = asyncio.get_running_loop().create_future()
+    future.add_done_callback(lambda f: f.cancelled() or f.exception())
+    return future
+
+
+def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
+        future.exception()
