@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -49,8 +50,13 @@ class GameSpec:
 
     def reset_accepts(self, name: str) -> bool:
         """Whether reset() takes keyword `name` (or **kwargs)."""
-        parameters = inspect.signature(self.cls.reset).parameters.values()
-        return any(p.name == name or p.kind is p.VAR_KEYWORD for p in parameters)
+        return _reset_accepts(self.cls, name)
+
+
+@functools.cache
+def _reset_accepts(game_cls: GameClass, name: str) -> bool:
+    parameters = inspect.signature(game_cls.reset).parameters.values()
+    return any(p.name == name or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 class GameCatalog:

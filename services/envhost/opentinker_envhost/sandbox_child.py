@@ -21,9 +21,10 @@ and the game left no thread, child process (the process is a child subreaper, so
 daemonised grandchild stays its child), open file, pending asyncio task or changed working
 directory behind, and its address space grew by at most 1/8 of the memory limit since its first
 session (each session's construct raises the address-space cap to the size then plus the
-limit). Otherwise it exits after answering. The process runs under SCHED_BATCH: waking it with a request does not
-preempt the EnvHost, which goes on sending other sessions' requests (on a busy host the games
-then run in a batch).
+limit). Otherwise it exits after answering. A shared process (`shared_worker`) serves several
+sessions' games at once, by slot, and gets their calls in batches. Game processes run under the
+normal scheduler policy (not SCHED_BATCH, whose wake-up delay on a busy host cost every reset
+a few hundred microseconds; batching already spares the EnvHost most wake-ups).
 """
 
 from __future__ import annotations
@@ -101,8 +102,6 @@ def _prepare_process(out_fd: int, limits: ChildLimits, parent_pid: int) -> None:
         os._exit(0)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of what the game starts stay our children
-    with contextlib.suppress(OSError, AttributeError):
-        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     _redirect_output(out_fd)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     limit_address_space(limits.memory_limit_mb)

@@ -16,6 +16,7 @@ import asyncio
 import collections
 import socket
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from opentinker_envhost import sandbox_protocol as wire
@@ -36,6 +37,8 @@ class GameConnection(asyncio.Protocol):
         self.waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
         """Calls sent and not answered yet, oldest first."""
         self.broken: BaseException | None = None
+        self.on_reply: Callable[[], None] | None = None
+        """Told of every reply delivered (a shared process counts its batches' replies)."""
 
     @classmethod
     async def open(cls, sock: socket.socket, frame_limit: int) -> GameConnection:
@@ -110,6 +113,8 @@ class GameConnection(asyncio.Protocol):
             waiter = self.waiters.popleft()
             if not waiter.done():  # done: its caller gave up (the reply is dropped)
                 waiter.set_result(reply)
+            if self.on_reply is not None:
+                self.on_reply()
 
     def eof_received(self) -> bool:
         self._break(ConnectionLost("the game's process closed its session socket"))

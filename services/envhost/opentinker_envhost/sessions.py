@@ -347,9 +347,18 @@ def _reset_arguments(session: Session, kwargs: Mapping[str, Any], seed: int | No
     spec, arguments = session.spec, dict(kwargs)
     if seed is not None and spec.reset_accepts("seed"):
         arguments.setdefault("seed", seed)
-    unbound_reset = functools.partial(spec.cls.reset, None)  # the signature without self
-    _check_arguments(unbound_reset, arguments, "kwargs", f"{spec.cls.__name__}.reset()")
+    try:
+        _reset_signature(spec.cls).bind(**arguments)
+    except TypeError as error:
+        raise InvalidArgument(f"kwargs: {spec.cls.__name__}.reset() does not accept these arguments: "
+                              f"{error}") from None
     return arguments
+
+
+@functools.cache
+def _reset_signature(game_cls: type) -> inspect.Signature:
+    """reset()'s signature without self (read once per game class: it is on every episode's path)."""
+    return inspect.signature(functools.partial(game_cls.reset, None))
 
 
 def _seat_kwargs(spec: GameSpec, seat: str) -> dict[str, str]:

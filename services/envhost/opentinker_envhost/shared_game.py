@@ -145,7 +145,7 @@ class SharedGame:
             if worker is None or worker.gone or (not worker.private and (private or self.placement.is_slow(self.key))):
                 await self._rebuild(what, private=private)
             try:
-                reply = await self.worker.call(self.slot, dict(request))  # type: ignore[union-attr]
+                reply = await self.worker.call(self.slot, request)  # type: ignore[union-attr]
             except CallLost as lost:
                 if lost.blame is Blame.CULPRIT:
                     raise await self._lost_to(what) from None
@@ -154,8 +154,9 @@ class SharedGame:
                     raise self._unrestorable(what, "its game's process was lost again and again") from None
                 private = private or lost.blame is Blame.SUSPECT
                 continue
-            if request["call"] in ("reset", "step") and isinstance(reply, dict) and isinstance(reply.get("s"), float):
-                self.placement.observe(self.key, reply["s"])
+            seconds = reply.get("s") if isinstance(reply, dict) else None
+            if type(seconds) is float and request["call"] != "construct":
+                self.placement.observe(self.key, seconds)
             return self._result(reply, what, invalid=invalid)
 
     async def _lost_to(self, what: str) -> EnvironmentCrashed | EnvironmentTimeout:

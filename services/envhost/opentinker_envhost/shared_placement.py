@@ -52,12 +52,17 @@ class SharedPlacement:
         """A reset or step of `key` took `seconds` in its process: the key turns slow when half
         of its last SLOW_WINDOW calls took longer than SLOW_CALL_S (one call delayed by a busy
         machine does not)."""
-        if key in self.slow:
-            return
-        recent = self.recent.setdefault(key, collections.deque(maxlen=SLOW_WINDOW))
-        recent.append(seconds > SLOW_CALL_S)
+        slow = seconds > SLOW_CALL_S
+        recent = self.recent.get(key)
+        if recent is None:
+            if not slow:
+                return  # the common case: nothing slow seen lately
+            recent = self.recent[key] = collections.deque(maxlen=SLOW_WINDOW)
+        recent.append(slow)
         if sum(recent) * 2 >= SLOW_WINDOW:
             self.mark_slow(key)
+        elif not any(recent):
+            del self.recent[key]
 
     def mark_slow(self, key: Key) -> None:
         if key not in self.slow:

@@ -73,6 +73,8 @@ class SharedWorker:
         self.flushing = False
         self.frames: collections.deque[list[asyncio.Future[Any]]] = collections.deque()
         """Batches sent and not wholly answered, oldest (the one running) first."""
+        self.head_answered = 0
+        """How many calls of the oldest batch were answered."""
         self.head_since = 0.0
         self.watchdog: asyncio.TimerHandle | None = None
         self.tainted = False
@@ -121,6 +123,7 @@ class SharedWorker:
             self.ready.exception()
             raise
         self.process = process
+        process.connection.on_reply = self._answered
         process.exited.add_done_callback(lambda _: self._on_exit())
         self._label_output()
         self.ready.set_result(process)
@@ -142,7 +145,8 @@ class SharedWorker:
             await asyncio.shield(self.ready)
         if self.gone:
             raise CallLost(Blame.INNOCENT)
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         request["slot"] = slot
         if alone:
             self._flush()
@@ -152,9 +156,9 @@ class SharedWorker:
             self.outbox.append((request, future))
             if not self.flushing:
                 self.flushing = True
-                asyncio.get_running_loop().call_soon(self._flush)
+                loop.call_soon(self._flush)
         try:
-            return await asyncio.shield(future)
+            return await future  # a caller that gives up cancels it: its reply is then dropped
         except (ConnectionError, wire.ProtocolError):
             raise CallLost(self._blame_of(future)) from None
 
@@ -172,7 +176,7 @@ class SharedWorker:
             self.outbox.append(({**request, "slot": slot}, future))
         self._flush()
         try:
-            return list(await asyncio.shield(asyncio.gather(*futures)))
+            return [await future for future in futures]
         except (ConnectionError, wire.ProtocolError):
             raise CallLost(self._blame_of(futures[0])) from None
 
@@ -216,21 +220,16 @@ class SharedWorker:
         if not self.frames:
             self._new_head()
         self.frames.append(futures)
-        for future in futures:
-            future.add_done_callback(self._answered)
         self.process.connection.send_batch(payload, futures)
 
-    def _answered(self, future: asyncio.Future[Any]) -> None:
-        """A reply arrived: when the running batch is wholly answered, the next one runs. (A call
-        failed: the process is gone, the batches stay for `_blame_of`.)"""
-        if future.exception() is not None:
-            return
-        changed = False
-        while self.frames and all(f.done() and f.exception() is None for f in self.frames[0]):
+    def _answered(self) -> None:
+        """A reply arrived: when the running batch is wholly answered, the next one runs."""
+        self.head_answered += 1
+        if self.frames and self.head_answered >= len(self.frames[0]):
             self.frames.popleft()
-            changed = True
-        if changed and self.frames:
-            self._new_head()
+            self.head_answered = 0
+            if self.frames:
+                self._new_head()
 
     def _new_head(self) -> None:
         loop = asyncio.get_running_loop()
@@ -255,7 +254,7 @@ class SharedWorker:
             self.blames = {}
             for position, frame in enumerate(self.frames):
                 blame = Blame.INNOCENT if position else (Blame.CULPRIT if len(frame) == 1 else Blame.SUSPECT)
-                self._blame_all(frame, blame)
+                self._blame_all(frame[self.head_answered:] if position == 0 else frame, blame)
             self.frames.clear()
         return self.blames.get(future, Blame.INNOCENT)
 
