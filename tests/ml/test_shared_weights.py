@@ -4,6 +4,7 @@ a file (a name outside its directory, a link, a missing, truncated, foreign or c
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 from dataclasses import replace
@@ -11,12 +12,14 @@ from pathlib import Path
 
 import pytest
 import torch
+import xxhash
 from safetensors.torch import load_file
 
 from opentinker.ml.errors import WeightsError
 from opentinker.ml.shared_weights import (SharedFileNotAllowed, SharedFileUnavailable, SharedWeightsWriter,
                                           read_shared_weights, remove_dead_owners)
-from opentinker.ml.weights import state_dict_to_package
+from opentinker.ml.weights import ChecksumAlgorithm, WeightsChecksum, state_dict_to_package
+from tests.ml.test_weights import MIB, reference_chunked_xxh3
 
 
 def sample_state() -> dict[str, torch.Tensor]:
@@ -37,6 +40,20 @@ def writer(tmp_path: Path):
 
 def read(writer: SharedWeightsWriter, written, **changes):
     return read_shared_weights(writer.root, replace(written.file, **changes), written.specs, written.checksum)
+
+
+def several_chunks() -> dict[str, torch.Tensor]:
+    """2 x 8 MiB + 4 KiB of tensors, their boundaries off the chunks' (a tensor spans one)."""
+    g = torch.Generator().manual_seed(1)
+    return {"a.weight": torch.randn(MIB + 3, generator=g), "b.half": torch.randn(4 * MIB, generator=g).half(),
+            "c.weight": torch.randn(MIB + 1021, generator=g)}
+
+
+def data_section(path: Path) -> tuple[int, bytes]:
+    """(where the data section starts, its bytes) of a safetensors file."""
+    raw = path.read_bytes()
+    start = 8 + struct.unpack_from("<Q", raw)[0]
+    return start, raw[start:]
 
 
 def test_round_trip_is_bit_identical_and_the_file_is_read_once(writer) -> None:
@@ -101,9 +118,45 @@ def test_a_corrupt_file_is_refused_and_deleted(writer) -> None:
         byte = f.read(1)
         f.seek(-1, os.SEEK_CUR)
         f.write(bytes([byte[0] ^ 0xFF]))
-    with pytest.raises(WeightsError, match="xxh3_64 mismatch"):
+    with pytest.raises(WeightsError, match="xxh3_64_chunked mismatch"):
         read(writer, written)
     assert not path.exists()
+
+
+def test_the_files_checksum_is_the_chunked_xxh3_of_its_data_section(writer) -> None:
+    state = several_chunks()
+    written = writer.write(state)
+    _, data = data_section(writer.root / written.file.name)
+    assert len(data) == 16 * MIB + 4096
+    assert written.checksum == WeightsChecksum(algorithm=ChecksumAlgorithm.XXH3_64_CHUNKED,
+                                               hex_digest=reference_chunked_xxh3(data))
+    assert written.checksum == state_dict_to_package(state).checksum
+    received = read(writer, written)
+    assert all(torch.equal(received[name], tensor) for name, tensor in state.items())
+
+
+@pytest.mark.parametrize("position", [0, 4 * MIB + 4, 8 * MIB - 1, 8 * MIB, 16 * MIB - 1, 16 * MIB, 16 * MIB + 4095])
+def test_one_changed_byte_anywhere_in_the_data_is_refused(writer, position: int) -> None:
+    """Chunk boundaries (8 MiB, 16 MiB) on both sides, the first and the last byte included."""
+    written = writer.write(several_chunks())
+    path = writer.root / written.file.name
+    start, _ = data_section(path)
+    with open(path, "r+b") as f:
+        f.seek(start + position)
+        byte = f.read(1)
+        f.seek(start + position)
+        f.write(bytes([byte[0] ^ 0x80]))
+    with pytest.raises(WeightsError, match="xxh3_64_chunked mismatch"):
+        read(writer, written)
+    assert not path.exists()
+
+
+def test_an_earlier_senders_one_pass_xxh3_64_is_accepted(writer) -> None:
+    written = writer.write(sample_state())
+    _, data = data_section(writer.root / written.file.name)
+    earlier = replace(written, checksum=WeightsChecksum(algorithm=ChecksumAlgorithm.XXH3_64,
+                                                        hex_digest=xxhash.xxh3_64_hexdigest(data)))
+    assert list(read(writer, earlier)) == list(sample_state())
 
 
 def test_an_index_that_differs_from_the_header_is_refused(writer) -> None:

@@ -1,4 +1,5 @@
-"""Weights packages: round trip through chunks, and every way an assembly can be wrong."""
+"""Weights packages: round trip through chunks, the chunked checksum against its definition,
+and every way an assembly can be wrong."""
 
 from __future__ import annotations
 
@@ -6,11 +7,31 @@ from dataclasses import replace
 
 import pytest
 import torch
+import xxhash
 
+from opentinker.ml import weights
 from opentinker.ml.errors import WeightsError
 from opentinker.ml.models import LoraSpec, apply_lora, build_builtin
-from opentinker.ml.weights import (ChecksumAlgorithm, WeightsAssembler, WeightsChecksum, load_lora_state_dict, lora_state_dict,
-                                   state_dict_to_package)
+from opentinker.ml.weights import (CHECKSUM_CHUNK_BYTES, ChecksumAlgorithm, ChunkedXXH3, WeightsAssembler, WeightsChecksum,
+                                   hexdigest_of, load_lora_state_dict, lora_state_dict, state_dict_to_package,
+                                   tensor_bytes)
+
+MIB = 1 << 20
+
+
+def reference_chunked_xxh3(data: bytes) -> str:
+    """CHECKSUM_ALGORITHM_XXH3_64_CHUNKED as weights.proto defines it, written out plainly."""
+    digests = b"".join(xxhash.xxh3_64(data[start:start + 8 * MIB]).digest()
+                       for start in range(0, len(data), 8 * MIB))
+    return xxhash.xxh3_64(digests).hexdigest()
+
+
+def random_bytes(size: int, seed: int = 0) -> bytes:
+    return torch.randint(0, 256, (size,), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed)).numpy().tobytes()
+
+
+def flip_byte(data: bytes, position: int) -> bytes:
+    return data[:position] + bytes([data[position] ^ 0x01]) + data[position + 1:]
 
 
 def sample_state() -> dict[str, torch.Tensor]:
@@ -45,7 +66,7 @@ def test_round_trip_in_chunks_of_at_most_chunk_bytes(chunk_bytes: int) -> None:
 def test_same_weights_same_checksum_and_a_changed_weight_changes_it() -> None:
     state = sample_state()
     first = state_dict_to_package(state).checksum
-    assert first.algorithm is ChecksumAlgorithm.XXH3_64 and len(first.hex_digest) == 16
+    assert first.algorithm is ChecksumAlgorithm.XXH3_64_CHUNKED and len(first.hex_digest) == 16
     assert state_dict_to_package(sample_state()).checksum == first
     state["a.weight"][0, 0] += 1
     assert state_dict_to_package(state).checksum != first
@@ -59,15 +80,67 @@ def test_sha_mismatch_is_refused() -> None:
             return chunk
         return chunk._replace(data=bytes([chunk.data[0] ^ 1]) + chunk.data[1:])
 
-    with pytest.raises(WeightsError, match="xxh3_64 mismatch"):
+    with pytest.raises(WeightsError, match="xxh3_64_chunked mismatch"):
         assemble(package, flip)
 
 
 def test_wrong_header_sha_is_refused() -> None:
     package = state_dict_to_package(sample_state())
-    with pytest.raises(WeightsError, match="xxh3_64 mismatch"):
-        assemble(replace(package, checksum=WeightsChecksum(algorithm=ChecksumAlgorithm.XXH3_64,
+    with pytest.raises(WeightsError, match="xxh3_64_chunked mismatch"):
+        assemble(replace(package, checksum=WeightsChecksum(algorithm=ChecksumAlgorithm.XXH3_64_CHUNKED,
                                                            hex_digest="0" * 16)))
+
+
+@pytest.mark.parametrize("size", [0, 1, 8 * MIB - 1, 8 * MIB, 8 * MIB + 1, 16 * MIB + 12345])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_the_chunked_checksum_equals_its_definition(size: int, threads: int, monkeypatch) -> None:
+    assert CHECKSUM_CHUNK_BYTES == 8 * MIB  # part of the wire format
+    monkeypatch.setattr(weights, "HASH_THREADS", threads)
+    data = random_bytes(size)
+    expected = reference_chunked_xxh3(data)
+    cuts = sorted({0, size, *(c for c in (3, MIB + 7, 8 * MIB - 5, 8 * MIB, 8 * MIB + 2, 15 * MIB) if c < size)})
+    pieces = [memoryview(data)[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+    incremental = ChunkedXXH3()
+    for piece in pieces:
+        incremental.update(piece)
+    assert incremental.hexdigest() == expected
+    assert hexdigest_of(pieces, ChecksumAlgorithm.XXH3_64_CHUNKED) == expected
+    assert hexdigest_of([data], ChecksumAlgorithm.XXH3_64_CHUNKED) == expected
+    if size > 8 * MIB:  # one chunk's digest, or one pass over everything, is another checksum
+        assert expected not in (xxhash.xxh3_64_hexdigest(data), reference_chunked_xxh3(data[:8 * MIB]))
+
+
+def test_a_package_of_several_chunks_carries_the_defined_checksum() -> None:
+    state = {"a": torch.randn(3 * MIB // 4 + 5), "b": torch.randn(7 * MIB).to(torch.float16),
+             "c": torch.randn(1000)}
+    data = b"".join(tensor.numpy().tobytes() for tensor in state.values())
+    assert len(data) > 2 * 8 * MIB
+    assert state_dict_to_package(state).checksum == WeightsChecksum(
+        algorithm=ChecksumAlgorithm.XXH3_64_CHUNKED, hex_digest=reference_chunked_xxh3(data))
+
+
+@pytest.mark.parametrize("position", [0, 8 * MIB - 1, 8 * MIB, 16 * MIB - 1, 16 * MIB, 16 * MIB + 99])
+def test_a_stream_with_one_changed_byte_anywhere_is_refused(position: int) -> None:
+    """Every chunk's first and last byte included: the byte a chunk boundary cuts is covered."""
+    package = state_dict_to_package({"w": torch.randn(8 * MIB + 50).to(torch.float16)})  # 2 x 8 MiB + 100 bytes
+
+    def flip(chunk):
+        if chunk.offset <= position < chunk.offset + len(chunk.data):
+            return chunk._replace(data=flip_byte(chunk.data, position - chunk.offset))
+        return chunk
+
+    with pytest.raises(WeightsError, match="xxh3_64_chunked mismatch"):
+        assemble(package, flip)
+
+
+def test_an_earlier_senders_one_pass_xxh3_64_is_still_checked() -> None:
+    state = sample_state()
+    data = b"".join(bytes(tensor_bytes(tensor)) for tensor in state.values())
+    package = state_dict_to_package(state, chunk_bytes=8)
+    earlier = WeightsChecksum(algorithm=ChecksumAlgorithm.XXH3_64, hex_digest=xxhash.xxh3_64_hexdigest(data))
+    assert assemble(replace(package, checksum=earlier)).keys() == state.keys()
+    with pytest.raises(WeightsError, match="xxh3_64 mismatch"):
+        assemble(replace(state_dict_to_package(state, chunk_bytes=8), checksum=replace(earlier, hex_digest="0" * 16)))
 
 
 def test_an_older_senders_sha256_is_still_checked() -> None:

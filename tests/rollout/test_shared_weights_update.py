@@ -34,7 +34,7 @@ def header_of(written, version: int) -> weights_pb2.WeightsHeader:
         total_bytes=sum(s.byte_length for s in written.specs),
         tensors=[weights_pb2.TensorSpec(name=s.name, dtype=dtypes[s.dtype], shape=list(s.shape),
                                         byte_length=s.byte_length) for s in written.specs],
-        checksum=weights_pb2.WeightsChecksum(algorithm=weights_pb2.CHECKSUM_ALGORITHM_XXH3_64,
+        checksum=weights_pb2.WeightsChecksum(algorithm=weights_pb2.CHECKSUM_ALGORITHM_XXH3_64_CHUNKED,
                                              hex_digest=written.checksum.hex_digest),
         shared_file=weights_pb2.SharedWeightsFile(name=written.file.name, size_bytes=written.file.size_bytes,
                                                   nonce=written.file.nonce))
@@ -118,7 +118,7 @@ def test_a_shared_file_is_applied_and_bad_ones_are_refused(tmp_path: Path) -> No
     assert "no chunks may follow" in errors["chunks_too"].details()
     assert errors["corrupt"].code() == grpc.StatusCode.INVALID_ARGUMENT
     assert reason(errors["corrupt"]) == "ERROR_REASON_WEIGHTS_CORRUPT"
-    assert "xxh3_64 mismatch" in errors["corrupt"].details()
+    assert "xxh3_64_chunked mismatch" in errors["corrupt"].details()
     assert not corrupt_file_left
     assert unchanged.policy_version == 0 and list(unchanged.tokens) == list(before)
     assert updated.policy.policy_version == 1 and updated.bytes_received == sum(

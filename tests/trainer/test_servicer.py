@@ -97,8 +97,9 @@ def assemble(responses) -> tuple[weights_pb2.WeightsHeader, dict[str, torch.Tens
     assert header.WhichOneof("item") == "header" and all(c.WhichOneof("item") == "chunk" for c in chunks)
     specs = [TensorSpec(name=t.name, dtype=DTYPES[t.dtype], shape=tuple(t.shape), byte_length=t.byte_length)
              for t in header.header.tensors]
-    assert not header.header.sha256 and header.header.checksum.algorithm == weights_pb2.CHECKSUM_ALGORITHM_XXH3_64
-    assembler = WeightsAssembler(specs, WeightsChecksum(algorithm=ChecksumAlgorithm.XXH3_64,
+    assert not header.header.sha256
+    assert header.header.checksum.algorithm == weights_pb2.CHECKSUM_ALGORITHM_XXH3_64_CHUNKED
+    assembler = WeightsAssembler(specs, WeightsChecksum(algorithm=ChecksumAlgorithm.XXH3_64_CHUNKED,
                                                         hex_digest=header.header.checksum.hex_digest))
     for item in chunks:
         assembler.add(item.chunk.tensor_name, item.chunk.offset, item.chunk.data)

@@ -85,7 +85,8 @@ def test_the_file_holds_exactly_the_sessions_weights(tmp_path: Path) -> None:
         header = (await export(stub, session_id, SHM))[0].header
         specs = [TensorSpec(name=t.name, dtype=DTYPES[t.dtype], shape=tuple(t.shape), byte_length=t.byte_length)
                  for t in header.tensors]
-        checksum = WeightsChecksum(algorithm=ChecksumAlgorithm.XXH3_64, hex_digest=header.checksum.hex_digest)
+        assert header.checksum.algorithm == weights_pb2.CHECKSUM_ALGORITHM_XXH3_64_CHUNKED
+        checksum = WeightsChecksum(algorithm=ChecksumAlgorithm.XXH3_64_CHUNKED, hex_digest=header.checksum.hex_digest)
         shared = SharedFile(name=header.shared_file.name, size_bytes=header.shared_file.size_bytes,
                             nonce=header.shared_file.nonce)
         return {name: tensor.clone() for name, tensor in read_shared_weights(root, shared, specs, checksum).items()}

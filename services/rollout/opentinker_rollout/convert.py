@@ -55,7 +55,9 @@ PRECISIONS = {model_pb2.PRECISION_UNSPECIFIED: "default", model_pb2.PRECISION_FL
               model_pb2.PRECISION_BFLOAT16: "bfloat16", model_pb2.PRECISION_FLOAT16: "float16"}
 DTYPES = {weights_pb2.TENSOR_DTYPE_FLOAT32: "float32", weights_pb2.TENSOR_DTYPE_BFLOAT16: "bfloat16",
           weights_pb2.TENSOR_DTYPE_FLOAT16: "float16"}
-CHECKSUM_ALGORITHMS = {weights_pb2.CHECKSUM_ALGORITHM_XXH3_64: ChecksumAlgorithm.XXH3_64}
+CHECKSUM_ALGORITHMS = {weights_pb2.CHECKSUM_ALGORITHM_XXH3_64_CHUNKED: ChecksumAlgorithm.XXH3_64_CHUNKED,
+                       weights_pb2.CHECKSUM_ALGORITHM_XXH3_64: ChecksumAlgorithm.XXH3_64}
+"""What current senders compute (chunks hash in parallel), and earlier senders' one-pass XXH3-64."""
 FORMATS = {weights_pb2.WEIGHTS_FORMAT_LORA_ADAPTER: WeightsFormat.LORA_ADAPTER,
            weights_pb2.WEIGHTS_FORMAT_FULL: WeightsFormat.FULL}
 FINISH_STOP_REASONS = {FinishReason.STOP: StopReason.DONE,
@@ -210,7 +212,8 @@ def _checksum(message: weights_pb2.WeightsHeader) -> WeightsChecksum:
     if message.HasField("checksum"):
         algorithm = CHECKSUM_ALGORITHMS.get(message.checksum.algorithm)
         if algorithm is None:
-            raise InvalidArgument("header.checksum.algorithm", "must be CHECKSUM_ALGORITHM_XXH3_64")
+            raise InvalidArgument("header.checksum.algorithm",
+                                  "must be CHECKSUM_ALGORITHM_XXH3_64_CHUNKED (or CHECKSUM_ALGORITHM_XXH3_64)")
         return WeightsChecksum(algorithm=algorithm, hex_digest=message.checksum.hex_digest.lower())
     if not message.sha256:
         raise InvalidArgument("header.checksum", "is required (or, from older senders, header.sha256)")

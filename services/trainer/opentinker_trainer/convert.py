@@ -73,7 +73,8 @@ WEIGHTS_FORMATS = {weights_pb2.WEIGHTS_FORMAT_UNSPECIFIED: None,
                    weights_pb2.WEIGHTS_FORMAT_LORA_ADAPTER: WeightsFormat.LORA_ADAPTER,
                    weights_pb2.WEIGHTS_FORMAT_FULL: WeightsFormat.FULL}
 MAX_LORA_RANK = 1024  # a rank of 2^20 allocated gigabytes per layer before any check
-CHECKSUM_ALGORITHMS = {ChecksumAlgorithm.XXH3_64: weights_pb2.CHECKSUM_ALGORITHM_XXH3_64}
+CHECKSUM_ALGORITHMS = {ChecksumAlgorithm.XXH3_64_CHUNKED: weights_pb2.CHECKSUM_ALGORITHM_XXH3_64_CHUNKED,
+                       ChecksumAlgorithm.XXH3_64: weights_pb2.CHECKSUM_ALGORITHM_XXH3_64}
 TENSOR_DTYPES = {"float32": weights_pb2.TENSOR_DTYPE_FLOAT32,
                  "bfloat16": weights_pb2.TENSOR_DTYPE_BFLOAT16,
                  "float16": weights_pb2.TENSOR_DTYPE_FLOAT16}

@@ -10,7 +10,9 @@ receiver run as one user.
 The file is a plain safetensors file (anything can read it): the JSON index lists the tensors in
 the header's spec order with contiguous data offsets, and its metadata carries the nonce. The
 data section is therefore exactly the bytes a chunk stream would carry, and the header's
-checksum (XXH3-64) is the same for both transports.
+checksum (XXH3-64 over 8 MiB chunks, `ChunkedXXH3`) is the same for both transports. The writer
+hashes each chunk in the hash pool while it writes that chunk; the receiver hashes the chunks of
+its mapping in parallel (`hexdigest_of`).
 
 The receiver trusts nothing in the name. It accepts only "<owner>/<file>.safetensors" with
 letters, digits, '-' and '_', opens each component relative to the previous directory with
@@ -33,7 +35,8 @@ import shutil
 import stat
 import struct
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,8 +44,9 @@ from typing import Any
 import torch
 
 from opentinker.ml.errors import WeightsError
-from opentinker.ml.weights import (DTYPE_BY_NAME, ChecksumAlgorithm, TensorSpec, WeightsChecksum, check_spec, new_hasher,
-                                   tensor_bytes, tensor_spec)
+from opentinker.ml.weights import (DTYPE_BY_NAME, HASH_THREADS, ChecksumAlgorithm, TensorSpec, WeightsChecksum,
+                                   check_spec, chunk_digest, chunks_of, combine_digests, hexdigest_of,
+                                   submit_chunk_digest, tensor_bytes, tensor_spec)
 
 SUFFIX = ".safetensors"
 NONCE_KEY = "opentinker_nonce"
@@ -51,7 +55,6 @@ _COMPONENT = r"[A-Za-z0-9_-]{1,80}"
 NAME_PATTERN = re.compile(rf"({_COMPONENT})/({_COMPONENT}){re.escape(SUFFIX)}")
 OWNER_PATTERN = re.compile(r"[a-z]+-(\d+)-[0-9a-f]+")
 MAX_INDEX_BYTES = 64 << 20
-SLICE_BYTES = 8 << 20
 IOV_MAX = 1024
 
 
@@ -106,18 +109,17 @@ class SharedWeightsWriter:
         specs = [tensor_spec(name, tensor) for name, tensor in state_dict.items()]
         index = safetensors_index(specs, nonce)
         path = self.directory / f"{nonce}{SUFFIX}"
-        hasher = new_hasher(ChecksumAlgorithm.XXH3_64)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             _write_all(fd, index)
-            _write_tensors(fd, len(index), state_dict.values(), hasher)
+            hex_digest = _write_tensors(fd, len(index), state_dict.values())
         except BaseException:
             os.close(fd)
             path.unlink(missing_ok=True)
             raise
         os.close(fd)
         size = len(index) + sum(spec.byte_length for spec in specs)
-        checksum = WeightsChecksum(algorithm=ChecksumAlgorithm.XXH3_64, hex_digest=hasher.hexdigest())
+        checksum = WeightsChecksum(algorithm=ChecksumAlgorithm.XXH3_64_CHUNKED, hex_digest=hex_digest)
         return WrittenWeights(file=SharedFile(name=f"{self.owner}/{path.name}", size_bytes=size, nonce=nonce),
                               specs=specs, checksum=checksum)
 
@@ -147,33 +149,25 @@ class SharedWeightsWriter:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def _write_tensors(fd: int, offset: int, tensors: Iterable[torch.Tensor], hasher: Any) -> None:
-    """The tensors' bytes from `offset` on, each batch hashed and then written while in cache.
-    Batches of ~8 MiB: a large tensor in slices, small ones together in one vectored write (a LoRA
-    adapter is many small tensors; a system call each would cost more than their bytes, more so in
-    a sandbox such as gVisor). Writing from a second thread while hashing the next batch measured
-    slower on a 2-core machine, so it is not done."""
-    for batch in _batches(tensors):
-        for piece in batch:
-            hasher.update(piece)
-        _pwrite_all(fd, batch, offset)
-        offset += sum(len(piece) for piece in batch)
-
-
-def _batches(tensors: Iterable[torch.Tensor]) -> Iterator[list[memoryview]]:
-    batch: list[memoryview] = []
-    size = 0
-    for tensor in tensors:
-        data = tensor_bytes(tensor)
-        for start in range(0, max(len(data), 1), SLICE_BYTES):
-            piece = data[start:start + SLICE_BYTES]
-            if size + len(piece) > SLICE_BYTES and batch:
-                yield batch
-                batch, size = [], 0
-            batch.append(piece)
-            size += len(piece)
-    if batch:
-        yield batch
+def _write_tensors(fd: int, offset: int, tensors: Iterable[torch.Tensor]) -> str:
+    """The tensors' bytes from `offset` on, one checksum chunk (8 MiB) per vectored write; their
+    XXH3_64_CHUNKED hex digest. A chunk that another follows is hashed in the hash pool while this
+    thread writes it (both read it from the source, in cache); the last one (a LoRA adapter's
+    only one) is hashed here, then written: waiting for another thread would cost more than its
+    hash. A vectored write puts many small tensors in one system call (a LoRA adapter is many
+    small tensors; a system call each would cost more than their bytes, more so in a sandbox such
+    as gVisor)."""
+    digests: list[Future[bytes] | bytes] = []
+    chunks = chunks_of(tensor_bytes(tensor) for tensor in tensors)
+    chunk = next(chunks, None)
+    while chunk is not None:
+        following = next(chunks, None)
+        digests.append(submit_chunk_digest(chunk) if following is not None and HASH_THREADS > 1
+                       else chunk_digest(chunk))
+        _pwrite_all(fd, chunk, offset)
+        offset += sum(len(piece) for piece in chunk)
+        chunk = following
+    return combine_digests(d if isinstance(d, bytes) else d.result() for d in digests)
 
 
 def _pwrite_all(fd: int, pieces: list[memoryview], offset: int) -> None:
@@ -350,10 +344,9 @@ def _check_index(mapping: mmap.mmap, shared: SharedFile, specs: Sequence[TensorS
 
 
 def _check_checksum(mapping: mmap.mmap, data_start: int, checksum: WeightsChecksum) -> None:
-    hasher = new_hasher(checksum.algorithm)
+    """The data section's checksum, chunks in parallel (their threads fault the pages in too)."""
     with memoryview(mapping) as whole, whole[data_start:] as data:
-        hasher.update(data)
-    digest = hasher.hexdigest()
+        digest = hexdigest_of([data], checksum.algorithm)
     if digest != checksum.hex_digest:
         raise WeightsError(f"{checksum.algorithm} mismatch: header {checksum.hex_digest}, "
                            f"shared file {digest}")

@@ -24,6 +24,7 @@ class ChecksumAlgorithm(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     CHECKSUM_ALGORITHM_UNSPECIFIED: _ClassVar[ChecksumAlgorithm]
     CHECKSUM_ALGORITHM_XXH3_64: _ClassVar[ChecksumAlgorithm]
+    CHECKSUM_ALGORITHM_XXH3_64_CHUNKED: _ClassVar[ChecksumAlgorithm]
 
 class TensorDtype(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -39,6 +40,7 @@ WEIGHTS_TRANSPORT_STREAM: WeightsTransport
 WEIGHTS_TRANSPORT_SHARED_MEMORY: WeightsTransport
 CHECKSUM_ALGORITHM_UNSPECIFIED: ChecksumAlgorithm
 CHECKSUM_ALGORITHM_XXH3_64: ChecksumAlgorithm
+CHECKSUM_ALGORITHM_XXH3_64_CHUNKED: ChecksumAlgorithm
 TENSOR_DTYPE_UNSPECIFIED: TensorDtype
 TENSOR_DTYPE_FLOAT32: TensorDtype
 TENSOR_DTYPE_BFLOAT16: TensorDtype
