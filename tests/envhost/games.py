@@ -198,7 +198,44 @@ class Lingering(Echo):
         return super().step(action)
 
 
-TEST_GAMES = {"echo": Echo, "explode": Explode, "sleepy": Sleepy, "async-sleepy": AsyncSleepy,
+class Tally(AbstractGame):
+    """Adds up the numbers it is told: reset(start=n) starts the total at n, step("k") adds k and
+    answers the total. Deterministic, so a session replayed elsewhere ends where it was. Actions
+    that misbehave: "crash" (os._exit(3)), "spin" (a busy loop), "hang" (sleeps an hour),
+    "nap:<seconds>" (sleeps that long, then adds nothing). With `moody` every reset starts from
+    a random total (a game replay cannot restore)."""
+
+    multi_turn = True
+
+    def __init__(self, moody: bool = False) -> None:
+        self.moody = moody
+
+    def get_system_prompt(self) -> str:
+        return "Add."
+
+    def get_initial_user_message(self) -> str:
+        return "Numbers:"
+
+    def reset(self, *, start: int = 0) -> str:
+        self.total = start + (int.from_bytes(os.urandom(4), "big") if self.moody else 0)
+        return f"total {self.total}"
+
+    def step(self, action: str) -> StepResult:
+        if action == "crash":
+            os._exit(3)
+        if action == "spin":
+            while True:
+                pass
+        if action == "hang":
+            time.sleep(3600)
+        if action.startswith("nap:"):
+            time.sleep(float(action.removeprefix("nap:")))
+        else:
+            self.total += int(action)
+        return StepResult(observation=f"total {self.total}", reward=0.0, done=False)
+
+
+TEST_GAMES = {"echo": Echo, "tally": Tally, "explode": Explode, "sleepy": Sleepy, "async-sleepy": AsyncSleepy,
               "bad-returns": BadReturns, "seated": Seated, "alternating": Alternating,
               "misbehaving": Misbehaving, "lingering": Lingering}
 

@@ -100,7 +100,7 @@ class SharedPlacement:
         process = worker.process
         if process is None:
             return
-        if worker.tainted or worker.gone:
+        if worker.tainted or worker.gone or worker.busy:  # busy: closes of sessions that moved away
             self.retire(process)
         else:
             self.keep(process)

@@ -81,6 +81,8 @@ class SharedWorker:
         """A call raised, or a close found the process not reusable: it takes no new session
         and is not kept once its last session closes."""
         self.killed_for = ""
+        self.batches = 0
+        """Frames of calls sent to the process."""
         self.blames: dict[asyncio.Future[Any], Blame] | None = None
 
     # -- life ---------------------------------------------------------------------------------
@@ -99,6 +101,11 @@ class SharedWorker:
         if self.ready.done() and self.ready.exception() is not None:
             return True
         return self.process is not None and not self.process.alive
+
+    @property
+    def busy(self) -> bool:
+        """Calls are queued or unanswered (its process may not go to another worker yet)."""
+        return bool(self.outbox or self.frames)
 
     def accepts(self) -> bool:
         """Whether a new session may be placed here."""
@@ -217,6 +224,7 @@ class SharedWorker:
             self._blame_all(futures, Blame.INNOCENT)
             return
         payload = wire.encode([request for request, _ in batch])
+        self.batches += 1
         if not self.frames:
             self._new_head()
         self.frames.append(futures)

@@ -1,0 +1,188 @@
+"""Shared game processes (process isolation, sessions_per_process > 1): a job's sessions share a
+process, their calls reach it in batches, and a session whose game crashes, spins, hangs or
+cannot be replayed fails alone while the others go on where they were, in another process.
+
+Real fork servers and game processes, as in test_sandbox.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from opentinker_envhost.errors import EnvHostError, EnvironmentCrashed, EnvironmentTimeout
+from opentinker_envhost.sessions import Session, SessionLimits, SessionManager
+from opentinker_envhost.shared_game import SharedGame
+from tests.envhost.games import catalog_with_test_games
+from tests.envhost.test_sandbox import alive
+
+LIMITS = {"memory_limit_mb": 64, "cpu_seconds_per_call": 1.0, "call_timeout_s": 30.0, "sessions_per_process": 4}
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+def _manager(loop: asyncio.AbstractEventLoop, **limits: Any) -> Iterator[SessionManager]:
+    manager = SessionManager(catalog_with_test_games(), SessionLimits(**{**LIMITS, **limits}))
+    loop.run_until_complete(manager.start())
+    yield manager
+    loop.run_until_complete(manager.close_all())
+
+
+@pytest.fixture(scope="module")
+def manager(loop: asyncio.AbstractEventLoop) -> Iterator[SessionManager]:
+    yield from _manager(loop)
+
+
+@pytest.fixture(scope="module")
+def impatient(loop: asyncio.AbstractEventLoop) -> Iterator[SessionManager]:
+    """A call may take 1 s of wall time."""
+    yield from _manager(loop, call_timeout_s=1.0, cpu_seconds_per_call=30.0)
+
+
+def owner(**changes: str) -> dict[str, str]:
+    return {"tenant": "tenant-a", "job_id": f"job-{uuid.uuid4().hex[:8]}", "attempt": "attempt-1", **changes}
+
+
+def pid(session: Session) -> int:
+    return session.game.pid  # type: ignore[attr-defined]
+
+
+async def tallies(manager: SessionManager, count: int, who: dict[str, str], *,
+                  config: dict[str, Any] | None = None) -> list[Session]:
+    """`count` tally sessions of `who`, session i reset to start at 100 * i."""
+    sessions = [await manager.open("tally", config or {}, **who) for _ in range(count)]
+    for index, session in enumerate(sessions):
+        observation = (await manager.reset(session.session_id, {"start": 100 * index})).observation
+        assert observation == f"total {100 * index}" or (config or {}).get("moody")
+    return sessions
+
+
+async def step_all(manager: SessionManager, actions: dict[Session, str]) -> dict[Session, Any]:
+    """Step every session at once (one turn of the event loop: one batch); the observation or
+    the error of each."""
+    async def one(session: Session, action: str) -> Any:
+        try:
+            return (await manager.step(session.session_id, action)).observation
+        except EnvHostError as error:
+            return error
+    results = await asyncio.gather(*(one(s, a) for s, a in actions.items()))
+    return dict(zip(actions, results, strict=True))
+
+
+async def close_all(manager: SessionManager, sessions: list[Session]) -> None:
+    for session in sessions:
+        await manager.close(session.session_id)
+
+
+def test_a_jobs_sessions_share_processes_up_to_the_limit_and_nobody_elses(loop, manager) -> None:
+    async def scenario() -> None:
+        who = owner()
+        job = await tallies(manager, 6, who)
+        assert all(isinstance(s.game, SharedGame) for s in job)
+        assert sorted([pid(s) for s in job].count(p) for p in {pid(s) for s in job}) == [2, 4]
+        others = [*(await tallies(manager, 1, owner())), *(await tallies(manager, 1, {**who, "tenant": "tenant-b"})),
+                  *(await tallies(manager, 1, who, config={"moody": True}))]  # (a new attempt closes the old one's)
+        no_job = [await manager.open("tally", {}) for _ in range(2)]
+        pids = [pid(s) for s in [*others, *no_job]]
+        assert len(set(pids)) == len(pids) and not set(pids) & {pid(s) for s in job}
+        await close_all(manager, [*job, *others, *no_job])
+    loop.run_until_complete(scenario())
+
+
+def test_concurrent_steps_reach_the_process_in_batches_and_each_session_keeps_its_own_game(loop, manager) -> None:
+    async def scenario() -> None:
+        sessions = await tallies(manager, 4, owner())
+        worker = sessions[0].game.worker  # type: ignore[attr-defined]
+        before = worker.batches
+        for round_number in range(1, 11):
+            results = await step_all(manager, {s: str(i + 1) for i, s in enumerate(sessions)})
+            assert [results[s] for s in sessions] == [f"total {100 * i + (i + 1) * round_number}" for i in range(4)]
+        assert worker.batches - before <= 20 < 40  # 40 calls in at most 2 batches per round
+        await close_all(manager, sessions)
+    loop.run_until_complete(scenario())
+
+
+@pytest.mark.parametrize("action, message", [
+    ("crash", "the game's process exited with code 3"),
+    ("spin", "the game's process exceeded its CPU-time limit of 1s per call"),
+])
+def test_a_game_that_dies_fails_only_its_session_and_the_others_go_on_where_they_were(
+        loop, manager, action: str, message: str) -> None:
+    async def scenario() -> None:
+        sessions = await tallies(manager, 4, owner())
+        await step_all(manager, {s: "1" for s in sessions})
+        shared_pid = pid(sessions[1])
+        results = await step_all(manager, {sessions[0]: action, **{s: "5" for s in sessions[1:]}})
+        assert isinstance(results[sessions[0]], EnvironmentCrashed) and message in results[sessions[0]].message
+        assert [results[s] for s in sessions[1:]] == [f"total {100 * i + 6}" for i in range(1, 4)]
+        assert all(pid(s) != shared_pid for s in sessions[1:]), "the survivors moved to another process"
+        assert not alive(shared_pid)
+        again = await step_all(manager, {s: "1" for s in sessions[1:]})
+        assert [again[s] for s in sessions[1:]] == [f"total {100 * i + 7}" for i in range(1, 4)]
+        with pytest.raises(EnvHostError, match="broken"):
+            await manager.step(sessions[0].session_id, "1")
+        await close_all(manager, sessions)
+    loop.run_until_complete(scenario())
+
+
+def test_a_game_that_hangs_times_out_alone(loop, impatient) -> None:
+    async def scenario() -> None:
+        sessions = await tallies(impatient, 3, owner())
+        results = await step_all(impatient, {sessions[0]: "hang", sessions[1]: "2", sessions[2]: "3"})
+        assert isinstance(results[sessions[0]], EnvironmentTimeout)
+        assert [results[sessions[1]], results[sessions[2]]] == ["total 102", "total 203"]
+        await close_all(impatient, sessions)
+    loop.run_until_complete(scenario())
+
+
+def test_a_session_whose_game_replays_differently_fails_saying_it_could_not_be_restored(loop, manager) -> None:
+    async def scenario() -> None:
+        moody = await tallies(manager, 2, owner(), config={"moody": True})
+        results = await step_all(manager, {moody[0]: "crash", moody[1]: "1"})
+        assert isinstance(results[moody[0]], EnvironmentCrashed)  # it crashed, or could not be replayed to retry
+        lost = results[moody[1]]
+        assert isinstance(lost, EnvironmentCrashed)
+        assert "could not be restored" in lost.message and "not deterministic" in lost.message
+        await close_all(manager, moody)
+    loop.run_until_complete(scenario())
+
+
+def test_a_slow_game_moves_its_sessions_to_processes_of_their_own(loop, manager) -> None:
+    async def scenario() -> None:
+        sessions = await tallies(manager, 4, owner())
+        await step_all(manager, {s: "1" for s in sessions})
+        assert len({pid(s) for s in sessions}) == 1
+        for _ in range(3):  # 12 calls of 10 ms: over half of the last 16 are slow
+            await step_all(manager, {s: "nap:0.01" for s in sessions})
+        results = await step_all(manager, {s: "2" for s in sessions})
+        assert [results[s] for s in sessions] == [f"total {100 * i + 3}" for i in range(4)]
+        assert len({pid(s) for s in sessions}) == 4
+        await close_all(manager, sessions)
+    loop.run_until_complete(scenario())
+
+
+def test_a_shared_process_is_kept_for_the_jobs_next_sessions_unless_a_game_failed(loop, manager) -> None:
+    async def scenario() -> None:
+        who = owner()
+        first = await tallies(manager, 2, who)
+        kept = pid(first[0])
+        await close_all(manager, first)
+        assert alive(kept)
+        (again,) = await tallies(manager, 1, who)
+        assert pid(again) == kept
+        with pytest.raises(EnvHostError):
+            await manager.step(again.session_id, "not a number")  # the game raises ValueError
+        await manager.close(again.session_id)
+        (fresh,) = await tallies(manager, 1, who)
+        assert pid(fresh) != kept
+        await manager.close(fresh.session_id)
+    loop.run_until_complete(scenario())
