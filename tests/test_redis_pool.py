@@ -40,3 +40,43 @@ def test_a_pool_busy_past_its_wait_raises_pool_exhausted_and_ping_still_sees_red
             assert await client.get("k") is None
 
     asyncio.run(scenario())
+
+
+def test_commands_on_idle_connections_start_no_task_of_their_own(redis_url: str) -> None:
+    """redis-py ran every write as a task (asyncio.wait_for) and took every connection through a
+    condition and a timeout; with an idle connection at hand a command now costs neither."""
+    async def scenario() -> None:
+        async with connect(redis_url) as client:
+            await client.set("k", "v")
+            loop, created = asyncio.get_running_loop(), []
+            create_task = loop.create_task
+
+            def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+                created.append(args[0])
+                return create_task(*args, **kwargs)
+
+            loop.create_task = counted
+            try:
+                for _ in range(20):
+                    assert await client.get("k") == b"v"
+                assert created == []
+                async with client.pipeline(transaction=False) as pipe:
+                    assert await pipe.get("k").set("k", "w").execute() == [b"v", True]
+            finally:
+                loop.create_task = create_task
+            assert [c.__qualname__ for c in created] == ["WaitingConnectionPool.release"]  # redis-py shields it
+
+    asyncio.run(scenario())
+
+
+def test_a_connection_the_server_dropped_is_replaced_by_the_next_command(redis_url: str) -> None:
+    async def scenario() -> None:
+        async with connect(redis_url) as client, connect(redis_url) as admin:
+            await client.set("k", "v")
+            mine = await client.client_id()
+            await admin.execute_command("CLIENT", "KILL", "ID", mine)
+            await asyncio.sleep(0.05)
+            assert await client.get("k") == b"v"  # written to a dead socket, then retried on a new one
+            assert await client.client_id() != mine
+
+    asyncio.run(scenario())
