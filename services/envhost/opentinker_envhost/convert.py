@@ -61,6 +61,8 @@ def reset_response(outcome: ResetOutcome) -> pb.ResetResponse:
 
 
 def step_response(result: StepResult) -> pb.StepResponse:
+    if not result.info:  # the common case: no Struct to build
+        return pb.StepResponse(observation=result.observation, reward=result.reward, done=result.done)
     return pb.StepResponse(observation=result.observation, reward=result.reward, done=result.done,
                            info=dict_to_struct(result.info))
 

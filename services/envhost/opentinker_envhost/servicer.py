@@ -25,7 +25,7 @@ import structlog
 from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
 from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
 from opentinker.core.auth_interceptor import current_job_tokens, current_principal
-from opentinker.core.job_token_guard import job_token_refusal, require_job_token
+from opentinker.core.job_token_guard import job_token_check_needed, job_token_refusal, require_job_token
 from opentinker.core.job_tokens import hash_job_token, presented_job_token
 from opentinker.core.server import ServiceBinding
 from opentinker_envhost import convert
@@ -148,22 +148,29 @@ class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
                             context: grpc.aio.ServicerContext | None = None) -> pb.InteractResponse:
         """One Interact request -> its response (an ErrorDetail on a domain error or a refused
         job token: the stream goes on)."""
-        async def open_session(message: pb.OpenSessionRequest) -> pb.OpenSessionResponse:
-            return await self.open_session(message, attempt_of(context, message.job_id) if context else "")
-
-        handlers = {"open_session": open_session, "reset": self.reset, "step": self.step,
-                    "close_session": self.close_session}
         kind = request.WhichOneof("action")
         try:
             if kind is None:
-                raise InvalidArgument(f"action: set one of {', '.join(handlers)}")
-            refusal = context and await job_token_refusal(context, **self._job_scope(kind, getattr(request, kind)))
-            if refusal:
-                return pb.InteractResponse(sequence=request.sequence, error=convert.refusal_detail(refusal))
-            result = await handlers[kind](getattr(request, kind))
+                raise InvalidArgument(f"action: set one of {', '.join(INTERACT_ACTIONS)}")
+            message = getattr(request, kind)
+            if context is not None and job_token_check_needed():
+                refusal = await job_token_refusal(context, **self._job_scope(kind, message))
+                if refusal:
+                    return pb.InteractResponse(sequence=request.sequence, error=convert.refusal_detail(refusal))
+            if kind == "step":
+                result = await self.step(message)
+            elif kind == "reset":
+                result = await self.reset(message)
+            elif kind == "open_session":
+                result = await self.open_session(message, attempt_of(context, message.job_id) if context else "")
+            else:
+                result = await self.close_session(message)
         except EnvHostError as error:
             return pb.InteractResponse(sequence=request.sequence, error=convert.error_detail(error))
         return pb.InteractResponse(sequence=request.sequence, **{kind: result})
+
+
+INTERACT_ACTIONS = ("open_session", "reset", "step", "close_session")
 
 
 def attempt_of(context: grpc.aio.ServicerContext, job_id: str) -> str:

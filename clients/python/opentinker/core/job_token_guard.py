@@ -54,6 +54,12 @@ async def require_job_token(context: grpc.aio.ServicerContext, *, job_id: str, f
         await context.abort(refusal.code, refusal.message, trailing_metadata=metadata)
 
 
+def job_token_check_needed() -> bool:
+    """Whether `job_token_refusal` may refuse anything in the RPC being handled (False when auth
+    is disabled: callers on a hot path skip the call)."""
+    return bool(current_principal().job_id) or current_job_tokens() is not None
+
+
 async def job_token_refusal(context: grpc.aio.ServicerContext, *, job_id: str, fencing_token: int | None = None,
                             field: str = "lease.job_id") -> JobTokenRefusal | None:
     """None when the call may act on `job_id`; else why not."""
