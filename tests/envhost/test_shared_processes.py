@@ -186,3 +186,18 @@ def test_a_shared_process_is_kept_for_the_jobs_next_sessions_unless_a_game_faile
         assert pid(fresh) != kept
         await manager.close(fresh.session_id)
     loop.run_until_complete(scenario())
+
+
+def test_an_episode_too_long_to_replay_is_not_restored(loop, manager, monkeypatch) -> None:
+    monkeypatch.setattr("opentinker_envhost.shared_game.MAX_REPLAY_CALLS", 3)
+
+    async def scenario() -> None:
+        sessions = await tallies(manager, 3, owner())
+        for _ in range(3):  # the reset and 3 steps: past 3 calls for sessions 1 and 2
+            await step_all(manager, {s: "1" for s in sessions[1:]})
+        await manager.reset(sessions[2].session_id, {"start": 7})  # a new episode: kept again
+        results = await step_all(manager, {sessions[0]: "crash", sessions[1]: "1", sessions[2]: "1"})
+        assert "over 3 calls long" in results[sessions[1]].message
+        assert results[sessions[2]] == "total 8"
+        await close_all(manager, sessions)
+    loop.run_until_complete(scenario())

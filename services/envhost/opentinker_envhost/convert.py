@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import grpc
@@ -25,10 +26,30 @@ memory_limit, cpu_limit), for callers that count environment failures by kind.""
 def struct_to_dict(struct: struct_pb2.Struct, field: str = "config") -> dict[str, Any]:
     """A Struct as a dict; JSON numbers that are whole become ints (3.0 -> 3). NaN or Infinity
     (no JSON form) is the caller's error, naming `field`."""
+    flat = _flat_struct(struct)
+    if flat is not None:
+        return flat
     try:
         return _whole_numbers_as_ints(json_format.MessageToDict(struct))
     except ValueError as error:
         raise InvalidArgument(f"{field}: {error} (NaN and Infinity have no JSON form)") from None
+
+
+def _flat_struct(struct: struct_pb2.Struct) -> dict[str, Any] | None:
+    """The dict of a Struct of strings, bools and finite numbers (a reset's kwargs, on every
+    episode's path), read without json_format; None for anything else."""
+    values: dict[str, Any] = {}
+    for key, value in struct.fields.items():
+        kind = value.WhichOneof("kind")
+        if kind == "string_value":
+            values[key] = value.string_value
+        elif kind == "number_value" and math.isfinite(number := value.number_value):
+            values[key] = int(number) if number.is_integer() else number
+        elif kind == "bool_value":
+            values[key] = value.bool_value
+        else:
+            return None
+    return values
 
 
 def dict_to_struct(values: dict[str, Any]) -> struct_pb2.Struct:
@@ -55,9 +76,12 @@ def environment(spec: GameSpec) -> pb.Environment:
 
 
 def reset_response(outcome: ResetOutcome) -> pb.ResetResponse:
-    return pb.ResetResponse(system_prompt=outcome.system_prompt,
-                            initial_user_message=outcome.initial_user_message,
-                            observation=outcome.observation, info=dict_to_struct(outcome.info))
+    response = pb.ResetResponse(system_prompt=outcome.system_prompt,
+                                initial_user_message=outcome.initial_user_message,
+                                observation=outcome.observation)
+    if outcome.info:
+        response.info.CopyFrom(dict_to_struct(outcome.info))
+    return response
 
 
 def step_response(result: StepResult) -> pb.StepResponse:

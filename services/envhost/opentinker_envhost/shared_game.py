@@ -30,6 +30,8 @@ from opentinker_envhost.limits import SessionLimits
 from opentinker_envhost.shared_worker import Blame, CallLost, SharedWorker
 
 MAX_REBUILDS = 3
+MAX_REPLAY_CALLS = 10_000
+"""Longest episode (reset and steps) kept for replay; a longer one is not restorable."""
 
 Placer = Callable[..., Any]
 
@@ -41,6 +43,8 @@ class EpisodeLog:
     config: dict[str, Any]
     calls: list[tuple[dict[str, Any], Any]] = field(default_factory=list)
     """(request, what it returned) since construct: a reset and its steps."""
+    too_long: bool = False
+    """The episode ran past MAX_REPLAY_CALLS: it is no longer kept (nor restorable)."""
 
     def requests(self) -> list[dict[str, Any]]:
         return [{"call": "construct", "config": self.config}, *(dict(request) for request, _ in self.calls)]
@@ -51,11 +55,19 @@ class EpisodeLog:
     def record(self, request: dict[str, Any], result: Any) -> None:
         if request["call"] == "reset":
             self.calls.clear()
+            self.too_long = False
+        elif self.too_long:
+            return
+        elif len(self.calls) >= MAX_REPLAY_CALLS:
+            self.calls.clear()
+            self.too_long = True
+            return
         self.calls.append((request, result))
 
     def forget_episode(self) -> None:
         """The game raised: the episode is over until the next reset."""
         self.calls.clear()
+        self.too_long = False
 
 
 class SharedGame:
@@ -171,6 +183,8 @@ class SharedGame:
         """Move this session to another process (one of its own when `private` or its game is
         slow): replay its episode there."""
         self._leave()
+        if self.log.too_long:
+            raise self._unrestorable(what, f"its episode is over {MAX_REPLAY_CALLS} calls long (not kept for replay)")
         private = private or self.placement.is_slow(self.key)
         worker, slot = await self.placement.place(self.key, self.session_id, private=private)
         self.worker, self.slot, self.last_pid = worker, slot, worker.pid

@@ -219,9 +219,10 @@ class SharedWorker:
         batch, self.outbox = self.outbox, []
         futures = [future for _, future in batch]
         if self.process.connection.broken is not None or self.blames is not None:
-            for future in futures:  # queued behind the loss
+            self._blame_frames()
+            self._blame_all(futures, Blame.INNOCENT)  # queued behind the loss
+            for future in futures:
                 _fail(future, ConnectionError("the game's process is gone"))
-            self._blame_all(futures, Blame.INNOCENT)
             return
         payload = wire.encode([request for request, _ in batch])
         self.batches += 1
@@ -258,19 +259,23 @@ class SharedWorker:
         self.watchdog = loop.call_at(deadline, self._check_head)
 
     def _blame_of(self, future: asyncio.Future[Any]) -> Blame:
-        if self.blames is None:
-            self.blames = {}
-            for position, frame in enumerate(self.frames):
-                blame = Blame.INNOCENT if position else (Blame.CULPRIT if len(frame) == 1 else Blame.SUSPECT)
-                self._blame_all(frame[self.head_answered:] if position == 0 else frame, blame)
-            self.frames.clear()
-        return self.blames.get(future, Blame.INNOCENT)
+        self._blame_frames()
+        return self.blames.get(future, Blame.INNOCENT)  # type: ignore[union-attr]
+
+    def _blame_frames(self) -> None:
+        """Once the process is gone: the batch it was running holds the culprit (if it held one
+        call) or the suspects; the batches queued behind it are innocent."""
+        if self.blames is not None:
+            return
+        self.blames = {}
+        for position, frame in enumerate(self.frames):
+            blame = Blame.INNOCENT if position else (Blame.CULPRIT if len(frame) == 1 else Blame.SUSPECT)
+            self._blame_all(frame[self.head_answered:] if position == 0 else frame, blame)
+        self.frames.clear()
 
     def _blame_all(self, futures: list[asyncio.Future[Any]], blame: Blame) -> None:
-        if self.blames is None:
-            self.blames = {}
         for future in futures:
-            self.blames.setdefault(future, blame)
+            self.blames.setdefault(future, blame)  # type: ignore[union-attr]
 
     def _on_exit(self) -> None:
         self.tainted = True
