@@ -31,11 +31,14 @@ WEIGHTS_FORMAT_LORA_ADAPTER) and full parameters (WEIGHTS_FORMAT_FULL). Three ta
   (the Trainer writes one safetensors file under its OPENTINKER_SHARED_WEIGHTS_DIR, here a fresh
   directory in /dev/shm, and answers with the header only), then what the Rollout does with that
   header: `read_shared_weights` under the same directory (the path checks, size and nonce, the
-  index against the header, the XXH3-64 checksum over the data, tensors viewing the file's
-  mapping, the file deleted). The Rollout's copy into its model is not timed, as in `stream`.
+  index against the header, the checksum over the data: XXH3-64 of each 8 MiB chunk, the
+  chunks in 2 threads, tensors viewing the file's mapping, the file deleted). The Trainer hashes
+  each chunk in a second thread while it writes it. The Rollout's copy into its model is not
+  timed, as in `stream`.
 * `stream` (across hosts; target >= 0.50): ExportWeights with transport STREAM (chunk_bytes
   `--chunk-bytes`, 0 = the server's 4 MiB - 64 KiB) drained and every chunk fed to a
-  `WeightsAssembler`, whose `finish()` (XXH3-64 check, tensors) is timed too.
+  `WeightsAssembler` (which hashes the chunks as they arrive), whose `finish()` (the checksum's
+  comparison, tensors) is timed too.
 * `safetensors`: `safetensors.torch.save_file` of the same tensors (taken from the in-process twin
   session) to /dev/shm (/tmp without it), the file deleted untimed: the baseline.
 

@@ -3,6 +3,9 @@ and every way an assembly can be wrong."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from dataclasses import replace
 
 import pytest
@@ -209,3 +212,24 @@ def test_lora_state_dict_of_another_rank_is_refused() -> None:
         load_lora_state_dict(target, other)
     with pytest.raises(WeightsError, match="unknown"):
         load_lora_state_dict(target, {**lora_state_dict(target), "x.lora_A.weight": torch.zeros(1)})
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_a_forked_child_hashes_chunks_in_parallel_too() -> None:
+    """The hash pool's threads stay in the parent: a child that inherited a used pool starts its
+    own instead of waiting forever for threads that do not exist there."""
+    data = random_bytes(16 * MIB + 1)
+    expected = reference_chunked_xxh3(data)
+    assert hexdigest_of([data], ChecksumAlgorithm.XXH3_64_CHUNKED) == expected  # the pool is in use
+    pid = os.fork()
+    if pid == 0:
+        ok = weights.HASH_THREADS == 1 or hexdigest_of([data], ChecksumAlgorithm.XXH3_64_CHUNKED) == expected
+        os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 30
+    while (waited := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if waited[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise AssertionError("the forked child's checksum hung")
+    assert os.waitstatus_to_exitcode(waited[1]) == 0

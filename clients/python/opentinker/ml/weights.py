@@ -152,8 +152,15 @@ def hash_pool() -> ThreadPoolExecutor:
         return _HASH_POOL
 
 
+def _forget_hash_pool() -> None:
+    """In a forked child: the parent's pool threads do not exist here, start a new pool."""
+    global _HASH_POOL, _HASH_POOL_LOCK
+    _HASH_POOL, _HASH_POOL_LOCK = None, threading.Lock()
+
+
 _HASH_POOL: ThreadPoolExecutor | None = None
 _HASH_POOL_LOCK = threading.Lock()
+os.register_at_fork(after_in_child=_forget_hash_pool)
 
 
 def submit_chunk_digest(pieces: Sequence[Any]) -> Future[bytes]:
