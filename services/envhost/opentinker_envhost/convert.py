@@ -85,10 +85,18 @@ def reset_response(outcome: ResetOutcome) -> pb.ResetResponse:
 
 
 def step_response(result: StepResult) -> pb.StepResponse:
-    if not result.info:  # the common case: no Struct to build
-        return pb.StepResponse(observation=result.observation, reward=result.reward, done=result.done)
-    return pb.StepResponse(observation=result.observation, reward=result.reward, done=result.done,
-                           info=dict_to_struct(result.info))
+    response = pb.StepResponse()
+    fill_step_response(response, result)
+    return response
+
+
+def fill_step_response(response: pb.StepResponse, result: StepResult) -> None:
+    """Set a StepResponse in place (e.g. an InteractResponse's, without a copy)."""
+    response.observation = result.observation
+    response.reward = result.reward
+    response.done = result.done
+    if result.info:  # the common case has none: no Struct to build
+        response.info.update(result.info)
 
 
 def status_code(error: EnvHostError) -> grpc.StatusCode:

@@ -158,8 +158,11 @@ class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
                 if refusal:
                     return pb.InteractResponse(sequence=request.sequence, error=convert.refusal_detail(refusal))
             if kind == "step":
-                result = await self.step(message)
-            elif kind == "reset":
+                stepped = await self.manager.step(message.session_id, message.action, seat=message.seat)
+                response = pb.InteractResponse(sequence=request.sequence)
+                convert.fill_step_response(response.step, stepped)
+                return response
+            if kind == "reset":
                 result = await self.reset(message)
             elif kind == "open_session":
                 result = await self.open_session(message, attempt_of(context, message.job_id) if context else "")

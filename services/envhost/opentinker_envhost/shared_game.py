@@ -146,30 +146,49 @@ class SharedGame:
 
     async def _play(self, request: dict[str, Any], what: str, *, invalid: bool = False) -> Any:
         """One call of this session's game, rebuilt elsewhere when its process was lost (or its
-        game is slow); the call's result, or the domain error. A call that may have caused the
-        loss (a SUSPECT) runs again in a process of its own, where a loss is its alone."""
+        game is slow); the call's result, or the domain error."""
+        worker = self.worker
+        if (worker is None or self.ended or worker.gone
+                or (not worker.private and self.key in self.placement.slow)):
+            return await self._play_moving(request, what, invalid=invalid)
+        try:
+            reply = await worker.call(self.slot, request)
+        except CallLost as lost:
+            return await self._play_moving(request, what, invalid=invalid, lost=lost)
+        return self._answer(request, reply, what, invalid)
+
+    async def _play_moving(self, request: dict[str, Any], what: str, *, invalid: bool,
+                           lost: CallLost | None = None) -> Any:
+        """`_play` for a session that must move first, or whose call was lost: a call that may
+        have caused the loss (a SUSPECT) runs again in a process of its own, where a loss is its
+        alone; one lost too often fails."""
         if self.ended:
             raise EnvironmentCrashed(f"{what}: the game's process {self.ended}")
         losses = {Blame.SUSPECT: 0, Blame.INNOCENT: 0}
         private = False
         while True:
+            if lost is not None:
+                if lost.blame is Blame.CULPRIT:
+                    raise await self._lost_to(what)
+                losses[lost.blame] += 1
+                if losses[lost.blame] > MAX_REBUILDS:
+                    raise self._unrestorable(what, "its game's process was lost again and again")
+                private = private or lost.blame is Blame.SUSPECT
             worker = self.worker
             if worker is None or worker.gone or (not worker.private and (private or self.placement.is_slow(self.key))):
                 await self._rebuild(what, private=private)
             try:
                 reply = await self.worker.call(self.slot, request)  # type: ignore[union-attr]
-            except CallLost as lost:
-                if lost.blame is Blame.CULPRIT:
-                    raise await self._lost_to(what) from None
-                losses[lost.blame] += 1
-                if losses[lost.blame] > MAX_REBUILDS:
-                    raise self._unrestorable(what, "its game's process was lost again and again") from None
-                private = private or lost.blame is Blame.SUSPECT
+            except CallLost as error:
+                lost = error
                 continue
-            seconds = reply.get("s") if isinstance(reply, dict) else None
-            if type(seconds) is float and request["call"] != "construct":
-                self.placement.observe(self.key, seconds)
-            return self._result(reply, what, invalid=invalid)
+            return self._answer(request, reply, what, invalid)
+
+    def _answer(self, request: dict[str, Any], reply: Any, what: str, invalid: bool) -> Any:
+        seconds = reply.get("s") if type(reply) is dict else None
+        if type(seconds) is float and request["call"] != "construct":
+            self.placement.observe(self.key, seconds)
+        return self._result(reply, what, invalid=invalid)
 
     async def _lost_to(self, what: str) -> EnvironmentCrashed | EnvironmentTimeout:
         """This call's own loss: the session fails as it would in a process of its own."""

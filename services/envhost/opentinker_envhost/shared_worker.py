@@ -81,6 +81,8 @@ class SharedWorker:
         """A call raised, or a close found the process not reusable: it takes no new session
         and is not kept once its last session closes."""
         self.killed_for = ""
+        self.lost = False
+        """Known to be gone (the exit or a broken connection was seen)."""
         self.batches = 0
         """Frames of calls sent to the process."""
         self.blames: dict[asyncio.Future[Any], Blame] | None = None
@@ -98,9 +100,13 @@ class SharedWorker:
     @property
     def gone(self) -> bool:
         """The process died or was killed (or never started)."""
-        if self.ready.done() and self.ready.exception() is not None:
+        if self.lost:
             return True
-        return self.process is not None and not self.process.alive
+        if self.process is None:
+            return self.ready.done()  # its start failed
+        if not self.process.alive:
+            self.lost = True
+        return self.lost
 
     @property
     def busy(self) -> bool:
@@ -279,6 +285,7 @@ class SharedWorker:
 
     def _on_exit(self) -> None:
         self.tainted = True
+        self.lost = True
         if self.watchdog is not None:
             self.watchdog.cancel()
             self.watchdog = None
