@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from dataclasses import replace
 
@@ -233,3 +234,23 @@ def test_a_forked_child_hashes_chunks_in_parallel_too() -> None:
         os.waitpid(pid, 0)
         raise AssertionError("the forked child's checksum hung")
     assert os.waitstatus_to_exitcode(waited[1]) == 0
+
+
+def test_a_busy_hash_pool_never_stalls_a_checksum(monkeypatch, tmp_path) -> None:
+    """Chunks offered to the pool that no pool thread started are hashed by the caller (a loaded
+    machine), so a checksum never waits for a pool thread to get a core."""
+    from opentinker.ml.shared_weights import SharedWeightsWriter
+
+    monkeypatch.setattr(weights, "HASH_THREADS", 2)
+    release = threading.Event()
+    blockers = [weights.hash_pool().submit(release.wait, 60) for _ in range(weights.hash_pool()._max_workers)]
+    try:
+        data = random_bytes(24 * MIB + 7)
+        assert hexdigest_of([data], ChecksumAlgorithm.XXH3_64_CHUNKED) == reference_chunked_xxh3(data)
+        writer = SharedWeightsWriter(tmp_path / "shm")
+        writer.open()
+        state = {"w": torch.frombuffer(bytearray(data[:24 * MIB]), dtype=torch.float32)}
+        assert writer.write(state).checksum.hex_digest == reference_chunked_xxh3(data[:24 * MIB])
+        assert not any(blocker.done() for blocker in blockers)  # all of it done while the pool was busy
+    finally:
+        release.set()

@@ -36,7 +36,6 @@ import stat
 import struct
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,9 +43,9 @@ from typing import Any
 import torch
 
 from opentinker.ml.errors import WeightsError
-from opentinker.ml.weights import (DTYPE_BY_NAME, HASH_THREADS, ChecksumAlgorithm, TensorSpec, WeightsChecksum,
-                                   check_spec, chunk_digest, chunks_of, combine_digests, hexdigest_of,
-                                   submit_chunk_digest, tensor_bytes, tensor_spec)
+from opentinker.ml.weights import (DTYPE_BY_NAME, HASH_THREADS, ChecksumAlgorithm, PoolDigest, TensorSpec,
+                                   WeightsChecksum, check_spec, chunk_digest, chunks_of, combine_digests,
+                                   digest_in_pool, hexdigest_of, tensor_bytes, tensor_spec)
 
 SUFFIX = ".safetensors"
 NONCE_KEY = "opentinker_nonce"
@@ -151,23 +150,23 @@ class SharedWeightsWriter:
 
 def _write_tensors(fd: int, offset: int, tensors: Iterable[torch.Tensor]) -> str:
     """The tensors' bytes from `offset` on, one checksum chunk (8 MiB) per vectored write; their
-    XXH3_64_CHUNKED hex digest. A chunk that another follows is hashed in the hash pool while this
-    thread writes it (both read it from the source, in cache); the last one (a LoRA adapter's
-    only one) is hashed here, then written: waiting for another thread would cost more than its
-    hash. A vectored write puts many small tensors in one system call (a LoRA adapter is many
-    small tensors; a system call each would cost more than their bytes, more so in a sandbox such
-    as gVisor)."""
-    digests: list[Future[bytes] | bytes] = []
+    XXH3_64_CHUNKED hex digest. A chunk that another follows is offered to the hash pool, which
+    hashes it while this thread writes it (both read it from the source, in cache; chunks no pool
+    thread got to are hashed here at the end); the last one (a LoRA adapter's only one) is hashed
+    here, then written: waiting for another thread would cost more than its hash. A vectored
+    write puts many small tensors in one system call (a LoRA adapter is many small tensors; a
+    system call each would cost more than their bytes, more so in a sandbox such as gVisor)."""
+    digests: list[PoolDigest | bytes] = []
     chunks = chunks_of(tensor_bytes(tensor) for tensor in tensors)
     chunk = next(chunks, None)
     while chunk is not None:
         following = next(chunks, None)
-        digests.append(submit_chunk_digest(chunk) if following is not None and HASH_THREADS > 1
+        digests.append(digest_in_pool(chunk) if following is not None and HASH_THREADS > 1
                        else chunk_digest(chunk))
         _pwrite_all(fd, chunk, offset)
         offset += sum(len(piece) for piece in chunk)
         chunk = following
-    return combine_digests(d if isinstance(d, bytes) else d.result() for d in digests)
+    return combine_digests(d if isinstance(d, bytes) else d.digest() for d in digests)
 
 
 def _pwrite_all(fd: int, pieces: list[memoryview], offset: int) -> None:

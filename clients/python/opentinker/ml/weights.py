@@ -124,22 +124,19 @@ def chunks_of(pieces: Iterable[Any], chunk_bytes: int = CHECKSUM_CHUNK_BYTES) ->
 
 
 def hexdigest_of(pieces: Iterable[Any], algorithm: ChecksumAlgorithm) -> str:
-    """The checksum of consecutive buffers; XXH3_64_CHUNKED hashes chunk i in thread
-    i % HASH_THREADS (thread 0 is this one, the others the hash pool's)."""
+    """The checksum of consecutive buffers; XXH3_64_CHUNKED hashes every HASH_THREADS-th chunk
+    here and offers the others to the hash pool (`digest_in_pool`)."""
     if algorithm is not ChecksumAlgorithm.XXH3_64_CHUNKED:
         hasher = new_hasher(algorithm)
         for piece in pieces:
             hasher.update(piece)
         return hasher.hexdigest()
     chunks = list(chunks_of(pieces))
-    runs = [chunks[i::HASH_THREADS] for i in range(HASH_THREADS)] if len(chunks) > 1 else [chunks]
-    futures = [hash_pool().submit(_digests_of, run) for run in runs[1:]]
-    digests = [_digests_of(runs[0]), *(future.result() for future in futures)]
-    return combine_digests(digests[index % len(runs)][index // len(runs)] for index in range(len(chunks)))
-
-
-def _digests_of(chunks: Sequence[Sequence[memoryview]]) -> list[bytes]:
-    return [chunk_digest(chunk) for chunk in chunks]
+    offered = {index: digest_in_pool(chunk) for index, chunk in enumerate(chunks)
+               if index % HASH_THREADS and len(chunks) > 1}
+    here = {index: chunk_digest(chunk) for index, chunk in enumerate(chunks) if index not in offered}
+    return combine_digests(here[index] if index in here else offered[index].digest()
+                           for index in range(len(chunks)))
 
 
 def hash_pool() -> ThreadPoolExecutor:
@@ -163,9 +160,22 @@ _HASH_POOL_LOCK = threading.Lock()
 os.register_at_fork(after_in_child=_forget_hash_pool)
 
 
-def submit_chunk_digest(pieces: Sequence[Any]) -> Future[bytes]:
-    """`chunk_digest(pieces)` in the hash pool (the caller goes on, e.g. writing the same bytes)."""
-    return hash_pool().submit(chunk_digest, pieces)
+class PoolDigest:
+    """One chunk's digest offered to the hash pool; `digest()` computes it in the calling thread
+    when no pool thread has started it yet (a loaded machine: better than waiting for a core)."""
+
+    def __init__(self, pieces: Sequence[Any]) -> None:
+        self.pieces = pieces
+        self.future: Future[bytes] = hash_pool().submit(chunk_digest, pieces)
+
+    def digest(self) -> bytes:
+        return chunk_digest(self.pieces) if self.future.cancel() else self.future.result()
+
+
+def digest_in_pool(pieces: Sequence[Any]) -> PoolDigest:
+    """`chunk_digest(pieces)` offered to the hash pool (the caller goes on, e.g. writing the same
+    bytes, and asks for the digest at the end)."""
+    return PoolDigest(pieces)
 
 
 @dataclass(frozen=True, kw_only=True)
