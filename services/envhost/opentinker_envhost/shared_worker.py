@@ -1,7 +1,7 @@
 """A game process shared by several sessions of one owner, game and config (process isolation).
 
-Each session is a slot of the process. Calls of all its slots that arrive in the same turn of
-the event loop go in one frame (`sandbox_protocol`: a JSON list), which the process runs in
+Each session is a slot of the process. A call to an idle process goes at once; calls that arrive
+while it works wait for the end of that turn of the event loop and go in one frame (`sandbox_protocol`: a JSON list), which the process runs in
 order and answers in order, so a step costs the process one wake-up per batch rather than one
 per call. The process runs each call under the same per-call CPU budget as a process of its own.
 
@@ -167,7 +167,9 @@ class SharedWorker:
             self._flush()
         else:
             self.outbox.append((request, future))
-            if not self.flushing:
+            if not self.frames and not self.flushing:
+                self._flush()  # the process is idle: no reason to wait for company
+            elif not self.flushing:
                 self.flushing = True
                 loop.call_soon(self._flush)
         try:
