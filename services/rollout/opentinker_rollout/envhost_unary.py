@@ -92,4 +92,6 @@ def to_struct(values: Mapping[str, Any]) -> struct_pb2.Struct:
 
 
 def from_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
+    if not struct.fields:  # a step's or reset's info is most often empty: no json_format pass
+        return {}
     return json_format.MessageToDict(struct)
