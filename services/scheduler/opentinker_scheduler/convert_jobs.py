@@ -6,12 +6,13 @@ schedules on) and as its deterministic serialization (`spec_blob`, stored and re
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from google.protobuf import struct_pb2
-from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from opentinker.api.common.v1 import algorithm_pb2, environment_pb2, progress_pb2, resources_pb2
@@ -56,6 +57,7 @@ def spec_blob(spec: job_pb2.JobSpec) -> bytes:
 
 
 def facts_from_spec(spec: job_pb2.JobSpec) -> JobSpecFacts:
+    scalars = tuple(scalar_fields(spec, "spec"))  # walked once, read three times below
     for path in non_finite_struct_numbers(spec, "spec"):
         raise InvalidArgument(path, "must be a finite number: NaN and Infinity have no JSON form (the "
                               "Coordinator and the games read configs as JSON)")
@@ -70,19 +72,24 @@ def facts_from_spec(spec: job_pb2.JobSpec) -> JobSpecFacts:
         group_size=training.group_size, target_loss=training.target_loss,
         max_retries=training.max_retries if training.HasField("max_retries") else None,
         resources=tuple(resource_from_proto(r, f"spec.resources[{i}]") for i, r in enumerate(spec.resources)),
-        numbers=tuple(numeric_fields(spec, "spec")), label_count=len(spec.labels),
+        numbers=tuple(numeric_fields(spec, "spec", scalars)), label_count=len(spec.labels),
         labels=tuple(spec.labels.items()), display_name=spec.display_name,
-        unknown_enums=tuple(unknown_enum_values(spec, "spec")), output_path=spec.inference.output_path,
-        multi_agent_set=spec.HasField("multi_agent"), envhost_fields=tuple(envhost_fields(spec, "spec")),
+        unknown_enums=tuple(unknown_enum_values(spec, "spec", scalars)), output_path=spec.inference.output_path,
+        multi_agent_set=spec.HasField("multi_agent"), envhost_fields=tuple(envhost_fields(spec, "spec", scalars)),
         max_staleness=getattr(spec, "async").max_staleness)
 
 
 ENVIRONMENT_REFERENCE = environment_pb2.EnvironmentReference.DESCRIPTOR.full_name
 
 
-def envhost_fields(message: Message, path: str) -> Iterator[EnvHostField]:
-    """Every envhost_address and envhost set in an EnvironmentReference below `message`."""
-    for descriptor, value, name in scalar_fields(message, path):
+Scalars = Iterable[tuple[FieldDescriptor, object, str]]
+"""What `scalar_fields` yields: (descriptor, value, path) of every set scalar."""
+
+
+def envhost_fields(message: Message, path: str, scalars: Scalars | None = None) -> Iterator[EnvHostField]:
+    """Every envhost_address and envhost set in an EnvironmentReference below `message` (`scalars`:
+    its `scalar_fields`, when read already)."""
+    for descriptor, value, name in scalar_fields(message, path) if scalars is None else scalars:
         if descriptor.containing_type.full_name == ENVIRONMENT_REFERENCE and descriptor.name in ("envhost_address",
                                                                                                "envhost"):
             yield EnvHostField(path=name, kind=descriptor.name, value=str(value))
@@ -121,9 +128,19 @@ def scalar_fields(message: Message, path: str) -> Iterator[tuple[FieldDescriptor
             item_path = f"{name}[{index}]" if descriptor.is_repeated else name
             if descriptor.cpp_type != FieldDescriptor.CPPTYPE_MESSAGE:
                 yield descriptor, item, item_path
-            elif not (descriptor.message_type.GetOptions().map_entry
-                      or descriptor.message_type.full_name in OPAQUE_MESSAGES):
+            elif not _skipped(descriptor.message_type):
                 yield from scalar_fields(item, item_path)  # type: ignore[arg-type]
+
+
+@functools.cache
+def _skipped(message_type: Descriptor) -> bool:
+    """Map entries and opaque user configs: no scalar of theirs is looked at (cached per type)."""
+    return _map_entry(message_type) or message_type.full_name in OPAQUE_MESSAGES
+
+
+@functools.cache
+def _map_entry(message_type: Descriptor) -> bool:
+    return message_type.GetOptions().map_entry
 
 
 def non_finite_struct_numbers(message: Message, path: str) -> Iterator[str]:
@@ -134,7 +151,7 @@ def non_finite_struct_numbers(message: Message, path: str) -> Iterator[str]:
             yield from _non_finite_values(value, f"{path}[{key!r}]")
         return
     for descriptor, value in message.ListFields():
-        if descriptor.cpp_type != FieldDescriptor.CPPTYPE_MESSAGE or descriptor.message_type.GetOptions().map_entry:
+        if descriptor.cpp_type != FieldDescriptor.CPPTYPE_MESSAGE or _map_entry(descriptor.message_type):
             continue
         items = value if descriptor.is_repeated else [value]
         for index, item in enumerate(items):
@@ -153,16 +170,16 @@ def _non_finite_values(value: struct_pb2.Value, path: str) -> Iterator[str]:
             yield from _non_finite_values(item, f"{path}[{index}]")
 
 
-def numeric_fields(message: Message, path: str) -> Iterator[NumericField]:
+def numeric_fields(message: Message, path: str, scalars: Scalars | None = None) -> Iterator[NumericField]:
     """Every set numeric field below `message`, with its path."""
-    for descriptor, value, name in scalar_fields(message, path):
+    for descriptor, value, name in scalar_fields(message, path) if scalars is None else scalars:
         if descriptor.cpp_type in NUMERIC_TYPES:
             yield NumericField(path=name, value=float(value))  # type: ignore[arg-type]
 
 
-def unknown_enum_values(message: Message, path: str) -> Iterator[str]:
+def unknown_enum_values(message: Message, path: str, scalars: Scalars | None = None) -> Iterator[str]:
     """'<path>: <n> is not a known <Enum> value' for enum numbers newer than our protos."""
-    for descriptor, value, name in scalar_fields(message, path):
+    for descriptor, value, name in scalar_fields(message, path) if scalars is None else scalars:
         if descriptor.cpp_type == FieldDescriptor.CPPTYPE_ENUM and value not in descriptor.enum_type.values_by_number:
             yield f"{name}: {value} is not a known {descriptor.enum_type.name} value"
 

@@ -30,12 +30,19 @@ REQUEST_SECONDS = metrics.histogram("opentinker_grpc_request_seconds", "Time han
 
 
 class MetricsInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self) -> None:
+        self._recorders: dict[str, _Recorder] = {}
+        """One per method served (only methods the server has reach it: a bounded set)."""
+
     async def intercept_service(self, continuation, handler_call_details):  # noqa: ANN001, ANN201
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
-        service, method = split_method(handler_call_details.method or "")
-        return _instrumented(handler, _Recorder(service, method))
+        full_method = handler_call_details.method or ""
+        recorder = self._recorders.get(full_method)
+        if recorder is None:
+            recorder = self._recorders[full_method] = _Recorder(*split_method(full_method))
+        return _instrumented(handler, recorder)
 
 
 def split_method(full_method: str) -> tuple[str, str]:
@@ -45,15 +52,20 @@ def split_method(full_method: str) -> tuple[str, str]:
 
 
 class _Recorder:
-    """Counts and times the calls of one method."""
+    """Counts and times the calls of one method (its labelled series looked up once each)."""
 
     def __init__(self, service: str, method: str) -> None:
         self.service, self.method = service, method
+        self._seconds = REQUEST_SECONDS.labels(grpc_service=service, grpc_method=method)
+        self._counts: dict[grpc.StatusCode, Any] = {}
 
     def record(self, code: grpc.StatusCode, started: float) -> None:
-        REQUESTS.labels(grpc_service=self.service, grpc_method=self.method, grpc_code=code.name).inc()
-        REQUEST_SECONDS.labels(grpc_service=self.service, grpc_method=self.method).observe(
-            time.perf_counter() - started)
+        count = self._counts.get(code)
+        if count is None:
+            count = self._counts[code] = REQUESTS.labels(grpc_service=self.service, grpc_method=self.method,
+                                                         grpc_code=code.name)
+        count.inc()
+        self._seconds.observe(time.perf_counter() - started)
 
 
 def final_code(context: grpc.aio.ServicerContext, error: BaseException | None) -> grpc.StatusCode:
