@@ -1,5 +1,6 @@
 """EnvHost steps/s over the Interact stream vs a bare gRPC echo service with the same stream shape,
-with games in their own processes (the default) and in the EnvHost's threads.
+with games in processes (the default: the bench's sessions share a job, so 16 share a process)
+and in the EnvHost's threads.
 
     .venv/bin/python bench/envhost.py            # 64 sessions, 3 rounds x 5 s per target (~1.5 min)
     .venv/bin/python bench/envhost.py --quick    # 1 round x 1 s: a smoke run (~15 s)
@@ -10,9 +11,10 @@ What runs, all on this machine:
   OPENTINKER_ENVHOST_GAMES serving bench/_envhost_games.py by import path: `trivial`, a sync
   AbstractGame, and `trivial-async`, the same game as an AsyncAbstractGame; its scheduler
   address points at a free port, so it registers nowhere and retries in the background): one
-  with the default OPENTINKER_ENVHOST_ISOLATION=process (each session's game in a process of its
-  own, forked by the EnvHost's fork server) and one with isolation=thread (games in the
-  EnvHost's worker threads);
+  with the default OPENTINKER_ENVHOST_ISOLATION=process (games in processes forked by the
+  EnvHost's fork server; the bench's sessions share one job, so up to 16 share a process and
+  their steps reach it in batches: OPENTINKER_ENVHOST_SESSIONS_PER_PROCESS) and one with
+  isolation=thread (games in the EnvHost's worker threads);
 * the baseline, bench/_echo_server.py, also a process: a bare grpc.aio server implementing
   EnvHostService/Interact itself, answering every request inline with a response of the same
   kind and size (no sessions, tasks, threads, game calls or Struct conversions). Both servers
@@ -25,16 +27,16 @@ What runs, all on this machine:
   sequence and a step result) until the round ends, then CloseSession (which must report the
   number of steps the session sent) and end of stream (status OK).
 
-The measured targets are `echo`, `envhost` (sync game in its own process: the default),
-`envhost-thread` (sync game in an EnvHost worker thread) and `envhost-async` (async game in its
-own process). Each of --rounds rounds measures every target once, the order rotating from round
+The measured targets are `echo`, `envhost` (sync game in a shared process: the default),
+`envhost-thread` (sync game in an EnvHost worker thread) and `envhost-async` (async game in a
+shared process). Each of --rounds rounds measures every target once, the order rotating from round
 to round (so drifts in the machine's load hit all alike); a round opens the sessions, plays
 --warmup seconds unmeasured, then counts the steps whose response arrives within the next
 --seconds. Reported per target: medians over rounds of steps/s, per-step latency p50/p99
 (client-side, write to read, ms), CPU seconds of the server (the EnvHost process and all its
 descendants: fork server and game processes; /proc) and of this client process within the
 measured window, CPU microseconds per step, and the time to open and reset all the sessions at
-once per session: in the first round (process mode: a fork per session) and in the later rounds
+once per session: in the first round (process mode: a fork per process) and in the later rounds
 (process mode: every session opens with the same job id, so it is built in a warm process the
 previous round's closed session left; see opentinker_envhost.sandbox_pool); and, after each
 round, the open + reset latency of a session opened alone (ONE_AT_A_TIME each: with the job id,
