@@ -3,6 +3,7 @@ a file (a name outside its directory, a link, a missing, truncated, foreign or c
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import subprocess
@@ -193,3 +194,59 @@ def test_a_new_writer_removes_the_directories_of_dead_writers_only(tmp_path: Pat
     assert sorted(p.name for p in root.iterdir()) == sorted([alive.owner, restarted.owner, "unrelated"])
     assert len(alive.files()) == 1
     assert remove_dead_owners(root) == []
+
+
+def reference_index(state: dict[str, torch.Tensor], nonce: str, **dumps) -> bytes:
+    """A safetensors index built from scratch (json.dumps of the whole index, as first written)."""
+    entries: dict[str, object] = {"__metadata__": {"opentinker_nonce": nonce}}
+    offset = 0
+    for name, tensor in state.items():
+        size = tensor.numel() * tensor.element_size()
+        entries[name] = {"dtype": {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}[tensor.dtype],
+                         "shape": list(tensor.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(entries, **dumps).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text
+
+
+def one_dtype_state(rows: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(rows)
+    return {"a.lora_A": torch.randn(rows, 8, generator=g), "b.scalar": torch.tensor(1.5),
+            "c.empty": torch.zeros(0, 4), "d.lora_B": torch.randn(8, rows, generator=g)}
+
+
+def test_each_layout_gets_its_own_index_and_tensors_when_layouts_alternate(writer) -> None:
+    """Index entries are remembered per layout: writing and reading layouts in turn never mixes them."""
+    for state in (one_dtype_state(3), sample_state(), one_dtype_state(5), one_dtype_state(3), sample_state()):
+        written = writer.write(state)
+        raw = (writer.root / written.file.name).read_bytes()
+        index = reference_index(state, written.file.nonce, separators=(",", ":"))
+        assert raw[:len(index)] == index
+        received = read(writer, written)
+        assert list(received) == list(state)
+        for name, tensor in state.items():
+            assert received[name].shape == tensor.shape and torch.equal(received[name], tensor), name
+
+
+def test_an_index_written_another_way_is_read_too(writer) -> None:
+    """Another writer's JSON (spaces, its own order of keys) with the same entries is accepted;
+    its nonce and entries are still checked."""
+    state = one_dtype_state(4)
+    written = writer.write(state)
+    path = writer.root / written.file.name
+    _, data = data_section(path)
+    index = reference_index(dict(reversed(state.items())), written.file.nonce)  # spaces, other order
+    entries = json.loads(index[8:])
+    offset = 0
+    for name, tensor in state.items():  # the data stays in the header's order
+        entries[name]["data_offsets"] = [offset, offset + tensor.numel() * 4]
+        offset += tensor.numel() * 4
+    text = json.dumps(entries).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+    other = replace(written, file=replace(written.file, size_bytes=path.stat().st_size))
+    with pytest.raises(SharedFileUnavailable, match="nonce differs"):
+        read(writer, other, nonce="e" * 32)
+    received = read(writer, other)
+    assert all(torch.equal(received[name], tensor) for name, tensor in state.items())

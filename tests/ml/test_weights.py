@@ -3,6 +3,7 @@ and every way an assembly can be wrong."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import threading
@@ -254,3 +255,26 @@ def test_a_busy_hash_pool_never_stalls_a_checksum(monkeypatch, tmp_path) -> None
         assert not any(blocker.done() for blocker in blockers)  # all of it done while the pool was busy
     finally:
         release.set()
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.randn(6, 5), lambda: torch.randn(6, 5).t(), lambda: torch.randn(10)[3:8],
+    lambda: torch.randn(4, 3).to(torch.bfloat16), lambda: torch.tensor(2.5), lambda: torch.zeros(0, 3),
+    lambda: torch.nn.Parameter(torch.randn(3, 2))], ids=["contiguous", "transposed", "offset view", "bf16",
+                                                         "scalar", "empty", "parameter"])
+def test_tensor_bytes_are_the_tensors_bytes_in_order_and_outlive_it(make) -> None:
+    tensor = make()
+    expected = tensor.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+    view = tensor_bytes(tensor)
+    assert view.format == "B" and view.ndim == 1 and bytes(view) == expected
+    del tensor
+    gc.collect()
+    torch.randn(1 << 16)  # reuse freed memory, if the view had not kept it
+    assert bytes(view) == expected
+
+
+def test_tensor_bytes_of_a_contiguous_cpu_tensor_view_its_memory() -> None:
+    tensor = torch.zeros(4)
+    view = tensor_bytes(tensor)
+    tensor[1] = 1.0
+    assert bytes(view[4:8]) == torch.tensor([1.0]).numpy().tobytes()

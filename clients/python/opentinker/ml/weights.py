@@ -12,6 +12,7 @@ shared-memory file instead of chunks.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import math
 import os
@@ -235,10 +236,10 @@ def state_dict_to_package(state_dict: Mapping[str, torch.Tensor], *,
 
 
 def tensor_spec(name: str, tensor: torch.Tensor) -> TensorSpec:
-    if tensor.dtype not in NAME_BY_DTYPE:
+    dtype = NAME_BY_DTYPE.get(tensor.dtype)
+    if dtype is None:
         raise WeightsError(f"tensor {name!r} has unsupported dtype {tensor.dtype}")
-    return TensorSpec(name=name, dtype=NAME_BY_DTYPE[tensor.dtype], shape=tuple(tensor.shape),
-                      byte_length=tensor.numel() * tensor.element_size())
+    return TensorSpec(name=name, dtype=dtype, shape=tuple(tensor.shape), byte_length=tensor.nbytes)
 
 
 def check_spec(spec: TensorSpec) -> None:
@@ -254,9 +255,18 @@ def check_spec(spec: TensorSpec) -> None:
 
 
 def tensor_bytes(tensor: torch.Tensor) -> memoryview:
-    """The tensor's little-endian bytes (a view of a contiguous CPU copy)."""
-    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-    return memoryview(flat.view(torch.uint8).numpy()).cast("B")
+    """The tensor's little-endian bytes, flat: a view of its own memory when it is a dense,
+    contiguous CPU tensor (no copy), else of a contiguous CPU copy. The view keeps the tensor
+    alive. It is built with ctypes rather than numpy: ~2 us a tensor instead of ~13, which
+    matters for a LoRA adapter's hundred-odd small tensors (5 MB write in ~2 ms)."""
+    if not tensor.is_cpu or tensor.layout is not torch.strided or not tensor.is_contiguous():
+        tensor = tensor.detach().to("cpu").contiguous()
+    size = tensor.nbytes
+    if size == 0:
+        return memoryview(b"")
+    memory = (ctypes.c_ubyte * size).from_address(tensor.data_ptr())
+    memory.owner = tensor  # the memory lives as long as the view does
+    return memoryview(memory).cast("B")
 
 
 def _chunks(state_dict: Mapping[str, torch.Tensor], chunk_bytes: int) -> Iterator[Chunk]:
