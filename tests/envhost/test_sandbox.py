@@ -93,13 +93,6 @@ async def wait_for_descendants(pid: int, count: int, exclude: set[int] = frozens
 
 # -- fixtures ----------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    yield loop
-    loop.close()
-
-
 def _manager(loop: asyncio.AbstractEventLoop, **limits: Any) -> Iterator[SessionManager]:
     manager = SessionManager(catalog_with_test_games(), SessionLimits(
         memory_limit_mb=MEMORY_LIMIT_MB, max_observation_chars=MAX_CHARS, **limits))

@@ -8,48 +8,29 @@ Real fork servers and game processes, as in test_sandbox.py.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from opentinker_envhost.errors import EnvHostError, EnvironmentCrashed, EnvironmentTimeout
-from opentinker_envhost.sessions import Session, SessionLimits, SessionManager
+from opentinker_envhost.sessions import Session, SessionManager
 from opentinker_envhost.shared_game import SharedGame
-from tests.envhost.games import catalog_with_test_games
+from tests.envhost._managers import owner, running_manager
 from tests.envhost.test_sandbox import alive
 
 LIMITS = {"memory_limit_mb": 64, "cpu_seconds_per_call": 1.0, "call_timeout_s": 30.0, "sessions_per_process": 4}
 
 
 @pytest.fixture(scope="module")
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    yield loop
-    loop.close()
-
-
-def _manager(loop: asyncio.AbstractEventLoop, **limits: Any) -> Iterator[SessionManager]:
-    manager = SessionManager(catalog_with_test_games(), SessionLimits(**{**LIMITS, **limits}))
-    loop.run_until_complete(manager.start())
-    yield manager
-    loop.run_until_complete(manager.close_all())
-
-
-@pytest.fixture(scope="module")
 def manager(loop: asyncio.AbstractEventLoop) -> Iterator[SessionManager]:
-    yield from _manager(loop)
+    yield from running_manager(loop, **LIMITS)
 
 
 @pytest.fixture(scope="module")
 def impatient(loop: asyncio.AbstractEventLoop) -> Iterator[SessionManager]:
     """A call may take 1 s of wall time."""
-    yield from _manager(loop, call_timeout_s=1.0, cpu_seconds_per_call=30.0)
-
-
-def owner(**changes: str) -> dict[str, str]:
-    return {"tenant": "tenant-a", "job_id": f"job-{uuid.uuid4().hex[:8]}", "attempt": "attempt-1", **changes}
+    yield from running_manager(loop, **{**LIMITS, "call_timeout_s": 1.0, "cpu_seconds_per_call": 30.0})
 
 
 def pid(session: Session) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +23,7 @@ from opentinker_envhost.errors import EnvironmentCrashed, EnvironmentFailure, En
 from opentinker_envhost.sandbox_pool import WarmPool
 from opentinker_envhost.sessions import Session, SessionLimits, SessionManager
 from tests.chaos._misbehaving_games import PRINTED_LINE
+from tests.envhost._managers import owner, running_manager
 from tests.envhost.games import catalog_with_test_games
 from tests.envhost.test_sandbox import alive, descendants, wait_until_gone
 
@@ -31,34 +31,15 @@ LIMITS = {"memory_limit_mb": 64, "cpu_seconds_per_call": 1.0, "call_timeout_s": 
 
 
 @pytest.fixture(scope="module")
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    yield loop
-    loop.close()
-
-
-def _manager(loop: asyncio.AbstractEventLoop, **limits: Any) -> Iterator[SessionManager]:
-    manager = SessionManager(catalog_with_test_games(), SessionLimits(**{**LIMITS, **limits}))
-    loop.run_until_complete(manager.start())
-    yield manager
-    loop.run_until_complete(manager.close_all())
-
-
-@pytest.fixture(scope="module")
 def manager(loop: asyncio.AbstractEventLoop) -> Iterator[SessionManager]:
     """1 s of CPU and 64 MiB per call; the wall-clock timeout is far."""
-    yield from _manager(loop)
+    yield from running_manager(loop, **LIMITS)
 
 
 @pytest.fixture(scope="module")
 def impatient(loop: asyncio.AbstractEventLoop) -> Iterator[SessionManager]:
     """A call may take 1 s."""
-    yield from _manager(loop, call_timeout_s=1.0, cpu_seconds_per_call=30.0)
-
-
-def owner(**changes: str) -> dict[str, str]:
-    """A new tenant/job/attempt (each test its own), with `changes`."""
-    return {"tenant": "tenant-a", "job_id": f"job-{uuid.uuid4().hex[:8]}", "attempt": "attempt-1", **changes}
+    yield from running_manager(loop, **{**LIMITS, "call_timeout_s": 1.0, "cpu_seconds_per_call": 30.0})
 
 
 def pid(session: Session) -> int:

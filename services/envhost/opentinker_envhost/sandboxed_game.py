@@ -30,13 +30,8 @@ from typing import Any
 from opentinker.env import StepResult
 from opentinker_envhost import sandbox_protocol as wire
 from opentinker_envhost.catalog import GameSpec
-from opentinker_envhost.errors import (
-    EnvironmentCrashed,
-    EnvironmentFailure,
-    EnvironmentTimeout,
-    InvalidArgument,
-    NotYourTurnError,
-)
+from opentinker_envhost.errors import EnvironmentCrashed, EnvironmentTimeout
+from opentinker_envhost.game_replies import invalid_reply, invalid_result, reply_error
 from opentinker_envhost.sandbox_connection import GameProcess
 from opentinker_envhost.game_results import ResetOutcome, reset_outcome_from_wire, step_result_from_wire
 from opentinker_envhost.limits import SessionLimits
@@ -131,17 +126,11 @@ class SandboxedGame:
         if isinstance(reply, dict) and "ok" in reply:
             return reply["ok"]
         self.raised = True
-        error = reply.get("error") if isinstance(reply, dict) else None
-        if not isinstance(error, dict) or not all(isinstance(error.get(k), str) for k in
-                                                   ("kind", "raised", "message", "traceback")):
+        failure = reply_error(reply, what, invalid=invalid)
+        if failure is None:
             self._kill("sent an invalid reply; it was killed")
-            raise EnvironmentCrashed(f"{what} failed: the game's process sent an invalid reply: "
-                                     f"{str(reply)[:200]!r}")
-        if error["kind"] == "not_your_turn":
-            raise NotYourTurnError(error["message"])
-        if error["kind"] == "config" and invalid:
-            raise InvalidArgument(error["message"])
-        raise EnvironmentFailure(f"{what} raised {error['raised']}", traceback=error["traceback"])
+            raise invalid_reply(what, reply)
+        raise failure
 
     def _checked(self, what: str, convert: Callable[[], Any]) -> Any:
         """The EnvHost's own check of a reply the process's checks should have refused."""
@@ -150,8 +139,7 @@ class SandboxedGame:
         except (TypeError, ValueError) as error:
             self.raised = True
             self._kill("sent an invalid result; it was killed")
-            raise EnvironmentCrashed(f"{what} failed: the game's process sent an invalid result: "
-                                     f"{error}") from None
+            raise invalid_result(what, error) from None
 
     def _keep(self) -> None:
         self.ended = KEPT

@@ -18,13 +18,8 @@ from typing import Any
 
 from opentinker.env import StepResult
 from opentinker_envhost.catalog import GameSpec
-from opentinker_envhost.errors import (
-    EnvironmentCrashed,
-    EnvironmentFailure,
-    EnvironmentTimeout,
-    InvalidArgument,
-    NotYourTurnError,
-)
+from opentinker_envhost.errors import EnvironmentCrashed, EnvironmentTimeout, NotYourTurnError
+from opentinker_envhost.game_replies import invalid_reply, invalid_result, reply_error
 from opentinker_envhost.game_results import ResetOutcome, reset_outcome_from_wire, step_result_from_wire
 from opentinker_envhost.limits import SessionLimits
 from opentinker_envhost.shared_worker import Blame, CallLost, SharedWorker
@@ -238,18 +233,13 @@ class SharedGame:
         self.raised = True
         if self.worker is not None:
             self.worker.tainted = True  # its process noted the failure: it is not kept
-        error = reply.get("error") if isinstance(reply, dict) else None
-        if not isinstance(error, dict) or not all(isinstance(error.get(k), str) for k in
-                                                   ("kind", "raised", "message", "traceback")):
+        failure = reply_error(reply, what, invalid=invalid)
+        if failure is None:
             self._kill_worker("sent an invalid reply; it was killed")
-            raise EnvironmentCrashed(f"{what} failed: the game's process sent an invalid reply: "
-                                     f"{str(reply)[:200]!r}")
-        if error["kind"] == "not_your_turn":
-            raise NotYourTurnError(error["message"])  # the episode goes on
-        self.log.forget_episode()
-        if error["kind"] == "config" and invalid:
-            raise InvalidArgument(error["message"])
-        raise EnvironmentFailure(f"{what} raised {error['raised']}", traceback=error["traceback"])
+            raise invalid_reply(what, reply)
+        if not isinstance(failure, NotYourTurnError):  # a turn out of order: the episode goes on
+            self.log.forget_episode()
+        raise failure
 
     def _checked(self, what: str, convert: Callable[[], Any]) -> Any:
         try:
@@ -257,8 +247,7 @@ class SharedGame:
         except (TypeError, ValueError) as error:
             self.raised = True
             self._kill_worker("sent an invalid result; it was killed")
-            raise EnvironmentCrashed(f"{what} failed: the game's process sent an invalid result: "
-                                     f"{error}") from None
+            raise invalid_result(what, error) from None
 
     def _kill_worker(self, reason: str) -> None:
         """The process broke the protocol: it ends (the other sessions move), this session fails."""

@@ -1,0 +1,24 @@
+"""Session managers over real fork servers for the EnvHost's process-isolation tests."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from opentinker_envhost.sessions import SessionLimits, SessionManager
+from tests.envhost.games import catalog_with_test_games
+
+
+def running_manager(loop: asyncio.AbstractEventLoop, **limits: Any) -> Iterator[SessionManager]:
+    """A started manager of the test games with `limits`, closed (every process gone) after."""
+    manager = SessionManager(catalog_with_test_games(), SessionLimits(**limits))
+    loop.run_until_complete(manager.start())
+    yield manager
+    loop.run_until_complete(manager.close_all())
+
+
+def owner(**changes: str) -> dict[str, str]:
+    """A new tenant/job/attempt (each test its own), with `changes`."""
+    return {"tenant": "tenant-a", "job_id": f"job-{uuid.uuid4().hex[:8]}", "attempt": "attempt-1", **changes}
