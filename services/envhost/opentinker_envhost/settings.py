@@ -49,8 +49,8 @@ class EnvHostSettings(ServiceSettings):
         "a longer one fails the call with ENVIRONMENT_FAILED.", min=1)
     isolation: str = setting(
         Isolation.PROCESS.value, "Where game code runs: process (Linux only; elsewhere thread, with a "
-        "warning) = each session's game in its own process (forked from a per-EnvHost fork server with "
-        "the games preloaded) under the memory "
+        "warning) = games in processes (forked from a per-EnvHost fork server with the games preloaded; "
+        "a job's sessions share them: sessions_per_process) under the memory "
         "and CPU-time limits below, killed when a call times out, without the OPENTINKER_* variables "
         "(the API key); thread = in the EnvHost process itself (worker threads, no limits, sees all "
         "of the EnvHost's memory and environment: for trusted games and benchmarks).",
