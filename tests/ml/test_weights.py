@@ -216,6 +216,21 @@ def test_lora_state_dict_of_another_rank_is_refused() -> None:
         load_lora_state_dict(target, {**lora_state_dict(target), "x.lora_A.weight": torch.zeros(1)})
 
 
+@pytest.mark.parametrize("which", [0, -1], ids=["first", "last"])
+def test_lora_state_dict_follows_an_adapter_parameter_replaced_after_the_first_call(which: int) -> None:
+    """The remembered parameters are checked against the model (re-adding an adapter replaces them)."""
+    model = apply_lora(build_builtin("tiny-qwen2", 0), LoraSpec(rank=2))
+    names = list(lora_state_dict(model))
+    full_name = [name for name, _ in model.named_parameters() if "lora_" in name][which]
+    module_name, _, leaf = full_name.rpartition(".")
+    replaced = model.get_parameter(full_name)  # still alive elsewhere: only the model no longer holds it
+    replacement = torch.nn.Parameter(torch.full_like(replaced, 0.25))
+    setattr(model.get_submodule(module_name), leaf, replacement)
+    state = lora_state_dict(model)
+    assert list(state) == names and torch.equal(state[names[which]], replacement.detach())
+    assert not torch.equal(replaced, replacement)
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
 def test_a_forked_child_hashes_chunks_in_parallel_too() -> None:
     """The hash pool's threads stay in the parent: a child that inherited a used pool starts its

@@ -46,7 +46,7 @@ import torch
 from opentinker.ml.errors import WeightsError
 from opentinker.ml.weights import (DTYPE_BY_NAME, HASH_THREADS, ChecksumAlgorithm, PoolDigest, TensorSpec,
                                    WeightsChecksum, check_spec, chunk_digest, chunks_of, combine_digests,
-                                   digest_in_pool, hexdigest_of, tensor_bytes, tensor_spec)
+                                   digest_in_pool, hexdigest_of, tensor_bytes, tensor_specs)
 
 SUFFIX = ".safetensors"
 NONCE_KEY = "opentinker_nonce"
@@ -106,7 +106,7 @@ class SharedWeightsWriter:
     def write(self, state_dict: Mapping[str, torch.Tensor]) -> WrittenWeights:
         """One file holding `state_dict` (OSError, e.g. ENOSPC, leaves no file behind)."""
         nonce = secrets.token_hex(16)
-        specs = [tensor_spec(name, tensor) for name, tensor in state_dict.items()]
+        specs = tensor_specs(state_dict)
         index = safetensors_index(specs, nonce)
         path = self.directory / f"{nonce}{SUFFIX}"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)

@@ -13,6 +13,7 @@ shared-memory file instead of chunks.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import math
 import os
@@ -231,15 +232,30 @@ def state_dict_to_package(state_dict: Mapping[str, torch.Tensor], *,
     """
     if chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
-    specs = [tensor_spec(name, tensor) for name, tensor in state_dict.items()]
+    specs = tensor_specs(state_dict)
     return WeightsPackage(specs, checksum_of(state_dict), _chunks(state_dict, chunk_bytes), state_dict)
 
 
+def tensor_specs(state_dict: Mapping[str, torch.Tensor]) -> list[TensorSpec]:
+    """`tensor_spec` of each tensor, in order (remembered per layout: names, dtypes, shapes)."""
+    layout = tuple((name, tensor.dtype, tensor.shape) for name, tensor in state_dict.items())
+    return list(_specs_of_layout(layout))
+
+
+@functools.lru_cache(maxsize=32)
+def _specs_of_layout(layout: tuple[tuple[str, torch.dtype, torch.Size], ...]) -> tuple[TensorSpec, ...]:
+    return tuple(_spec(name, dtype, shape) for name, dtype, shape in layout)
+
+
 def tensor_spec(name: str, tensor: torch.Tensor) -> TensorSpec:
-    dtype = NAME_BY_DTYPE.get(tensor.dtype)
-    if dtype is None:
-        raise WeightsError(f"tensor {name!r} has unsupported dtype {tensor.dtype}")
-    return TensorSpec(name=name, dtype=dtype, shape=tuple(tensor.shape), byte_length=tensor.nbytes)
+    return _spec(name, tensor.dtype, tensor.shape)
+
+
+def _spec(name: str, dtype: torch.dtype, shape: torch.Size) -> TensorSpec:
+    if dtype not in NAME_BY_DTYPE:
+        raise WeightsError(f"tensor {name!r} has unsupported dtype {dtype}")
+    return TensorSpec(name=name, dtype=NAME_BY_DTYPE[dtype], shape=tuple(shape),
+                      byte_length=math.prod(shape) * dtype.itemsize)
 
 
 def check_spec(spec: TensorSpec) -> None:
@@ -371,9 +387,15 @@ tensor is a parameter (then peft is asked every time). Weak: no tensor is kept a
 
 
 def _holds(model: Any, full_name: str, ref: weakref.ref) -> bool:
+    """Whether `model` holds the parameter at `full_name` (the path walked through the modules'
+    own tables: `get_parameter`'s attribute lookups cost ~50 us a name)."""
+    *path, leaf = full_name.split(".")
+    module = model
     try:
-        return model.get_parameter(full_name) is ref()
-    except AttributeError:
+        for atom in path:
+            module = module._modules[atom]
+        return module._parameters.get(leaf) is ref()
+    except (KeyError, AttributeError):
         return False
 
 
