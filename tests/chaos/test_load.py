@@ -102,7 +102,8 @@ def test_50_watchers_of_one_job_get_the_same_gap_free_events_and_scheduler_memor
         assert report.identical_watchers == WATCHERS and report.resumed_ok == len(report.resume_points) == 2
         assert report.watch_streams_closed == WATCHERS + 2 * 2  # every stream ended on the server too
     assert trend.flat(BOUND), f"Scheduler RSS grew {trend.growth_bytes / MiB:.1f} MiB: {trend.per_round_mib}"
-    # WatchJob's Redis connections are pooled: the pool grows to the streams' peak concurrency in
-    # the first rounds, then is reused; one leaked connection per stream would add 54 per round
+    # WatchJob's Redis connections are pooled: the pool grows to the streams' peak concurrency
+    # (which a loaded machine can raise in any round, once), then is reused; one leaked
+    # connection per stream would add 54 in every round, the last two included
     fds = [sample.open_fds for sample in trend.rounds]
-    assert fds[-1] - fds[-2] < WATCHERS // 2, fds
+    assert min(fds[-1] - fds[-2], fds[-2] - fds[-3]) < WATCHERS // 2, fds
