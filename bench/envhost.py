@@ -35,7 +35,8 @@ to round (so drifts in the machine's load hit all alike); a round opens the sess
 --seconds. Reported per target: medians over rounds of steps/s, per-step latency p50/p99
 (client-side, write to read, ms), CPU seconds of the server (the EnvHost process and all its
 descendants: fork server and game processes; /proc) and of this client process within the
-measured window, CPU microseconds per step, and the time to open and reset all the sessions at
+measured window, CPU microseconds per step (`main us/step`: the EnvHost's own process alone, without
+its game processes), and the time to open and reset all the sessions at
 once per session: in the first round (process mode: a fork per process) and in the later rounds
 (process mode: every session opens with the same job id, so it is built in a warm process the
 previous round's closed session left; see opentinker_envhost.sandbox_pool); and, after each
@@ -434,8 +435,10 @@ async def measure(target: str, server: ServerProcess, config: BenchConfig, round
             await asyncio.sleep(max(0.0, start - clock()))
             pids = process_tree(server.pid)
             cpu["server0"], cpu["client0"], cpu["t0"] = tree_cpu_seconds(pids), time.process_time(), clock()
+            cpu["main0"] = cpu_seconds(server.pid)
             await asyncio.sleep(max(0.0, end - clock()))
             cpu["server1"], cpu["client1"], cpu["t1"] = tree_cpu_seconds(pids), time.process_time(), clock()
+            cpu["main1"] = cpu_seconds(server.pid)
             cpu["server_processes"] = len(pids)
 
         play_timeout = config.warmup + config.seconds + CALL_TIMEOUT_S
@@ -453,6 +456,7 @@ async def measure(target: str, server: ServerProcess, config: BenchConfig, round
     latencies_ms = [s * 1000 for session in sessions for s in session.latencies_s]
     steps = sum(s.window_steps for s in sessions)
     server_cpu = cpu["server1"] - cpu["server0"]
+    main_cpu = cpu["main1"] - cpu["main0"]
     client_cpu = cpu["client1"] - cpu["client0"]
     window = cpu["t1"] - cpu["t0"]
     errors = [f"{target} session {i}: {e}" for i, s in enumerate(sessions) for e in s.errors]
@@ -467,6 +471,7 @@ async def measure(target: str, server: ServerProcess, config: BenchConfig, round
         "open_ms_per_session": open_s / config.sessions * 1000,
         "open_one_ms": one_at_a_time,
         "server_cpu_us_per_step": server_cpu / steps * 1e6 if steps else None,
+        "server_main_cpu_us_per_step": main_cpu / steps * 1e6 if steps else None,
         "client_cpu_us_per_step": client_cpu / steps * 1e6 if steps else None,
         "steps_sent": sum(s.steps_sent for s in sessions),
         "steps_answered": sum(s.steps_answered for s in sessions),
@@ -503,6 +508,7 @@ def summarize(runs: list[dict[str, Any]], config: BenchConfig) -> dict[str, Any]
             "latency_p99_ms": median([r["latency_ms"]["p99"] for r in mine]),
             "server_cpu_s": median([r["server_cpu_s"] for r in mine]),
             "server_cpu_us_per_step": median([r["server_cpu_us_per_step"] for r in mine]),
+            "server_main_cpu_us_per_step": median([r["server_main_cpu_us_per_step"] for r in mine]),
             "client_cpu_s": median([r["client_cpu_s"] for r in mine]),
             "client_cpu_us_per_step": median([r["client_cpu_us_per_step"] for r in mine]),
             "open_ms_per_session": median([r["open_ms_per_session"] for r in mine]),
@@ -557,11 +563,12 @@ def print_report(results: dict[str, Any], config: BenchConfig) -> None:
     print(f"\nInteract stream, {config.sessions} sessions in ping-pong on {config.channels} channel(s) per "
           f"server; median of {config.rounds} round(s) x {config.seconds:g} s (after {config.warmup:g} s warm-up)")
     print(f"{'target':14} {'steps/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'srv CPU s':>9} {'srv us/step':>11} "
-          f"{'cli CPU s':>9} {'cli us/step':>11}")
+          f"{'main us/step':>12} {'cli CPU s':>9} {'cli us/step':>11}")
     for target, s in summary.items():
         print(f"{target:14} {fmt(s['steps_per_s'], 0):>9} {fmt(s['latency_p50_ms'], 2):>7} "
               f"{fmt(s['latency_p99_ms'], 2):>7} {fmt(s['server_cpu_s'], 2):>9} "
-              f"{fmt(s['server_cpu_us_per_step'], 1):>11} {fmt(s['client_cpu_s'], 2):>9} "
+              f"{fmt(s['server_cpu_us_per_step'], 1):>11} {fmt(s['server_main_cpu_us_per_step'], 1):>12} "
+              f"{fmt(s['client_cpu_s'], 2):>9} "
               f"{fmt(s['client_cpu_us_per_step'], 1):>11}")
     print("open + reset, ms per session (all opened at once): " + ", ".join(
         f"{t} {fmt(s['open_ms_per_session'], 2)}" for t, s in summary.items()))

@@ -22,3 +22,19 @@ def running_manager(loop: asyncio.AbstractEventLoop, **limits: Any) -> Iterator[
 def owner(**changes: str) -> dict[str, str]:
     """A new tenant/job/attempt (each test its own), with `changes`."""
     return {"tenant": "tenant-a", "job_id": f"job-{uuid.uuid4().hex[:8]}", "attempt": "attempt-1", **changes}
+
+
+async def step_soon(manager: SessionManager, session_id: str, action: str) -> Any:
+    """`manager.step_soon` awaited (its `then` resolves a future); `manager.step` when the fast
+    path declines (the session must move first, or a call holds it)."""
+    future = asyncio.get_running_loop().create_future()
+
+    def then(result: Any, error: BaseException | None) -> None:
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+
+    if not manager.step_soon(session_id, action, then):
+        return await manager.step(session_id, action)
+    return await future

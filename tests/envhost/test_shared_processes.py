@@ -16,7 +16,7 @@ import pytest
 from opentinker_envhost.errors import EnvHostError, EnvironmentCrashed, EnvironmentTimeout
 from opentinker_envhost.sessions import Session, SessionManager
 from opentinker_envhost.shared_game import SharedGame
-from tests.envhost._managers import owner, running_manager
+from tests.envhost._managers import owner, running_manager, step_soon
 from tests.envhost.test_sandbox import alive
 
 LIMITS = {"memory_limit_mb": 64, "cpu_seconds_per_call": 1.0, "call_timeout_s": 30.0, "sessions_per_process": 4}
@@ -47,11 +47,20 @@ async def tallies(manager: SessionManager, count: int, who: dict[str, str], *,
     return sessions
 
 
-async def step_all(manager: SessionManager, actions: dict[Session, str]) -> dict[Session, Any]:
+@pytest.fixture(params=["awaited", "soon"])
+def stepping(request: pytest.FixtureRequest) -> str:
+    """How steps are made: `SessionManager.step` (a coroutine per call) or `step_soon` (the
+    Interact stream's fast path: a callback per call)."""
+    return request.param
+
+
+async def step_all(manager: SessionManager, actions: dict[Session, str], stepping: str = "awaited") -> dict[Session, Any]:
     """Step every session at once (one turn of the event loop: one batch); the observation or
     the error of each."""
     async def one(session: Session, action: str) -> Any:
         try:
+            if stepping == "soon":
+                return (await step_soon(manager, session.session_id, action)).observation
             return (await manager.step(session.session_id, action)).observation
         except EnvHostError as error:
             return error
@@ -79,13 +88,13 @@ def test_a_jobs_sessions_share_processes_up_to_the_limit_and_nobody_elses(loop, 
     loop.run_until_complete(scenario())
 
 
-def test_concurrent_steps_reach_the_process_in_batches_and_each_session_keeps_its_own_game(loop, manager) -> None:
+def test_concurrent_steps_reach_the_process_in_batches_and_each_session_keeps_its_own_game(loop, manager, stepping) -> None:
     async def scenario() -> None:
         sessions = await tallies(manager, 4, owner())
         worker = sessions[0].game.worker  # type: ignore[attr-defined]
         before = worker.batches
         for round_number in range(1, 11):
-            results = await step_all(manager, {s: str(i + 1) for i, s in enumerate(sessions)})
+            results = await step_all(manager, {s: str(i + 1) for i, s in enumerate(sessions)}, stepping)
             assert [results[s] for s in sessions] == [f"total {100 * i + (i + 1) * round_number}" for i in range(4)]
         assert worker.batches - before <= 20 < 40  # 40 calls in at most 2 batches per round
         await close_all(manager, sessions)
@@ -97,17 +106,17 @@ def test_concurrent_steps_reach_the_process_in_batches_and_each_session_keeps_it
     ("spin", "the game's process exceeded its CPU-time limit of 1s per call"),
 ])
 def test_a_game_that_dies_fails_only_its_session_and_the_others_go_on_where_they_were(
-        loop, manager, action: str, message: str) -> None:
+        loop, manager, stepping, action: str, message: str) -> None:
     async def scenario() -> None:
         sessions = await tallies(manager, 4, owner())
-        await step_all(manager, {s: "1" for s in sessions})
+        await step_all(manager, {s: "1" for s in sessions}, stepping)
         shared_pid = pid(sessions[1])
-        results = await step_all(manager, {sessions[0]: action, **{s: "5" for s in sessions[1:]}})
+        results = await step_all(manager, {sessions[0]: action, **{s: "5" for s in sessions[1:]}}, stepping)
         assert isinstance(results[sessions[0]], EnvironmentCrashed) and message in results[sessions[0]].message
         assert [results[s] for s in sessions[1:]] == [f"total {100 * i + 6}" for i in range(1, 4)]
         assert all(pid(s) != shared_pid for s in sessions[1:]), "the survivors moved to another process"
         assert not alive(shared_pid)
-        again = await step_all(manager, {s: "1" for s in sessions[1:]})
+        again = await step_all(manager, {s: "1" for s in sessions[1:]}, stepping)
         assert [again[s] for s in sessions[1:]] == [f"total {100 * i + 7}" for i in range(1, 4)]
         with pytest.raises(EnvHostError, match="broken"):
             await manager.step(sessions[0].session_id, "1")
@@ -115,20 +124,20 @@ def test_a_game_that_dies_fails_only_its_session_and_the_others_go_on_where_they
     loop.run_until_complete(scenario())
 
 
-def test_a_game_that_hangs_times_out_alone(loop, impatient) -> None:
+def test_a_game_that_hangs_times_out_alone(loop, impatient, stepping) -> None:
     async def scenario() -> None:
         sessions = await tallies(impatient, 3, owner())
-        results = await step_all(impatient, {sessions[0]: "hang", sessions[1]: "2", sessions[2]: "3"})
+        results = await step_all(impatient, {sessions[0]: "hang", sessions[1]: "2", sessions[2]: "3"}, stepping)
         assert isinstance(results[sessions[0]], EnvironmentTimeout)
         assert [results[sessions[1]], results[sessions[2]]] == ["total 102", "total 203"]
         await close_all(impatient, sessions)
     loop.run_until_complete(scenario())
 
 
-def test_a_session_whose_game_replays_differently_fails_saying_it_could_not_be_restored(loop, manager) -> None:
+def test_a_session_whose_game_replays_differently_fails_saying_it_could_not_be_restored(loop, manager, stepping) -> None:
     async def scenario() -> None:
         moody = await tallies(manager, 2, owner(), config={"moody": True})
-        results = await step_all(manager, {moody[0]: "crash", moody[1]: "1"})
+        results = await step_all(manager, {moody[0]: "crash", moody[1]: "1"}, stepping)
         assert isinstance(results[moody[0]], EnvironmentCrashed)  # it crashed, or could not be replayed to retry
         lost = results[moody[1]]
         assert isinstance(lost, EnvironmentCrashed)
@@ -137,14 +146,14 @@ def test_a_session_whose_game_replays_differently_fails_saying_it_could_not_be_r
     loop.run_until_complete(scenario())
 
 
-def test_a_slow_game_moves_its_sessions_to_processes_of_their_own(loop, manager) -> None:
+def test_a_slow_game_moves_its_sessions_to_processes_of_their_own(loop, manager, stepping) -> None:
     async def scenario() -> None:
         sessions = await tallies(manager, 4, owner())
-        await step_all(manager, {s: "1" for s in sessions})
+        await step_all(manager, {s: "1" for s in sessions}, stepping)
         assert len({pid(s) for s in sessions}) == 1
         for _ in range(3):  # 12 calls of 10 ms: over half of the last 16 are slow
-            await step_all(manager, {s: "nap:0.01" for s in sessions})
-        results = await step_all(manager, {s: "2" for s in sessions})
+            await step_all(manager, {s: "nap:0.01" for s in sessions}, stepping)
+        results = await step_all(manager, {s: "2" for s in sessions}, stepping)
         assert [results[s] for s in sessions] == [f"total {100 * i + 3}" for i in range(4)]
         assert len({pid(s) for s in sessions}) == 4
         await close_all(manager, sessions)
@@ -169,16 +178,51 @@ def test_a_shared_process_is_kept_for_the_jobs_next_sessions_unless_a_game_faile
     loop.run_until_complete(scenario())
 
 
-def test_an_episode_too_long_to_replay_is_not_restored(loop, manager, monkeypatch) -> None:
+def test_an_episode_too_long_to_replay_is_not_restored(loop, manager, monkeypatch, stepping) -> None:
     monkeypatch.setattr("opentinker_envhost.shared_game.MAX_REPLAY_CALLS", 3)
 
     async def scenario() -> None:
         sessions = await tallies(manager, 3, owner())
         for _ in range(3):  # the reset and 3 steps: past 3 calls for sessions 1 and 2
-            await step_all(manager, {s: "1" for s in sessions[1:]})
+            await step_all(manager, {s: "1" for s in sessions[1:]}, stepping)
         await manager.reset(sessions[2].session_id, {"start": 7})  # a new episode: kept again
-        results = await step_all(manager, {sessions[0]: "crash", sessions[1]: "1", sessions[2]: "1"})
+        results = await step_all(manager, {sessions[0]: "crash", sessions[1]: "1", sessions[2]: "1"}, stepping)
         assert "over 3 calls long" in results[sessions[1]].message
         assert results[sessions[2]] == "total 8"
+        await close_all(manager, sessions)
+    loop.run_until_complete(scenario())
+
+
+def test_calls_made_while_a_batch_runs_go_together_once_it_is_answered(loop, manager, stepping) -> None:
+    async def scenario() -> None:
+        sessions = await tallies(manager, 3, owner())
+        worker = sessions[0].game.worker  # type: ignore[attr-defined]
+        napping = asyncio.ensure_future(step_all(manager, {sessions[0]: "nap:0.3"}, stepping))
+        await asyncio.sleep(0.1)  # its batch runs in the process
+        batches = worker.batches
+        rest = asyncio.ensure_future(step_all(manager, {s: "1" for s in sessions[1:]}, stepping))
+        await asyncio.sleep(0.05)
+        assert worker.batches == batches and len(worker.outbox) == 2, "held back while the process works"
+        assert (await napping)[sessions[0]] == "total 0"
+        assert [(await rest)[s] for s in sessions[1:]] == ["total 101", "total 201"]
+        assert worker.batches == batches + 1, "the held calls went in one batch"
+        await close_all(manager, sessions)
+    loop.run_until_complete(scenario())
+
+
+def test_calls_held_back_when_the_process_is_lost_are_rebuilt_elsewhere(loop, manager, stepping) -> None:
+    async def scenario() -> None:
+        sessions = await tallies(manager, 3, owner())
+        worker = sessions[0].game.worker  # type: ignore[attr-defined]
+        napping = asyncio.ensure_future(step_all(manager, {sessions[0]: "nap:5"}, stepping))
+        await asyncio.sleep(0.1)
+        rest = asyncio.ensure_future(step_all(manager, {s: "2" for s in sessions[1:]}, stepping))
+        await asyncio.sleep(0.05)
+        assert len(worker.outbox) == 2
+        worker.kill("killed by the test")
+        lost = (await napping)[sessions[0]]
+        assert isinstance(lost, EnvironmentCrashed) and "killed by the test" in lost.message  # alone in its batch
+        assert [(await rest)[s] for s in sessions[1:]] == ["total 102", "total 202"]
+        assert all(pid(s) != worker.pid for s in sessions[1:])
         await close_all(manager, sessions)
     loop.run_until_complete(scenario())

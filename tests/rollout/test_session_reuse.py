@@ -99,8 +99,7 @@ class CountingServicer(EnvHostServicer):
 
     async def Interact(self, request_iterator, context):  # noqa: ANN001, ANN201, N802
         self.calls["Interact"] += 1
-        async for response in super().Interact(request_iterator, context):
-            yield response
+        return await super().Interact(request_iterator, context)
 
 
 @asynccontextmanager

@@ -157,7 +157,11 @@ def test_positive_verdicts_are_cached_so_a_step_costs_no_redis_round_trip(redis_
             job = await running_job(h)
             token, fencing = job.assignments[0].job_token, job.assignments[0].lease.fencing_token
             cached = JobTokenVerifier(client, ttl_seconds=60)
+            assert not cached.allowed_cached(job.job_id, token, fencing)  # nothing verified yet
             assert (await cached.verify(job.job_id, token, fencing)).allowed
+            assert cached.allowed_cached(job.job_id, token, fencing)  # the check without I/O agrees
+            assert not cached.allowed_cached(job.job_id, token + "x", fencing)
+            assert not cached.allowed_cached(job.job_id, token, fencing + 1)
             await client.hset(Keys().job(job.job_id), HASH_FIELD, "")  # Redis no longer knows it ...
             assert (await cached.verify(job.job_id, token, fencing)).allowed  # ... the cache answers
             assert not (await JobTokenVerifier(client).verify(job.job_id, token, fencing)).allowed
@@ -178,6 +182,7 @@ def test_a_cached_token_dies_once_the_next_attempt_has_called(redis_url: str) ->
             await h.scheduler.allocator.tick()
             new = (await h.stub.GetJob(pb.GetJobRequest(job_id=first.job_id))).job.assignments[0]
             assert (await cached.verify(first.job_id, new.job_token, new.lease.fencing_token)).allowed
+            assert not cached.allowed_cached(first.job_id, old.job_token, old.lease.fencing_token)
             stale = await cached.verify(first.job_id, old.job_token, old.lease.fencing_token)
             assert not stale.allowed and "earlier attempt" in stale.problem
 

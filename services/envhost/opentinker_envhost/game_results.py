@@ -32,6 +32,8 @@ class ResetOutcome:
 
 def check_utf8_text(value: str, where: str) -> str:
     """`value` if UTF-8 can encode it, else ValueError naming `where`."""
+    if value.isascii():
+        return value
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as error:
@@ -133,7 +135,10 @@ def _checked_plain_step(fields: dict[str, Any], max_chars: int) -> StepResult:
     return checked_step_result(result, "step()", max_chars)
 
 
+_NAME_SETS: dict[tuple[str, ...], frozenset[str]] = {}
+
+
 def _wire_dict(value: object, names: tuple[str, ...]) -> dict[str, Any]:
-    if not isinstance(value, dict) or set(value) != set(names):
+    if not isinstance(value, dict) or value.keys() != _NAME_SETS.setdefault(names, frozenset(names)):
         raise TypeError(f"expected an object with exactly {', '.join(names)}, got {str(value)[:200]!r}")
     return value

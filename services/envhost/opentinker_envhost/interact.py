@@ -5,39 +5,52 @@ stream; responses may therefore arrive out of order (match them by `sequence`). 
 the same session are applied in the order they arrived (the session's lock is FIFO and is
 taken before any await). A request that fails is answered with an ErrorDetail and the stream
 goes on.
+
+The pump reads with `context.read()` and writes with `context.write()` (no async generator
+between grpc and the handler, nor in the interceptors around it, per message). A request that
+`soon` takes (a step whose game can run it without a coroutine: `SessionManager.step_soon`) is
+answered from a callback; every other one runs `handle` in a task of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import grpc
 import structlog
 
 from opentinker.api.common.v1 import errors_pb2
 from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
+from opentinker.core.wire_guard import UndecodableRequest, UndecodableRequestError
 
 log = structlog.get_logger(__name__)
 
 Handler = Callable[[pb.InteractRequest], Awaitable[pb.InteractResponse]]
+Answer = Callable[[pb.InteractResponse], None]
+Soon = Callable[[pb.InteractRequest, Answer], bool]
+"""Takes a request it can answer without a task (True; it calls the Answer later), or not."""
 _END = object()
 
 
 class InteractPump:
-    """Reads requests, runs `handle` for each in its own task, yields the answers."""
+    """Reads requests, answers each (`soon`, or `handle` in a task), writes the answers."""
 
-    def __init__(self, handle: Handler, requests: AsyncIterable[pb.InteractRequest]) -> None:
+    def __init__(self, handle: Handler, context: grpc.aio.ServicerContext, soon: Soon | None = None) -> None:
         self.handle = handle
-        self.requests = requests
+        self.context = context
+        self.soon = soon
         self.queue: asyncio.Queue[object] = asyncio.Queue()
         self.in_flight: set[asyncio.Task[None]] = set()
+        self.unanswered = 0
+        self.drained: asyncio.Future[None] | None = None
+        """Set once every request read is answered, while the reader waits for that at the end."""
 
-    async def responses(self) -> AsyncIterator[pb.InteractResponse]:
+    async def run(self) -> None:
         reader = asyncio.create_task(self._read())
         try:
             while (item := await self.queue.get()) is not _END:
-                yield item  # type: ignore[misc]
+                await self.context.write(item)
             await reader  # re-raises a failure to read the request stream
         finally:
             reader.cancel()
@@ -46,19 +59,44 @@ class InteractPump:
 
     async def _read(self) -> None:
         try:
-            async for request in self.requests:
+            while (request := await self.context.read()) is not grpc.aio.EOF:
+                if isinstance(request, UndecodableRequest):
+                    raise UndecodableRequestError(request)
+                self.unanswered += 1
+                if self.soon is not None and self.soon(request, self._answered):
+                    continue
                 task = asyncio.create_task(self._answer(request))
                 self.in_flight.add(task)
-                task.add_done_callback(self.in_flight.discard)
-            await asyncio.gather(*self.in_flight)
+                task.add_done_callback(self._task_done)
+            if self.unanswered:
+                self.drained = asyncio.get_running_loop().create_future()
+                await self.drained
         finally:
             self.queue.put_nowait(_END)
+
+    def _answered(self, response: pb.InteractResponse) -> None:
+        self.queue.put_nowait(response)
+        self._settle()
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self.in_flight.discard(task)
+        if task.cancelled():  # no answer: the request is settled all the same
+            self._settle()
+
+    def _settle(self) -> None:
+        self.unanswered -= 1
+        if not self.unanswered and self.drained is not None and not self.drained.done():
+            self.drained.set_result(None)
 
     async def _answer(self, request: pb.InteractRequest) -> None:
         try:
             answer = await self.handle(request)
         except Exception as error:  # noqa: BLE001 - a bug of ours still gets its request an answer
             log.exception("interact_request_failed", sequence=request.sequence)
-            answer = pb.InteractResponse(sequence=request.sequence, error=errors_pb2.ErrorDetail(
-                code=grpc.StatusCode.INTERNAL.value[0], message=f"internal error: {type(error).__name__}"))
-        self.queue.put_nowait(answer)
+            answer = internal_error(request.sequence, error)
+        self._answered(answer)
+
+
+def internal_error(sequence: int, error: BaseException) -> pb.InteractResponse:
+    return pb.InteractResponse(sequence=sequence, error=errors_pb2.ErrorDetail(
+        code=grpc.StatusCode.INTERNAL.value[0], message=f"internal error: {type(error).__name__}"))

@@ -198,23 +198,40 @@ class GameServer:
     def serve_batch(self, fd: int, requests: list[Any], budget: CpuBudget) -> None:
         """Run a batch's calls in order and send their replies (each with its wall seconds, "s").
         A shared process never exits by itself: the EnvHost ends it."""
-        replies: list[bytes] = []
-        size = 0
-        for item in requests:
-            request = item if isinstance(item, dict) else {"call": None}
-            started = time.perf_counter()
-            budget.start()
-            reply = self.answer(request)
+        replies: list[dict[str, Any]] = []
+        try:
+            for item in requests:
+                request = item if isinstance(item, dict) else {"call": None}
+                started = time.perf_counter()
+                budget.start()  # re-armed per call: each call has the whole budget
+                reply = self.answer(request)
+                reply["s"] = time.perf_counter() - started
+                replies.append(reply)
+        finally:
             budget.stop()
-            reply["s"] = time.perf_counter() - started
-            encoded = self._encode(reply)
-            if size + len(encoded) + len(replies) + 2 > self.limits.frame_limit and replies:
-                wire.write_blocking(fd, wire.frame(b"[" + b",".join(replies) + b"]"))
-                replies, size = [], 0
-            replies.append(encoded)
-            size += len(encoded)
         _flush_output()
-        wire.write_blocking(fd, wire.frame(b"[" + b",".join(replies) + b"]"))
+        try:
+            payload = wire.encode(replies)  # the common case: one encoding, one frame
+        except (UnicodeEncodeError, ValueError, TypeError):
+            payload = b""
+        if payload and len(payload) <= self.limits.frame_limit:
+            wire.write_blocking(fd, wire.frame(payload))
+        else:
+            self._send_one_by_one(fd, replies)
+
+    def _send_one_by_one(self, fd: int, replies: list[dict[str, Any]]) -> None:
+        """Replies encoded each on its own (one that cannot be sent becomes an error reply), in
+        as few frames as fit the frame limit."""
+        encoded: list[bytes] = []
+        size = 0
+        for reply in replies:
+            item = self._encode(reply)
+            if size + len(item) + len(encoded) + 2 > self.limits.frame_limit and encoded:
+                wire.write_blocking(fd, wire.frame(b"[" + b",".join(encoded) + b"]"))
+                encoded, size = [], 0
+            encoded.append(item)
+            size += len(item)
+        wire.write_blocking(fd, wire.frame(b"[" + b",".join(encoded) + b"]"))
 
     def answer(self, request: dict[str, Any]) -> dict[str, Any]:
         """The reply to one request: {"ok": result} or {"error": {...}}."""

@@ -39,6 +39,8 @@ class GameConnection(asyncio.Protocol):
         self.broken: BaseException | None = None
         self.on_reply: Callable[[], None] | None = None
         """Told of every reply delivered (a shared process counts its batches' replies)."""
+        self.on_broken: Callable[[], None] | None = None
+        """Told once when the wire breaks (a shared process fails the calls it held back)."""
 
     @classmethod
     async def open(cls, sock: socket.socket, frame_limit: int) -> GameConnection:
@@ -125,10 +127,13 @@ class GameConnection(asyncio.Protocol):
                                    "the game's process closed its session socket"))
 
     def _break(self, error: BaseException) -> None:
-        if self.broken is None:
+        first = self.broken is None
+        if first:
             self.broken = error
         while self.waiters:
             _fail(self.waiters.popleft(), self.broken)
+        if first and self.on_broken is not None:
+            self.on_broken()
 
 
 def _fail(future: asyncio.Future[Any], error: BaseException) -> None:

@@ -16,21 +16,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
 import structlog
 
 from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
+from opentinker.env import StepResult
 from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
 from opentinker.core.auth_interceptor import current_job_tokens, current_principal
-from opentinker.core.job_token_guard import job_token_check_needed, job_token_refusal, require_job_token
+from opentinker.core.job_token_guard import (
+    job_token_allowed_now,
+    job_token_check_needed,
+    job_token_refusal,
+    require_job_token,
+)
 from opentinker.core.job_tokens import hash_job_token, presented_job_token
 from opentinker.core.server import ServiceBinding
 from opentinker_envhost import convert
 from opentinker_envhost.errors import EnvHostError, InvalidArgument
-from opentinker_envhost.interact import InteractPump
+from opentinker_envhost.interact import InteractPump, internal_error
 from opentinker_envhost.sessions import SessionManager
 
 log = structlog.get_logger(__name__)
@@ -92,7 +98,8 @@ class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
         return await self.close_session(request)
 
     async def Interact(self, request_iterator: AsyncIterable[pb.InteractRequest],
-                       context: grpc.aio.ServicerContext) -> AsyncIterator[pb.InteractResponse]:
+                       context: grpc.aio.ServicerContext) -> None:
+        """Read with context.read(), write with context.write() (`InteractPump`)."""
         bound: set[str] = set()  # sessions opened here with close_with_stream
 
         async def answer(request: pb.InteractRequest) -> pb.InteractResponse:
@@ -102,12 +109,28 @@ class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
             return response
 
         try:
-            async for response in InteractPump(answer, request_iterator).responses():
-                yield response
+            await InteractPump(answer, context, functools.partial(self.interact_soon, context)).run()
         finally:
             if bound:  # in a task of its own: the stream's handler may be cancelled already
                 self._closing.add(task := asyncio.get_running_loop().create_task(self._close_bound(bound)))
                 task.add_done_callback(self._closing.discard)
+
+    def interact_soon(self, context: grpc.aio.ServicerContext, request: pb.InteractRequest,
+                      answer: Callable[[pb.InteractResponse], None]) -> bool:
+        """Interact's fast path: a step its session's game can take without a coroutine
+        (`SessionManager.step_soon`), its job token already verified (no I/O), is answered from
+        the game's reply callback; True when `request` was taken so."""
+        if request.WhichOneof("action") != "step":
+            return False
+        step = request.step
+        if job_token_check_needed() and not job_token_allowed_now(context, job_id=self.manager.job_of(step.session_id)):
+            return False
+        then = functools.partial(_answer_step, request.sequence, answer)
+        try:
+            return self.manager.step_soon(step.session_id, step.action, then, seat=step.seat)
+        except EnvHostError as error:
+            answer(pb.InteractResponse(sequence=request.sequence, error=convert.error_detail(error)))
+            return True
 
     async def _close_bound(self, session_ids: set[str]) -> None:
         """Close what a finished stream opened with close_with_stream (those still open)."""
@@ -189,3 +212,17 @@ def envhost_service_binding(manager: SessionManager) -> ServiceBinding:
     """The EnvHostService to host, serving `manager`'s sessions."""
     return ServiceBinding(full_name=SERVICE_FULL_NAME, servicer=EnvHostServicer(manager),
                           add_to_server=pb_grpc.add_EnvHostServiceServicer_to_server)
+
+
+def _answer_step(sequence: int, answer: Callable[[pb.InteractResponse], None],
+                 result: StepResult | None, error: BaseException | None) -> None:
+    """A step taken by `interact_soon` is done: answer it as `interact_once` would."""
+    if error is None:
+        response = pb.InteractResponse(sequence=sequence)
+        convert.fill_step_response(response.step, result)
+    elif isinstance(error, EnvHostError):
+        response = pb.InteractResponse(sequence=sequence, error=convert.error_detail(error))
+    else:  # a bug of ours still gets its request an answer
+        log.error("interact_request_failed", sequence=sequence, exc_info=error)
+        response = internal_error(sequence, error)
+    answer(response)

@@ -52,10 +52,14 @@ from opentinker_envhost.game_hosts import GameHandle, game_host
 from opentinker_envhost.game_results import ResetOutcome
 from opentinker_envhost.limits import Isolation, SessionLimits
 from opentinker_envhost.metrics import OPEN_SESSIONS, STEP_SECONDS, STEPS, count_env_error
+from opentinker_envhost.session_lock import SessionLock
 
 __all__ = ["Isolation", "ResetOutcome", "Session", "SessionLimits", "SessionManager", "SessionState"]
 
 log = structlog.get_logger(__name__)
+
+StepThen = Callable[[StepResult | None, BaseException | None], None]
+"""Told a step's outcome: (result, None), or (None, the error)."""
 
 
 class SessionState(enum.StrEnum):
@@ -85,7 +89,7 @@ class Session:
     steps: int = 0
     claimed: bool = False
     """Whether a call after OpenSession used the session (its opener has its id)."""
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    lock: SessionLock = field(default_factory=SessionLock)
 
 
 class SessionManager:
@@ -221,6 +225,44 @@ class SessionManager:
             session.state = SessionState.DONE if result.done else SessionState.PLAYING
             return result
 
+    def step_soon(self, session_id: str, action: str, then: StepThen, *, seat: str = "") -> bool:
+        """`step` without a coroutine, where the session's game allows it (a shared game process)
+        and no other call holds or awaits the session: `then(result, None)` or `then(None,
+        error)` follows, with the session updated as `step` would. False, with nothing done, when
+        it cannot: call `step`. Raises what `step` raises before the game is called."""
+        session = self._get(session_id)
+        step_soon = getattr(session.game, "step_soon", None)
+        if step_soon is None or not session.lock.try_acquire():
+            return False
+        try:
+            self._require_playing(session)
+            seat_kwargs = _seat_kwargs(session.spec, seat)
+            what = f"{session.spec.cls.__name__}.step()"
+            taken = step_soon(action, seat_kwargs, what,
+                              functools.partial(self._stepped, session, what, time.perf_counter(), then))
+        except BaseException:
+            session.lock.release()
+            raise
+        if not taken:
+            session.lock.release()
+        return taken
+
+    def _stepped(self, session: Session, what: str, started: float, then: StepThen,
+                 result: StepResult | None, error: BaseException | None) -> None:
+        """The end of a `step_soon`: what `step` does after its game call."""
+        step_seconds, steps = _step_metrics(session.spec.name)
+        step_seconds.observe(time.perf_counter() - started)
+        try:
+            if error is not None:
+                self._game_failed(session, what, "step()", error)
+            else:
+                steps.inc()
+                session.steps += 1
+                session.state = SessionState.DONE if result.done else SessionState.PLAYING  # type: ignore[union-attr]
+        finally:
+            session.lock.release()
+        then(result, error)
+
     # -- internals --------------------------------------------------------------------------
 
     def job_of(self, session_id: str) -> str:
@@ -279,32 +321,32 @@ class SessionManager:
         what = f"{session.spec.cls.__name__}.{method}"
         try:
             return await call(what)
-        except NotYourTurnError:
-            raise  # the caller's turn order, not the game, was wrong: the episode goes on
-        except InvalidArgument as error:
+        except (EnvHostError, asyncio.CancelledError) as error:
+            self._game_failed(session, what, method, error)
+            raise
+
+    def _game_failed(self, session: Session, what: str, method: str, error: BaseException) -> None:
+        """A game call failed with `error`: move the session to the state it leaves the game in
+        and count it (a turn out of order is the caller's, not the game's: the episode goes on)."""
+        if isinstance(error, NotYourTurnError):
+            return
+        if isinstance(error, InvalidArgument):
             _await_reset(session, "the last reset was rejected")
-            _count_error(session, method, error)
-            raise
-        except EnvironmentTimeout as error:
+        elif isinstance(error, EnvironmentTimeout):
             _break(session, f"{what} timed out; {self._timeout_note()}")
-            _count_error(session, method, error)
-            raise
-        except EnvironmentCrashed as error:
+        elif isinstance(error, EnvironmentCrashed):
             _break(session, error.message)
             log.warning("environment_crashed", session_id=session.session_id, error=error.message,
                         kind=error.metric_kind, output=error.traceback)
-            _count_error(session, method, error)
-            raise
-        except EnvironmentFailure as error:
+        elif isinstance(error, EnvironmentFailure):
             _await_reset(session, f"the episode failed: {error.message}")
             log.warning("environment_failed", session_id=session.session_id, error=error.message,
                         traceback=error.traceback)
-            _count_error(session, method, error)
-            raise
-        except asyncio.CancelledError as error:
+        elif isinstance(error, asyncio.CancelledError):
             _break(session, f"{what} was cancelled while the game ran")
-            _count_error(session, method, error)
-            raise
+        else:
+            return
+        _count_error(session, method, error)
 
     def _timeout_note(self) -> str:
         if Isolation(self.limits.isolation) is Isolation.THREAD:
@@ -336,8 +378,10 @@ class SessionManager:
 
 
 @functools.cache
+@functools.lru_cache(maxsize=1024)
 def _step_metrics(env_name: str) -> tuple[Any, Any]:
-    """The step-time histogram and step counter of `env_name` (labels looked up once)."""
+    """The step-time histogram and step counter of `env_name` (labels looked up once per name:
+    a catalog's game names are few)."""
     return STEP_SECONDS.labels(env=env_name), STEPS.labels(env=env_name)
 
 

@@ -12,11 +12,14 @@ MAX_REBUILDS times per call.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from opentinker.env import StepResult
+from opentinker_envhost import sandbox_protocol as wire
 from opentinker_envhost.catalog import GameSpec
 from opentinker_envhost.errors import EnvironmentCrashed, EnvironmentTimeout, NotYourTurnError
 from opentinker_envhost.game_replies import invalid_reply, invalid_result, reply_error
@@ -29,6 +32,8 @@ MAX_REPLAY_CALLS = 10_000
 """Longest episode (reset and steps) kept for replay; a longer one is not restorable."""
 
 Placer = Callable[..., Any]
+StepThen = Callable[[StepResult | None, BaseException | None], None]
+"""Told a step's outcome: (result, None), or (None, the error)."""
 
 
 @dataclass
@@ -109,7 +114,45 @@ class SharedGame:
 
     async def step(self, action: str, seat_kwargs: dict[str, str], what: str) -> StepResult:
         request = {"call": "step", "action": action, "seat_kwargs": seat_kwargs}
-        result = await self._play(request, what)
+        return self._step_result(request, await self._play(request, what), what)
+
+    def step_soon(self, action: str, seat_kwargs: dict[str, str], what: str, then: StepThen) -> bool:
+        """`step` without a coroutine, for a session whose process is up and that need not move:
+        the call goes in the process's next batch and `then(result, None)`, or `then(None,
+        error)`, follows from the reply's callback (a lost call is recovered as `step` would,
+        in a task). False, with nothing sent, when the session must move first: use `step`."""
+        worker = self.worker
+        if (worker is None or self.ended or not worker.started
+                or (not worker.private and self.key in self.placement.slow)):
+            return False
+        request = {"call": "step", "action": action, "seat_kwargs": seat_kwargs}
+        reply = worker.submit(self.slot, request)
+        reply.add_done_callback(functools.partial(self._replied_soon, worker, request, what, then))
+        return True
+
+    def _replied_soon(self, worker: SharedWorker, request: dict[str, Any], what: str, then: StepThen,
+                      reply: asyncio.Future[Any]) -> None:
+        if reply.cancelled():
+            then(None, asyncio.CancelledError())
+            return
+        lost = reply.exception()
+        if isinstance(lost, (ConnectionError, wire.ProtocolError)):
+            recovery = asyncio.get_running_loop().create_task(self._step_moving(request, what, worker.lost_call(reply)))
+            recovery.add_done_callback(functools.partial(_deliver, then))
+            return
+        try:
+            if lost is not None:
+                raise lost
+            step = self._step_result(request, self._answer(request, reply.result(), what, False), what)
+        except Exception as error:  # noqa: BLE001 - the domain error (or a bug of ours) goes to `then`
+            then(None, error)
+            return
+        then(step, None)
+
+    async def _step_moving(self, request: dict[str, Any], what: str, lost: CallLost) -> StepResult:
+        return self._step_result(request, await self._play_moving(request, what, invalid=False, lost=lost), what)
+
+    def _step_result(self, request: dict[str, Any], result: Any, what: str) -> StepResult:
         step = self._checked(what, lambda: step_result_from_wire(result, self.limits.max_observation_chars))
         self.log.record(request, result)
         return step
@@ -257,3 +300,11 @@ class SharedGame:
         if worker is not None:
             worker.kill(reason)
 
+
+def _deliver(then: StepThen, task: asyncio.Task[StepResult]) -> None:
+    if task.cancelled():
+        then(None, asyncio.CancelledError())
+    elif (error := task.exception()) is not None:
+        then(None, error)
+    else:
+        then(task.result(), None)

@@ -137,6 +137,7 @@ class SharedWorker:
             raise
         self.process = process
         process.connection.on_reply = self._answered
+        process.connection.on_broken = self._flush_soon  # calls held back fail (INNOCENT) at once
         process.exited.add_done_callback(lambda _: self._on_exit())
         self._label_output()
         self.ready.set_result(process)
@@ -158,8 +159,17 @@ class SharedWorker:
             await asyncio.shield(self.ready)
         if self.gone:
             raise CallLost(Blame.INNOCENT)
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
+        future = self.submit(slot, request, alone=alone)
+        try:
+            return await future  # a caller that gives up cancels it: its reply is then dropped
+        except (ConnectionError, wire.ProtocolError):
+            raise CallLost(self._blame_of(future)) from None
+
+    def submit(self, slot: int, request: dict[str, Any], *, alone: bool = False) -> asyncio.Future[Any]:
+        """`call` without waiting, for a started process that is not gone: the future of the
+        reply, which fails with ConnectionError or ProtocolError when the process dies first
+        (`lost_call` then says how the call relates to the loss)."""
+        future = asyncio.get_running_loop().create_future()
         request["slot"] = slot
         if alone:
             self._flush()
@@ -167,15 +177,24 @@ class SharedWorker:
             self._flush()
         else:
             self.outbox.append((request, future))
-            if not self.frames and not self.flushing:
-                self._flush()  # the process is idle: no reason to wait for company
-            elif not self.flushing:
-                self.flushing = True
-                loop.call_soon(self._flush)
-        try:
-            return await future  # a caller that gives up cancels it: its reply is then dropped
-        except (ConnectionError, wire.ProtocolError):
-            raise CallLost(self._blame_of(future)) from None
+            if not self.frames:
+                self._flush_soon()  # with the calls made in this turn of the event loop
+            # else: the batch the process runs is answered first (`_answered` sends these then)
+        return future
+
+    def _flush_soon(self) -> None:
+        if not self.flushing:
+            self.flushing = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    @property
+    def started(self) -> bool:
+        """Its process is up and not known to be gone: `submit` may be used."""
+        return self.process is not None and not self.gone
+
+    def lost_call(self, future: asyncio.Future[Any]) -> CallLost:
+        """The CallLost of a submitted call whose process died before answering it."""
+        return CallLost(self._blame_of(future))
 
     async def replay(self, slot: int, requests: list[dict[str, Any]]) -> list[Any]:
         """Send `requests` for `slot` as a batch of their own (a session rebuilt here) and return
@@ -247,6 +266,8 @@ class SharedWorker:
             self.head_answered = 0
             if self.frames:
                 self._new_head()
+            elif self.outbox and not self.flushing:
+                self._flush()  # what arrived while that batch ran: the next batch
 
     def _new_head(self) -> None:
         loop = asyncio.get_running_loop()

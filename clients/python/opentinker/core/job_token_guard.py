@@ -60,6 +60,19 @@ def job_token_check_needed() -> bool:
     return bool(current_principal().job_id) or current_job_tokens() is not None
 
 
+def job_token_allowed_now(context: grpc.aio.ServicerContext, *, job_id: str) -> bool:
+    """True when `job_token_refusal` would let the call act on `job_id` without any I/O: the
+    call's job token is that job's own, or no check applies, or the verifier holds a verdict
+    for its token. False is no refusal: await `job_token_refusal` to decide."""
+    principal = current_principal()
+    if principal.job_id:
+        return job_id == principal.job_id
+    verifier = current_job_tokens()
+    if verifier is None or not job_id:
+        return True
+    return verifier.allowed_cached(job_id, presented_job_token(context.invocation_metadata() or ()))
+
+
 async def job_token_refusal(context: grpc.aio.ServicerContext, *, job_id: str, fencing_token: int | None = None,
                             field: str = "lease.job_id") -> JobTokenRefusal | None:
     """None when the call may act on `job_id`; else why not."""

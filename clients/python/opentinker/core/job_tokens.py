@@ -159,6 +159,12 @@ class JobTokenVerifier:
             return None
         return (record[3] or b"").decode()
 
+    def allowed_cached(self, job_id: str, token: str, fencing_token: int | None = None) -> bool:
+        """Whether a cached verdict lets `token` act on `job_id` now, without reading Redis (False
+        is no refusal: `verify` decides)."""
+        until, attempt = self._allowed.get((job_id, hash_job_token(token), fencing_token), (0.0, ""))
+        return until > time.monotonic() and attempt == self._attempts.get(job_id)
+
     async def verify(self, job_id: str, token: str, fencing_token: int | None = None) -> JobTokenVerdict:
         """May a call presenting `token` act on `job_id` (with `fencing_token`, when it has a lease)?"""
         entry = (job_id, hash_job_token(token), fencing_token)

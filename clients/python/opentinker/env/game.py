@@ -73,6 +73,8 @@ def _finite_reward(reward: object) -> float:
 
 def check_json_dict(value: object, where: str) -> None:
     """TypeError unless `value` is a dict with str keys that JSON can encode (no NaN)."""
+    if type(value) is dict and not value:
+        return  # the common case (no info): nothing to encode
     if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
         raise TypeError(f"{where} must be a dict with str keys, got {type(value).__name__}")
     try:
