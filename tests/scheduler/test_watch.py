@@ -164,3 +164,31 @@ def test_many_watchers_of_one_job_cost_no_redis_writes(redis_url: str) -> None:
             assert await write_calls(client) == before
 
     asyncio.run(scenario())
+
+
+def test_a_newly_followed_job_wakes_the_shared_read_without_a_new_redis_connection(redis_url: str) -> None:
+    """The hub's one blocking XREAD covers every followed job; a watcher of another job wakes it
+    (an XADD to the hub's wake stream) instead of cancelling it, which would drop and reopen its
+    connection for every new watcher. With a 10 s block, a job left out of the read until the
+    block ended would get its events 10 s late."""
+    async def scenario() -> None:
+        slow_block = dataclasses.replace(FAST, watch_block_ms=10_000)
+        async with scheduler_server(redis_url, config=slow_block) as h, connect(redis_url) as client:
+            jobs = [(await h.stub.SubmitJob(pb.SubmitJobRequest(request_id=f"w{i}", spec=rl_spec()))).job.job_id
+                    for i in range(6)]
+            watchers = [asyncio.create_task(collect(h.stub, jobs[0], timeout=8))]
+            await asyncio.sleep(0.3)  # the hub's read is in flight
+            connections = int((await client.info("stats"))["total_connections_received"])
+            for job_id in jobs[1:]:  # each new job is followed while a read is in flight
+                watchers.append(asyncio.create_task(collect(h.stub, job_id, timeout=8)))
+                await asyncio.sleep(0.1)
+            started = asyncio.get_running_loop().time()
+            for job_id in reversed(jobs):
+                await h.stub.CancelJob(pb.CancelJobRequest(job_id=job_id, reason="test"))
+            streams = await asyncio.wait_for(asyncio.gather(*watchers), 5)
+            assert asyncio.get_running_loop().time() - started < 2, "a watcher waited for the read's block to end"
+            assert all(events[-1].state_changed.to_state == S.STATE_CANCELLED for events in streams)
+            opened = int((await client.info("stats"))["total_connections_received"]) - connections
+            assert opened <= 2, f"{opened} Redis connections opened for 5 new watchers"
+
+    asyncio.run(scenario())

@@ -8,14 +8,17 @@ used up the client's pool and every tenant's watch failed).
 Each follower has a bounded queue. One that does not keep up (a slow client) is never waited
 for: once its queue would overflow it is emptied and the follower marked `behind`, and it reads
 what it missed from Redis by sequence (events are stored; nothing is lost, nothing is kept in
-memory for it). A job newly followed interrupts the XREAD in flight (the connection is dropped
-and the next read reconnects), so it is read from at once; an unfollowed job is simply left out
-of the next read.
+memory for it). A job newly followed wakes the XREAD in flight, so it is read from at once: the
+read also covers this hub's own wake stream, and an XADD there (one entry, kept at most
+WAKE_TTL_MS) ends it. Cancelling the read instead would drop its connection, and at 80 new
+watchers a second every read would reconnect. An unfollowed job is simply left out of the next
+read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,6 +32,8 @@ from opentinker_scheduler.events import JobEvent, decode_entry
 log = structlog.get_logger(__name__)
 
 READ_BATCH = 500
+WAKE_TTL_MS = 60_000
+"""How long a hub's wake stream outlives its last wake (it is deleted when the hub stops)."""
 
 
 @dataclass(eq=False, kw_only=True)
@@ -70,8 +75,14 @@ class EventHub:
         self._followers: dict[str, set[Follower]] = {}
         self._positions: dict[str, int] = {}
         """Per followed job: the last sequence the reader has seen (it reads after it)."""
-        self._changed = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None
+        self._wake_key = keys.event_hub_wake(uuid.uuid4().hex)
+        self._wake_position = "0-0"
+        self._reading: set[str] | None = None
+        """The jobs the XREAD in flight covers (None: no read in flight)."""
+        self._woken = False
+        """A wake was sent for the read in flight."""
+        self._waking: set[asyncio.Task[None]] = set()
 
     @property
     def followers(self) -> int:
@@ -83,8 +94,9 @@ class EventHub:
         group = self._followers.setdefault(job_id, set())
         if not group:
             self._positions[job_id] = after
-            self._changed.set()
         group.add(follower)
+        if self._reading is not None and job_id not in self._reading:
+            self._wake()
         if self._positions[job_id] > after:  # the reader is past `after`: read the rest from Redis
             follower.behind = True
             follower.arrived.set()
@@ -101,15 +113,14 @@ class EventHub:
         if not group:
             del self._followers[follower.job_id]
             self._positions.pop(follower.job_id, None)
-            if not self._followers:
-                self._changed.set()  # nothing left to follow: end the read in flight
+            if not self._followers and self._reading is not None:
+                self._wake()  # nothing left to follow: end the read in flight
 
     async def _read_forever(self) -> None:
         try:
             while self._followers:
-                self._changed.clear()
-                reply = await self._read_unless_changed()
-                if reply is not None:
+                reply = await self._read()
+                if reply:
                     self._deliver(reply)
         except asyncio.CancelledError:
             raise
@@ -118,20 +129,43 @@ class EventHub:
             for group in self._followers.values():
                 for follower in group:
                     follower.fail(error)
-
-    async def _read_unless_changed(self) -> list | None:
-        """One XREAD BLOCK over every followed job; None when the set of jobs changed first."""
-        streams = {self.keys.job_events(job_id): f"{position}-0" for job_id, position in self._positions.items()}
-        read = asyncio.ensure_future(self.client.xread(streams, count=READ_BATCH, block=self.block_ms))
-        changed = asyncio.ensure_future(self._changed.wait())
-        try:
-            await asyncio.wait({read, changed}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            changed.cancel()
-            if not read.done():
-                read.cancel()  # redis-py drops the connection of a cancelled read: no stale reply
-            await asyncio.wait({read, changed})
-        return None if read.cancelled() else read.result()
+            self._reading = None
+
+    async def _read(self) -> list:
+        """One XREAD BLOCK over every followed job and this hub's wake stream (what it read of
+        the wake stream is noted and left out)."""
+        streams = {self.keys.job_events(job_id): f"{position}-0" for job_id, position in self._positions.items()}
+        streams[self._wake_key] = self._wake_position
+        self._reading, self._woken = set(self._positions), False
+        try:
+            reply = await self.client.xread(streams, count=READ_BATCH, block=self.block_ms)
+        finally:
+            self._reading = None
+        wake = self._wake_key.encode()
+        for stream, entries in reply or ():
+            if (stream if isinstance(stream, bytes) else stream.encode()) == wake and entries:
+                last = entries[-1][0]
+                self._wake_position = last.decode() if isinstance(last, bytes) else last
+        return reply or []
+
+    def _wake(self) -> None:
+        """End the read in flight (once per read): XADD to the wake stream, in a task."""
+        if self._woken:
+            return
+        self._woken = True
+        task = asyncio.get_running_loop().create_task(self._send_wake())
+        self._waking.add(task)
+        task.add_done_callback(self._waking.discard)
+
+    async def _send_wake(self) -> None:
+        try:
+            async with self.client.pipeline(transaction=False) as pipe:
+                pipe.xadd(self._wake_key, {"w": "1"}, maxlen=1, approximate=False)
+                pipe.pexpire(self._wake_key, WAKE_TTL_MS)
+                await pipe.execute()
+        except Exception as error:  # noqa: BLE001 - the read then ends at its block time (or fails too)
+            log.warning("event_hub_wake_failed", error=repr(error))
 
     def _deliver(self, reply: list) -> None:
         job_of = {self.keys.job_events(job_id).encode(): job_id for job_id in self._followers}

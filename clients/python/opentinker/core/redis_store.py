@@ -240,6 +240,7 @@ class Keys:
       P fencing                               counter: monotonically increasing fencing tokens
       P allocator:lock                        string: the one scheduler allowed to allocate
       P allocator:wake                        pub/sub channel: "a job was queued or devices freed"
+      P event-hub:{hub_id}:wake               stream: wakes a scheduler's blocking event read (1 entry, expires)
       P tenant-usage                          hash: `<tenant>:queued|jobs|devices` counters
     """
 
@@ -250,6 +251,9 @@ class Keys:
 
     def job_events(self, job_id: str) -> str:
         return f"{self.job(job_id)}:events"
+
+    def event_hub_wake(self, hub_id: str) -> str:
+        return f"{self.prefix}event-hub:{_part('hub_id', hub_id)}:wake"
 
     def job_metrics(self, job_id: str) -> str:
         return f"{self.job(job_id)}:metrics"
