@@ -29,17 +29,24 @@ Code = grpc.StatusCode
 
 
 @asynccontextmanager
-async def envhost(**limits: Any) -> AsyncIterator[Stub]:
-    """An EnvHost with the test games on a free port, and a stub connected to it."""
+async def envhost_and_manager(**limits: Any) -> AsyncIterator[tuple[Stub, SessionManager]]:
+    """An EnvHost with the test games on a free port, a stub connected to it and its sessions."""
     manager = SessionManager(catalog_with_test_games(), SessionLimits(**limits))
     plan = ServerPlan(services=[envhost_service_binding(manager)], close_hooks=[manager.close_all])
     started = await start_server(EnvHostSettings(port=0, auth="disabled"), plan)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{started.port}") as channel:
-            yield pb_grpc.EnvHostServiceStub(channel)
+            yield pb_grpc.EnvHostServiceStub(channel), manager
     finally:
         await stop_server(started, grace_seconds=1)
         await manager.close_all()
+
+
+@asynccontextmanager
+async def envhost(**limits: Any) -> AsyncIterator[Stub]:
+    """An EnvHost with the test games on a free port, and a stub connected to it."""
+    async with envhost_and_manager(**limits) as (stub, _):
+        yield stub
 
 
 def run(scenario: Callable[[Stub], Awaitable[None]], **limits: Any) -> None:

@@ -10,6 +10,13 @@ import pytest
 from opentinker_envhost.session_lock import SessionLock
 
 
+async def hold(lock: SessionLock, order: list[str], name: str) -> None:
+    """Take the lock, note `name`, yield once, let go."""
+    async with lock:
+        order.append(name)
+        await asyncio.sleep(0)
+
+
 def test_try_acquire_takes_a_free_lock_only() -> None:
     lock = SessionLock()
     assert lock.try_acquire() and lock.locked()
@@ -22,17 +29,11 @@ def test_waiters_get_the_lock_in_arrival_order_and_newcomers_cannot_jump_the_que
     async def scenario() -> list[str]:
         lock, order = SessionLock(), []
         assert lock.try_acquire()
-
-        async def call(name: str) -> None:
-            async with lock:
-                order.append(name)
-                await asyncio.sleep(0)
-
-        waiting = [asyncio.create_task(call(f"w{i}")) for i in range(3)]
+        waiting = [asyncio.create_task(hold(lock, order, f"w{i}")) for i in range(3)]
         await asyncio.sleep(0)  # all three wait now
         lock.release()  # handed to w0: still held
         assert lock.locked() and not lock.try_acquire(), "a newcomer took the lock from the queue"
-        late = asyncio.create_task(call("late"))
+        late = asyncio.create_task(hold(lock, order, "late"))
         await asyncio.gather(*waiting, late)
         assert not lock.locked()
         return order
@@ -44,12 +45,7 @@ def test_a_cancelled_waiter_leaves_the_queue_and_one_cancelled_after_the_handoff
     async def scenario() -> list[str]:
         lock, order = SessionLock(), []
         assert lock.try_acquire()
-
-        async def call(name: str) -> None:
-            async with lock:
-                order.append(name)
-
-        first, second, third = (asyncio.create_task(call(n)) for n in ("first", "second", "third"))
+        first, second, third = (asyncio.create_task(hold(lock, order, n)) for n in ("first", "second", "third"))
         await asyncio.sleep(0)
         first.cancel()  # cancelled while waiting: it leaves the queue
         await asyncio.sleep(0)

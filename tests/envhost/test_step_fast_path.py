@@ -8,20 +8,13 @@ A real EnvHost on a socket with real shared game processes (`tests/envhost/test_
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import grpc
 
 from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
-from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
-from opentinker.core.server import ServerPlan, start_server, stop_server
-from opentinker_envhost.servicer import envhost_service_binding
-from opentinker_envhost.sessions import SessionLimits, SessionManager
-from opentinker_envhost.settings import EnvHostSettings
-from tests.envhost.games import catalog_with_test_games
-from tests.envhost.test_servicer import Requests, struct
+from opentinker_envhost.sessions import SessionManager
+from tests.envhost.test_servicer import Requests, envhost_and_manager, struct
 
 Code = grpc.StatusCode
 LIMITS = {"memory_limit_mb": 64, "cpu_seconds_per_call": 5.0, "call_timeout_s": 30.0, "sessions_per_process": 4}
@@ -44,22 +37,9 @@ class Counted:
         manager.step_soon = step_soon  # type: ignore[method-assign]
 
 
-@asynccontextmanager
-async def envhost() -> AsyncIterator[tuple[pb_grpc.EnvHostServiceStub, SessionManager]]:
-    manager = SessionManager(catalog_with_test_games(), SessionLimits(**LIMITS))
-    plan = ServerPlan(services=[envhost_service_binding(manager)], close_hooks=[manager.close_all])
-    started = await start_server(EnvHostSettings(port=0, auth="disabled"), plan)
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{started.port}") as channel:
-            yield pb_grpc.EnvHostServiceStub(channel), manager
-    finally:
-        await stop_server(started, grace_seconds=1)
-        await manager.close_all()
-
-
 def run(scenario: Any) -> None:
     async def main() -> None:
-        async with envhost() as (stub, manager):
+        async with envhost_and_manager(**LIMITS) as (stub, manager):
             await scenario(stub, manager, Counted(manager))
     asyncio.run(main())
 
