@@ -24,9 +24,8 @@ def owner(**changes: str) -> dict[str, str]:
     return {"tenant": "tenant-a", "job_id": f"job-{uuid.uuid4().hex[:8]}", "attempt": "attempt-1", **changes}
 
 
-async def step_soon(manager: SessionManager, session_id: str, action: str) -> Any:
-    """`manager.step_soon` awaited (its `then` resolves a future); `manager.step` when the fast
-    path declines (the session must move first, or a call holds it)."""
+def _awaitable_then() -> tuple[asyncio.Future[Any], Any]:
+    """A future and the `then` callback that resolves it."""
     future = asyncio.get_running_loop().create_future()
 
     def then(result: Any, error: BaseException | None) -> None:
@@ -34,7 +33,21 @@ async def step_soon(manager: SessionManager, session_id: str, action: str) -> An
             future.set_result(result)
         else:
             future.set_exception(error)
+    return future, then
 
+
+async def step_soon(manager: SessionManager, session_id: str, action: str) -> Any:
+    """`manager.step_soon` awaited (its `then` resolves a future); `manager.step` when the fast
+    path declines (the session must move first, or a call holds it)."""
+    future, then = _awaitable_then()
     if not manager.step_soon(session_id, action, then):
         return await manager.step(session_id, action)
+    return await future
+
+
+async def reset_soon(manager: SessionManager, session_id: str, kwargs: dict[str, Any]) -> Any:
+    """`manager.reset_soon` awaited, like `step_soon`."""
+    future, then = _awaitable_then()
+    if not manager.reset_soon(session_id, kwargs, then):
+        return await manager.reset(session_id, kwargs)
     return await future

@@ -16,7 +16,7 @@ import pytest
 from opentinker_envhost.errors import EnvHostError, EnvironmentCrashed, EnvironmentTimeout
 from opentinker_envhost.sessions import Session, SessionManager
 from opentinker_envhost.shared_game import SharedGame
-from tests.envhost._managers import owner, running_manager, step_soon
+from tests.envhost._managers import owner, reset_soon, running_manager, step_soon
 from tests.envhost.test_sandbox import alive
 
 LIMITS = {"memory_limit_mb": 64, "cpu_seconds_per_call": 1.0, "call_timeout_s": 30.0, "sessions_per_process": 4}
@@ -224,5 +224,24 @@ def test_calls_held_back_when_the_process_is_lost_are_rebuilt_elsewhere(loop, ma
         assert isinstance(lost, EnvironmentCrashed) and "killed by the test" in lost.message  # alone in its batch
         assert [(await rest)[s] for s in sessions[1:]] == ["total 102", "total 202"]
         assert all(pid(s) != worker.pid for s in sessions[1:])
+        await close_all(manager, sessions)
+    loop.run_until_complete(scenario())
+
+
+def test_a_reset_held_back_when_the_process_is_lost_runs_elsewhere(loop, manager) -> None:
+    async def scenario() -> None:
+        sessions = await tallies(manager, 2, owner())
+        worker = sessions[0].game.worker  # type: ignore[attr-defined]
+        napping = asyncio.ensure_future(step_soon(manager, sessions[0].session_id, "nap:5"))
+        await asyncio.sleep(0.1)
+        resetting = asyncio.ensure_future(reset_soon(manager, sessions[1].session_id, {"start": 7}))
+        await asyncio.sleep(0.05)
+        assert len(worker.outbox) == 1
+        worker.kill("killed by the test")
+        with pytest.raises(EnvironmentCrashed, match="killed by the test"):
+            await napping
+        assert (await resetting).observation == "total 7"
+        assert pid(sessions[1]) != worker.pid
+        assert (await step_soon(manager, sessions[1].session_id, "3")).observation == "total 10"
         await close_all(manager, sessions)
     loop.run_until_complete(scenario())

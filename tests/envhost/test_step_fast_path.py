@@ -21,20 +21,26 @@ LIMITS = {"memory_limit_mb": 64, "cpu_seconds_per_call": 5.0, "call_timeout_s": 
 
 
 class Counted:
-    """How many steps `manager.step_soon` took (True) and declined (False)."""
+    """How many steps and resets the fast path (`step_soon`, `reset_soon`) took and declined."""
 
     def __init__(self, manager: SessionManager) -> None:
-        self.taken = self.declined = 0
-        original = manager.step_soon
+        self.taken = self.declined = self.resets_taken = 0
+        step_soon, reset_soon = manager.step_soon, manager.reset_soon
 
-        def step_soon(*args: Any, **kwargs: Any) -> bool:
-            taken = original(*args, **kwargs)
+        def counted_step_soon(*args: Any, **kwargs: Any) -> bool:
+            taken = step_soon(*args, **kwargs)
             if taken:
                 self.taken += 1
             else:
                 self.declined += 1
             return taken
-        manager.step_soon = step_soon  # type: ignore[method-assign]
+
+        def counted_reset_soon(*args: Any, **kwargs: Any) -> bool:
+            taken = reset_soon(*args, **kwargs)
+            self.resets_taken += taken
+            return taken
+        manager.step_soon = counted_step_soon  # type: ignore[method-assign]
+        manager.reset_soon = counted_reset_soon  # type: ignore[method-assign]
 
 
 def run(scenario: Any) -> None:
@@ -63,7 +69,7 @@ def test_pipelined_calls_of_a_session_apply_in_order_with_the_same_answers_as_th
             answer = await anext(responses)
             assert answer.WhichOneof("result") == "step", answer
         assert answer.step.observation == "total 6"
-        assert counted.taken == 3 and counted.declined == 0
+        assert counted.taken == 3 and counted.declined == 0 and counted.resets_taken == 1  # opened's reset
         step = lambda action: requests.send(step=pb.StepRequest(session_id=session_id, action=action))  # noqa: E731
         sent = {"reset": requests.send(reset=pb.ResetRequest(session_id=session_id, kwargs=struct(start=10))),
                 "+5": step("5"), "+7": step("7"),
@@ -72,6 +78,7 @@ def test_pipelined_calls_of_a_session_apply_in_order_with_the_same_answers_as_th
                 "+2": step("2"),
                 "unknown": requests.send(step=pb.StepRequest(session_id="no-such-session", action="1")),
                 "seat": requests.send(step=pb.StepRequest(session_id=session_id, action="1", seat="white")),
+                "bad kwargs": requests.send(reset=pb.ResetRequest(session_id=session_id, kwargs=struct(stop=1))),
                 "close": requests.send(close_session=pb.CloseSessionRequest(session_id=session_id))}
         requests.end()
         answers = {response.sequence: response async for response in responses}
@@ -84,7 +91,10 @@ def test_pipelined_calls_of_a_session_apply_in_order_with_the_same_answers_as_th
         assert got["+2"].step.observation == "total 2"
         assert got["unknown"].error.code == Code.NOT_FOUND.value[0]
         assert got["seat"].error.code == Code.INVALID_ARGUMENT.value[0]
+        assert got["bad kwargs"].error.code == Code.INVALID_ARGUMENT.value[0]
+        assert "does not accept" in got["bad kwargs"].error.message
         assert got["close"].close_session.steps == 3 + 2 + 1  # the steps that returned a result
+        assert counted.resets_taken >= 2  # the first pipelined reset found the session free
     run(scenario)
 
 

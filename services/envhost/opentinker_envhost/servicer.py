@@ -23,7 +23,6 @@ import grpc
 import structlog
 
 from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
-from opentinker.env import StepResult
 from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
 from opentinker.core.auth_interceptor import current_job_tokens, current_principal
 from opentinker.core.job_token_guard import (
@@ -34,10 +33,11 @@ from opentinker.core.job_token_guard import (
 )
 from opentinker.core.job_tokens import hash_job_token, presented_job_token
 from opentinker.core.server import ServiceBinding
+from opentinker.env import StepResult
 from opentinker_envhost import convert
 from opentinker_envhost.errors import EnvHostError, InvalidArgument
 from opentinker_envhost.interact import InteractPump, internal_error
-from opentinker_envhost.sessions import SessionManager
+from opentinker_envhost.sessions import ResetOutcome, SessionManager
 
 log = structlog.get_logger(__name__)
 
@@ -117,17 +117,23 @@ class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
 
     def interact_soon(self, context: grpc.aio.ServicerContext, request: pb.InteractRequest,
                       answer: Callable[[pb.InteractResponse], None]) -> bool:
-        """Interact's fast path: a step its session's game can take without a coroutine
-        (`SessionManager.step_soon`), its job token already verified (no I/O), is answered from
-        the game's reply callback; True when `request` was taken so."""
-        if request.WhichOneof("action") != "step":
+        """Interact's fast path: a reset or step its session's game can take without a coroutine
+        (`SessionManager.reset_soon`, `step_soon`), its job token already verified (no I/O), is
+        answered from the game's reply callback; True when `request` was taken so."""
+        kind = request.WhichOneof("action")
+        if kind != "step" and kind != "reset":
             return False
-        step = request.step
-        if job_token_check_needed() and not job_token_allowed_now(context, job_id=self.manager.job_of(step.session_id)):
+        message = request.step if kind == "step" else request.reset
+        if job_token_check_needed() and not job_token_allowed_now(context, job_id=self.manager.job_of(message.session_id)):
             return False
-        then = functools.partial(_answer_step, request.sequence, answer)
         try:
-            return self.manager.step_soon(step.session_id, step.action, then, seat=step.seat)
+            if kind == "step":
+                return self.manager.step_soon(message.session_id, message.action,
+                                              functools.partial(_answer_soon, request.sequence, answer, _fill_step),
+                                              seat=message.seat)
+            return self.manager.reset_soon(message.session_id, convert.struct_to_dict(message.kwargs, "kwargs"),
+                                           functools.partial(_answer_soon, request.sequence, answer, _fill_reset),
+                                           seed=message.seed or None)
         except EnvHostError as error:
             answer(pb.InteractResponse(sequence=request.sequence, error=convert.error_detail(error)))
             return True
@@ -214,12 +220,21 @@ def envhost_service_binding(manager: SessionManager) -> ServiceBinding:
                           add_to_server=pb_grpc.add_EnvHostServiceServicer_to_server)
 
 
-def _answer_step(sequence: int, answer: Callable[[pb.InteractResponse], None],
-                 result: StepResult | None, error: BaseException | None) -> None:
-    """A step taken by `interact_soon` is done: answer it as `interact_once` would."""
+def _fill_step(response: pb.InteractResponse, result: StepResult) -> None:
+    convert.fill_step_response(response.step, result)
+
+
+def _fill_reset(response: pb.InteractResponse, outcome: ResetOutcome) -> None:
+    response.reset.CopyFrom(convert.reset_response(outcome))
+
+
+def _answer_soon(sequence: int, answer: Callable[[pb.InteractResponse], None],
+                 fill: Callable[[pb.InteractResponse, Any], None],
+                 result: Any, error: BaseException | None) -> None:
+    """A call taken by `interact_soon` is done: answer it as `interact_once` would."""
     if error is None:
         response = pb.InteractResponse(sequence=sequence)
-        convert.fill_step_response(response.step, result)
+        fill(response, result)
     elif isinstance(error, EnvHostError):
         response = pb.InteractResponse(sequence=sequence, error=convert.error_detail(error))
     else:  # a bug of ours still gets its request an answer

@@ -58,8 +58,8 @@ __all__ = ["Isolation", "ResetOutcome", "Session", "SessionLimits", "SessionMana
 
 log = structlog.get_logger(__name__)
 
-StepThen = Callable[[StepResult | None, BaseException | None], None]
-"""Told a step's outcome: (result, None), or (None, the error)."""
+Then = Callable[[Any, BaseException | None], None]
+"""Told a call's outcome: (its result, None), or (None, the error)."""
 
 
 class SessionState(enum.StrEnum):
@@ -225,7 +225,37 @@ class SessionManager:
             session.state = SessionState.DONE if result.done else SessionState.PLAYING
             return result
 
-    def step_soon(self, session_id: str, action: str, then: StepThen, *, seat: str = "") -> bool:
+    def reset_soon(self, session_id: str, kwargs: Mapping[str, Any], then: Then, *, seed: int | None = None) -> bool:
+        """`reset` without a coroutine: see `step_soon`."""
+        session = self._get(session_id)
+        reset_soon = getattr(session.game, "reset_soon", None)
+        if reset_soon is None or not session.lock.try_acquire():
+            return False
+        try:
+            self._require_not_broken(session)
+            arguments = _reset_arguments(session, kwargs, seed)
+            what = f"{session.spec.cls.__name__}.reset()"
+            taken = reset_soon(arguments, what, functools.partial(self._reset_done, session, what, then))
+        except BaseException:
+            session.lock.release()
+            raise
+        if not taken:
+            session.lock.release()
+        return taken
+
+    def _reset_done(self, session: Session, what: str, then: Then,
+                    outcome: ResetOutcome | None, error: BaseException | None) -> None:
+        """The end of a `reset_soon`: what `reset` does after its game call."""
+        try:
+            if error is not None:
+                self._game_failed(session, what, "reset()", error)
+            else:
+                session.state, session.note = SessionState.PLAYING, ""
+        finally:
+            session.lock.release()
+        then(outcome, error)
+
+    def step_soon(self, session_id: str, action: str, then: Then, *, seat: str = "") -> bool:
         """`step` without a coroutine, where the session's game allows it (a shared game process)
         and no other call holds or awaits the session: `then(result, None)` or `then(None,
         error)` follows, with the session updated as `step` would. False, with nothing done, when
@@ -247,7 +277,7 @@ class SessionManager:
             session.lock.release()
         return taken
 
-    def _stepped(self, session: Session, what: str, started: float, then: StepThen,
+    def _stepped(self, session: Session, what: str, started: float, then: Then,
                  result: StepResult | None, error: BaseException | None) -> None:
         """The end of a `step_soon`: what `step` does after its game call."""
         step_seconds, steps = _step_metrics(session.spec.name)

@@ -32,8 +32,10 @@ MAX_REPLAY_CALLS = 10_000
 """Longest episode (reset and steps) kept for replay; a longer one is not restorable."""
 
 Placer = Callable[..., Any]
-StepThen = Callable[[StepResult | None, BaseException | None], None]
-"""Told a step's outcome: (result, None), or (None, the error)."""
+Then = Callable[[Any, BaseException | None], None]
+"""Told a call's outcome: (its result, None), or (None, the error)."""
+ResultOf = Callable[[dict[str, Any], Any, str], Any]
+"""(request, what the game process answered, what) -> the checked result, recorded for replay."""
 
 
 @dataclass
@@ -107,50 +109,61 @@ class SharedGame:
 
     async def reset(self, arguments: dict[str, Any], what: str) -> ResetOutcome:
         request = {"call": "reset", "arguments": arguments}
-        result = await self._play(request, what, invalid=True)
-        outcome = self._checked(what, lambda: reset_outcome_from_wire(result, self.limits.max_observation_chars))
-        self.log.record(request, result)
-        return outcome
+        return self._reset_result(request, await self._play(request, what, invalid=True), what)
 
     async def step(self, action: str, seat_kwargs: dict[str, str], what: str) -> StepResult:
         request = {"call": "step", "action": action, "seat_kwargs": seat_kwargs}
         return self._step_result(request, await self._play(request, what), what)
 
-    def step_soon(self, action: str, seat_kwargs: dict[str, str], what: str, then: StepThen) -> bool:
+    def reset_soon(self, arguments: dict[str, Any], what: str, then: Then) -> bool:
+        """`reset` without a coroutine: see `step_soon`."""
+        return self._play_soon({"call": "reset", "arguments": arguments}, what, True, self._reset_result, then)
+
+    def step_soon(self, action: str, seat_kwargs: dict[str, str], what: str, then: Then) -> bool:
         """`step` without a coroutine, for a session whose process is up and that need not move:
         the call goes in the process's next batch and `then(result, None)`, or `then(None,
         error)`, follows from the reply's callback (a lost call is recovered as `step` would,
         in a task). False, with nothing sent, when the session must move first: use `step`."""
+        request = {"call": "step", "action": action, "seat_kwargs": seat_kwargs}
+        return self._play_soon(request, what, False, self._step_result, then)
+
+    def _play_soon(self, request: dict[str, Any], what: str, invalid: bool, result_of: ResultOf, then: Then) -> bool:
         worker = self.worker
         if (worker is None or self.ended or not worker.started
                 or (not worker.private and self.key in self.placement.slow)):
             return False
-        request = {"call": "step", "action": action, "seat_kwargs": seat_kwargs}
         reply = worker.submit(self.slot, request)
-        reply.add_done_callback(functools.partial(self._replied_soon, worker, request, what, then))
+        reply.add_done_callback(functools.partial(self._replied_soon, worker, request, what, invalid, result_of, then))
         return True
 
-    def _replied_soon(self, worker: SharedWorker, request: dict[str, Any], what: str, then: StepThen,
-                      reply: asyncio.Future[Any]) -> None:
+    def _replied_soon(self, worker: SharedWorker, request: dict[str, Any], what: str, invalid: bool,
+                      result_of: ResultOf, then: Then, reply: asyncio.Future[Any]) -> None:
         if reply.cancelled():
             then(None, asyncio.CancelledError())
             return
         lost = reply.exception()
         if isinstance(lost, (ConnectionError, wire.ProtocolError)):
-            recovery = asyncio.get_running_loop().create_task(self._step_moving(request, what, worker.lost_call(reply)))
+            recovery = asyncio.get_running_loop().create_task(
+                self._play_moved(request, what, invalid, result_of, worker.lost_call(reply)))
             recovery.add_done_callback(functools.partial(_deliver, then))
             return
         try:
             if lost is not None:
                 raise lost
-            step = self._step_result(request, self._answer(request, reply.result(), what, False), what)
+            result = result_of(request, self._answer(request, reply.result(), what, invalid), what)
         except Exception as error:  # noqa: BLE001 - the domain error (or a bug of ours) goes to `then`
             then(None, error)
             return
-        then(step, None)
+        then(result, None)
 
-    async def _step_moving(self, request: dict[str, Any], what: str, lost: CallLost) -> StepResult:
-        return self._step_result(request, await self._play_moving(request, what, invalid=False, lost=lost), what)
+    async def _play_moved(self, request: dict[str, Any], what: str, invalid: bool, result_of: ResultOf,
+                          lost: CallLost) -> Any:
+        return result_of(request, await self._play_moving(request, what, invalid=invalid, lost=lost), what)
+
+    def _reset_result(self, request: dict[str, Any], result: Any, what: str) -> ResetOutcome:
+        outcome = self._checked(what, lambda: reset_outcome_from_wire(result, self.limits.max_observation_chars))
+        self.log.record(request, result)
+        return outcome
 
     def _step_result(self, request: dict[str, Any], result: Any, what: str) -> StepResult:
         step = self._checked(what, lambda: step_result_from_wire(result, self.limits.max_observation_chars))
@@ -301,7 +314,7 @@ class SharedGame:
             worker.kill(reason)
 
 
-def _deliver(then: StepThen, task: asyncio.Task[StepResult]) -> None:
+def _deliver(then: Then, task: asyncio.Task[Any]) -> None:
     if task.cancelled():
         then(None, asyncio.CancelledError())
     elif (error := task.exception()) is not None:
