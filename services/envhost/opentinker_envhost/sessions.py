@@ -228,20 +228,13 @@ class SessionManager:
     def reset_soon(self, session_id: str, kwargs: Mapping[str, Any], then: Then, *, seed: int | None = None) -> bool:
         """`reset` without a coroutine: see `step_soon`."""
         session = self._get(session_id)
-        reset_soon = getattr(session.game, "reset_soon", None)
-        if reset_soon is None or not session.lock.try_acquire():
-            return False
-        try:
+
+        def start(reset_soon: Callable[..., bool]) -> bool:
             self._require_not_broken(session)
             arguments = _reset_arguments(session, kwargs, seed)
             what = f"{session.spec.cls.__name__}.reset()"
-            taken = reset_soon(arguments, what, functools.partial(self._reset_done, session, what, then))
-        except BaseException:
-            session.lock.release()
-            raise
-        if not taken:
-            session.lock.release()
-        return taken
+            return reset_soon(arguments, what, functools.partial(self._reset_done, session, what, then))
+        return _soon(session, "reset_soon", start)
 
     def _reset_done(self, session: Session, what: str, then: Then,
                     outcome: ResetOutcome | None, error: BaseException | None) -> None:
@@ -261,21 +254,14 @@ class SessionManager:
         error)` follows, with the session updated as `step` would. False, with nothing done, when
         it cannot: call `step`. Raises what `step` raises before the game is called."""
         session = self._get(session_id)
-        step_soon = getattr(session.game, "step_soon", None)
-        if step_soon is None or not session.lock.try_acquire():
-            return False
-        try:
+
+        def start(step_soon: Callable[..., bool]) -> bool:
             self._require_playing(session)
             seat_kwargs = _seat_kwargs(session.spec, seat)
             what = f"{session.spec.cls.__name__}.step()"
-            taken = step_soon(action, seat_kwargs, what,
-                              functools.partial(self._stepped, session, what, time.perf_counter(), then))
-        except BaseException:
-            session.lock.release()
-            raise
-        if not taken:
-            session.lock.release()
-        return taken
+            return step_soon(action, seat_kwargs, what,
+                             functools.partial(self._stepped, session, what, time.perf_counter(), then))
+        return _soon(session, "step_soon", start)
 
     def _stepped(self, session: Session, what: str, started: float, then: Then,
                  result: StepResult | None, error: BaseException | None) -> None:
@@ -408,6 +394,23 @@ class SessionManager:
 
 
 @functools.cache
+def _soon(session: Session, method: str, start: Callable[[Callable[..., bool]], bool]) -> bool:
+    """`start(the game's <method>)` holding the session's lock, taken without awaiting; False when
+    the game has no such method, the lock is busy, or `start` declines. The lock is released here
+    when `start` raises or declines, else by the call's end."""
+    game_soon = getattr(session.game, method, None)
+    if game_soon is None or not session.lock.try_acquire():
+        return False
+    try:
+        taken = start(game_soon)
+    except BaseException:
+        session.lock.release()
+        raise
+    if not taken:
+        session.lock.release()
+    return taken
+
+
 @functools.lru_cache(maxsize=1024)
 def _step_metrics(env_name: str) -> tuple[Any, Any]:
     """The step-time histogram and step counter of `env_name` (labels looked up once per name:
