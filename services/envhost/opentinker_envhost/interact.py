@@ -48,9 +48,10 @@ class InteractPump:
 
     async def run(self) -> None:
         reader = asyncio.create_task(self._read())
+        write, get = self.context.write, self.queue.get  # looked up once (the context may be a wrapper)
         try:
-            while (item := await self.queue.get()) is not _END:
-                await self.context.write(item)
+            while (item := await get()) is not _END:
+                await write(item)
             await reader  # re-raises a failure to read the request stream
         finally:
             reader.cancel()
@@ -58,12 +59,13 @@ class InteractPump:
                 task.cancel()
 
     async def _read(self) -> None:
+        read, soon = self.context.read, self.soon
         try:
-            while (request := await self.context.read()) is not grpc.aio.EOF:
+            while (request := await read()) is not grpc.aio.EOF:
                 if isinstance(request, UndecodableRequest):
                     raise UndecodableRequestError(request)
                 self.unanswered += 1
-                if self.soon is not None and self.soon(request, self._answered):
+                if soon is not None and soon(request, self._answered):
                     continue
                 task = asyncio.create_task(self._answer(request))
                 self.in_flight.add(task)
