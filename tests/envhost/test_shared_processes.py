@@ -8,6 +8,8 @@ Real fork servers and game processes, as in test_sandbox.py.
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -244,4 +246,30 @@ def test_a_reset_held_back_when_the_process_is_lost_runs_elsewhere(loop, manager
         assert pid(sessions[1]) != worker.pid
         assert (await step_soon(manager, sessions[1].session_id, "3")).observation == "total 10"
         await close_all(manager, sessions)
+    loop.run_until_complete(scenario())
+
+
+def test_a_finished_fast_path_call_leaves_nothing_behind(loop, manager) -> None:
+    """Nothing of a finished `step_soon`/`reset_soon` call (its callback, its closures) stays
+    referenced: a cache or list holding them would grow with every step of every session."""
+    class Then:
+        def __init__(self) -> None:
+            self.done = asyncio.get_running_loop().create_future()
+
+        def __call__(self, result: Any, error: BaseException | None) -> None:
+            self.done.set_result(error or result)
+
+    async def scenario() -> None:
+        (session,) = await tallies(manager, 1, owner())
+        refs = []
+        for call in (lambda then: manager.step_soon(session.session_id, "1", then),
+                     lambda then: manager.reset_soon(session.session_id, {"start": 3}, then)):
+            then = Then()
+            assert call(then)
+            assert not isinstance(await then.done, BaseException)
+            refs.append(weakref.ref(then))
+            del then
+        gc.collect()
+        assert [ref() for ref in refs] == [None, None]
+        await manager.close(session.session_id)
     loop.run_until_complete(scenario())

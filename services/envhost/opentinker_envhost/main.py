@@ -7,6 +7,7 @@ import asyncio
 import structlog
 
 from opentinker.core.entrypoint import run_service
+from opentinker.core.heap import settle_heap_once_started
 from opentinker.core.job_credentials import SchedulerJobCredentials
 from opentinker.core.reaping import idle_reaper
 from opentinker.core.server import HealthReporter, ServerPlan, StartHook
@@ -63,7 +64,8 @@ async def build_plan(settings: EnvHostSettings) -> ServerPlan:
     credentials = job_credentials(settings)
     closers = [credentials.close] if credentials is not None else []
     return ServerPlan(services=[envhost_service_binding(manager)],
-                      start_hooks=[games_sandbox(manager), reaper(manager), registration.start],
+                      start_hooks=[games_sandbox(manager), reaper(manager), registration.start,
+                                   settle_heap_once_started],
                       close_hooks=[registration.stop, manager.close_all, *closers],
                       accepts_job_tokens=True, job_credentials=credentials)
 

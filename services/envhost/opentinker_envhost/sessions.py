@@ -393,7 +393,6 @@ class SessionManager:
                                     "call Reset to start another")
 
 
-@functools.cache
 def _soon(session: Session, method: str, start: Callable[[Callable[..., bool]], bool]) -> bool:
     """`start(the game's <method>)` holding the session's lock, taken without awaiting; False when
     the game has no such method, the lock is busy, or `start` declines. The lock is released here

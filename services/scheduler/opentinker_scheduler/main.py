@@ -16,7 +16,7 @@ from opentinker.core.redis_store import connect, ping_until_ready
 from opentinker.core.server import HealthReporter, ServerPlan
 from opentinker_scheduler.allocator import Allocator
 from opentinker_scheduler.app import build_scheduler
-from opentinker_scheduler.heap import settle_heap_once_started
+from opentinker.core.heap import settle_heap_once_started
 from opentinker_scheduler.metrics import ClusterGauges
 from opentinker_scheduler.redis_health import track_redis_health
 from opentinker_scheduler.servicer import scheduler_service_binding

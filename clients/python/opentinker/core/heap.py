@@ -1,12 +1,13 @@
-"""The scheduler process's garbage collector, tuned for short pauses.
+"""A service process's garbage collector, tuned for short pauses (the Scheduler, the EnvHost).
 
-Every allocation pass, RPC and event makes short-lived objects; the interpreter's cyclic
-collector stops the whole process while it runs, and a full collection walks every object the
-process holds: the modules, the protobuf descriptors, the gRPC server, structures built at
+Every RPC, allocation pass, game call and event makes short-lived objects; the interpreter's
+cyclic collector stops the whole process while it runs, and a full collection walks every object
+the process holds: the modules, the protobuf descriptors, the gRPC server, structures built at
 startup that live as long as the process. Once the service has started, `settle_heap` collects
 what startup left behind and moves everything that survived into the permanent generation
 (`gc.freeze`), so later collections walk only objects made since: the longest pause measured by
-bench/scheduler.py is what a p99 allocation latency sees.
+bench/scheduler.py is what a p99 allocation latency sees, and an EnvHost's full collections
+were tail latency for every session's step.
 """
 
 from __future__ import annotations
