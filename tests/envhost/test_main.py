@@ -30,9 +30,10 @@ def test_settings_reach_the_manager() -> None:
 def test_plan_hosts_envhost_with_a_reaper_worker_registration_and_close_hooks() -> None:
     plan = asyncio.run(build_plan(EnvHostSettings(port=0, auth="disabled")))
     assert [binding.full_name for binding in plan.services] == ["opentinker.envhost.v1.EnvHostService"]
-    # the games' fork server, the idle reaper and the scheduler registration start; registration
-    # stops before sessions close (close_all also stops the fork server)
-    assert [hook.__name__ for hook in plan.start_hooks] == ["start_sandbox", "reap_forever", "start"]
+    # the games' fork server, the idle reaper, the scheduler registration and the heap's freeze
+    # start; registration stops before sessions close (close_all also stops the fork server)
+    assert [hook.__name__ for hook in plan.start_hooks] == ["start_sandbox", "reap_forever", "start",
+                                                            "settle_heap_once_started"]
     assert [hook.__name__ for hook in plan.close_hooks] == ["stop", "close_all"]
 
 
