@@ -1,9 +1,11 @@
 """A game process shared by several sessions of one owner, game and config (process isolation).
 
-Each session is a slot of the process. A call to an idle process goes at once; calls that arrive
-while it works wait for the end of that turn of the event loop and go in one frame (`sandbox_protocol`: a JSON list), which the process runs in
-order and answers in order, so a step costs the process one wake-up per batch rather than one
-per call. The process runs each call under the same per-call CPU budget as a process of its own.
+Each session is a slot of the process. A call to an idle process goes at the end of the current
+turn of the event loop, in one frame (`sandbox_protocol`: a JSON list) with every other call made
+in that turn; calls made while the process works on a batch wait for its reply, then go together.
+The process runs a frame's calls in order and answers them in order, so a step costs it one
+wake-up per batch rather than one per call. It runs each call under the same per-call CPU budget
+as a process of its own.
 
 When the process dies or is killed, every call it had not answered is lost, and `CallLost` says
 how each one relates to the loss:
@@ -137,7 +139,7 @@ class SharedWorker:
             raise
         self.process = process
         process.connection.on_reply = self._answered
-        process.connection.on_broken = self._flush_soon  # calls held back fail (INNOCENT) at once
+        process.connection.on_broken = self._on_broken
         process.exited.add_done_callback(lambda _: self._on_exit())
         self._label_output()
         self.ready.set_result(process)
@@ -181,6 +183,11 @@ class SharedWorker:
                 self._flush_soon()  # with the calls made in this turn of the event loop
             # else: the batch the process runs is answered first (`_answered` sends these then)
         return future
+
+    def _on_broken(self) -> None:
+        """The wire broke: calls held back fail now (INNOCENT), not when a batch would have gone."""
+        if self.outbox:
+            self._flush_soon()
 
     def _flush_soon(self) -> None:
         if not self.flushing:
