@@ -7,7 +7,6 @@ from pathlib import Path
 
 from opentinker.core.devices import discover_devices
 from opentinker.core.entrypoint import run_service
-from opentinker.core.heap import settle_heap_once_started
 from opentinker.core.memory import keep_freed_memory
 from opentinker.core.reaping import attempt_callbacks, idle_reaper
 from opentinker.core.server import ServerPlan
@@ -51,8 +50,7 @@ async def build_plan(settings: TrainerSettings) -> ServerPlan:
 
     return ServerPlan(services=[trainer_service_binding(registry, shared)],
                       start_hooks=[idle_reaper(registry.reap_idle, registry.idle_ttl_s),
-                                   idle_reaper(reap_shared, SHARED_REAP_INTERVAL_S * 4), registration.start,
-                                   settle_heap_once_started],
+                                   idle_reaper(reap_shared, SHARED_REAP_INTERVAL_S * 4), registration.start],
                       close_hooks=[registration.stop, registry.close_all, _sync(shared.close)])
 
 

@@ -1,4 +1,4 @@
-"""A service process's garbage collector, tuned for short pauses (Scheduler, EnvHost, Rollout, Trainer).
+"""A service process's garbage collector, tuned for short pauses (the Scheduler, the EnvHost).
 
 Every RPC, allocation pass, game call and event makes short-lived objects; the interpreter's
 cyclic collector stops the whole process while it runs, and a full collection walks every object
