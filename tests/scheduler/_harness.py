@@ -26,7 +26,10 @@ from opentinker_scheduler.settings import SchedulerSettings
 
 T = TypeVar("T")
 FAST = SchedulerConfig(heartbeat_interval_ms=100, worker_ttl_ms=3_000, allocator_interval_ms=50,
-                       watch_block_ms=200)
+                       watch_block_ms=200, start_at_submit=False)
+"""Tests of the allocator's passes queue a job at SubmitJob and start it in the pass they drive
+(`allocator.tick()`); tests/scheduler/test_start_at_submit.py (and every stack test, with the
+service's settings) cover the start at submit."""
 REASON_KEY = "opentinker-reason"
 
 

@@ -69,6 +69,10 @@ class Allocator:
     _woken_remotely: bool = False
     """A wake-up message came from another replica or a freed device: the next pass is a full one."""
     _cache: PassCache | None = None
+    _admitting: dict[str, Sequence[Placement]] = field(default_factory=dict)
+    """The plan of each job whose START at submit is in flight, by job id."""
+    _admitted_during_read: list[Sequence[Placement]] | None = None
+    """The plans of the jobs planned at submit while a full pass's read is in flight."""
 
     async def run_forever(self, subscriber: redis.asyncio.Redis | None = None) -> None:
         """Pass after pass until cancelled; Redis outages are logged and retried.
@@ -138,6 +142,41 @@ class Allocator:
             self._woken_remotely = True
         self.wake.set()
 
+    def draft_admission(self, job: QueuedJob) -> Start | None:
+        """The START of `job`, which SubmitJob is about to queue, planned on the last full pass's
+        view so that it goes with the job's SUBMIT in one round trip (start at submit); None
+        (the job waits for a pass) unless that view is fresh, no job of this replica waits for
+        a pass (none is overtaken), no other replica's message is pending, and the job fits.
+        The plan takes its slots from the view at once, so concurrent submissions never plan
+        the same slot; START checks everything again in Redis."""
+        cache = self._cache
+        if (not self.config.start_at_submit or cache is None or self._fresh or self._woken_remotely
+                or not cache.usable(self.store.clock.now_ms(), self.config.allocator_interval_ms)):
+            return None
+        plans = cache.plan([job])
+        if plans is None:
+            return None
+        self._admitting[job.job_id] = plans[0]
+        if self._admitted_during_read is not None:
+            self._admitted_during_read.append(plans[0])
+        return self._draft_start(job, plans[0])
+
+    def admission_done(self, start: Start, result: StartResult) -> None:
+        """What the START of `draft_admission` did. Refused (a slot taken, a worker gone, the
+        quota used, or no job created): the view was wrong, so the next pass is a full one."""
+        self._admitting.pop(start.job.job_id, None)
+        if result.ok:
+            log.info("job_started", job_id=start.job.job_id, where=start.where, at="submit")
+            return
+        log.info("job_not_started_at_submit", job_id=start.job.job_id, status=result.status, detail=result.detail)
+        self._cache = None
+
+    def devices_freed(self) -> None:
+        """A job ended here and freed its devices: a pass now reads them into the view that
+        submissions start on (no wake-up message says so while the queue is empty)."""
+        if self.config.start_at_submit:
+            self.wake.set()
+
     async def tick(self, *, housekeeping: bool = True) -> None:
         """One pass: start what fits (then housekeeping, and another pass if it freed anything).
         Nothing unless this replica holds the allocator lock. Without housekeeping due and with
@@ -170,10 +209,19 @@ class Allocator:
         return True
 
     async def _pass(self) -> bool:
-        """Read and allocate; False when another replica holds the allocator lock."""
+        """Read and allocate; False when another replica holds the allocator lock. With start at
+        submit on, a pass that finds the queue empty still reads the workers, so the cache knows
+        the devices freed since."""
         read_ms = self.store.clock.now_ms()
-        view = await self.reader.read(owner=self.owner, lock_ttl_ms=self.lock_ttl_ms,
-                                      scan_limit=self.config.queue_scan_limit)
+        self._admitted_during_read = admitted = list(self._admitting.values())  # the view may not show them
+        try:
+            view = await self.reader.read(owner=self.owner, lock_ttl_ms=self.lock_ttl_ms,
+                                          scan_limit=self.config.queue_scan_limit,
+                                          workers_wanted=self.config.start_at_submit)
+        finally:
+            self._admitted_during_read = None
+        for plan in admitted:
+            take_slots(view, plan)
         if view.holds_lock and view.queued:
             self._cache = None
             usage = await self.allocate(view)
@@ -181,6 +229,8 @@ class Allocator:
                 self._cache = cache_of(view, read_ms=read_ms, usage=usage)
         elif not view.holds_lock:
             self._cache = None
+        elif view.alive:
+            self._cache = cache_of(view, read_ms=read_ms, usage=view.usage)
         return view.holds_lock
 
     async def expire_leases(self) -> int:

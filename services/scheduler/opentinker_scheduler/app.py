@@ -63,7 +63,7 @@ def build_scheduler(client: redis.asyncio.Redis, blocking_client: redis.asyncio.
     allocator = Allocator(config=config, store=store, leases=leases, workers=registry,
                           lifecycle=lifecycle, reader=reader, tokens=tokens)
     jobs = JobService(config=config, store=store, events=events, leases=leases, lifecycle=lifecycle,
-                      envhosts=directory, on_queued=allocator.queued)
+                      envhosts=directory, on_queued=allocator.queued, admissions=allocator)
     admin = TenantAdmin(tenants=tenants, api_keys=ApiKeyStore(client=client, keys=keys))
     return Scheduler(config=config, jobs=jobs, pool=pool, allocator=allocator, tenant_admin=admin,
                      tokens=tokens)

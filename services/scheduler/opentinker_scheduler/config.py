@@ -39,6 +39,9 @@ class SchedulerConfig:
     """A job's event stream keeps this many of its latest events (WatchJob from before: OUT_OF_RANGE)."""
     starvation_ms: int = 300_000
     """A queued job that has waited this long without fitting stops backfilling behind it."""
+    start_at_submit: bool = True
+    """SubmitJob starts a job that fits the allocator's cached view in the same round trip that
+    queues it (`Allocator.draft_admission`); False: every job waits for an allocator pass."""
     max_envhosts_per_tenant: int = 16
     """EnvHosts one tenant may have registered at once (its own, served with its key)."""
 

@@ -21,7 +21,7 @@ from redis.commands.core import AsyncScript
 from opentinker.core.redis_store import Keys
 from opentinker_scheduler.clock import Clock
 from opentinker_scheduler.metrics import count_events, count_state_change
-from opentinker_scheduler.codec import assignment_prefix, decode_job, job_fields, pairs
+from opentinker_scheduler.codec import assignment_prefix, decode_assignments, decode_job, job_fields, pairs
 from opentinker_scheduler.events import KIND_OF, JobEvent, Payload, StateChanged, decode_entry, encode_payload
 from opentinker_scheduler.job_tokens import JobTokenDraft
 from opentinker_scheduler.leases import LeaseDraft, draft_keys, drafts_json
@@ -50,10 +50,18 @@ class StartResult:
 
     status: str
     detail: str = ""
+    fencing_tokens: tuple[str, ...] = ()
+    """The fencing token of each lease, in the order of the drafts (`ok` only)."""
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @classmethod
+    def of_reply(cls, reply: Sequence[bytes]) -> StartResult:
+        status, detail, *tokens = reply
+        return cls(status=status.decode(), detail=detail.decode(),
+                   fencing_tokens=tuple(tokens[0].decode().split(",")) if tokens else ())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,6 +128,27 @@ class JobStore:
         """Store a QUEUED job with its first event, once per (tenant, request_id): (what
         happened, the job id, the job as stored when CREATED: `job` with its first event and
         queue position)."""
+        reply = await self.scripts.submit(*self._submit_call(job, request_id=request_id, spec_hash=spec_hash))
+        return self._submitted(job, reply)
+
+    async def create_and_start(self, job: Job, start: Start, *, request_id: str, spec_hash: str,
+                               ttl_ms: int) -> tuple[Created, str, Job | None, StartResult]:
+        """`create`, and `start` of the job just created, in ONE round trip: the two scripts go
+        in one pipeline, so START runs in Redis right after SUBMIT (and refuses with `state`,
+        changing nothing, when SUBMIT created no job). The job comes back as stored: RUNNING
+        when START succeeded, QUEUED otherwise."""
+        now = self.clock.now_ms()
+        submitted, started = await self._run_pipelined([
+            (self.scripts.submit, *self._submit_call(job, request_id=request_id, spec_hash=spec_hash)),
+            (self.scripts.start, *self._start_call(start, now=now, ttl_ms=ttl_ms))])
+        created, job_id, stored = self._submitted(job, submitted)
+        result = StartResult.of_reply(started)
+        if result.ok and stored is not None:
+            _count_state_changes(JobState.ALLOCATING, JobState.RUNNING)
+            stored = _running(stored, start, result, now=now)
+        return created, job_id, stored, result
+
+    def _submit_call(self, job: Job, *, request_id: str, spec_hash: str) -> tuple[list[str], list]:
         event = encode_payload(StateChanged(from_state=JobState.UNSPECIFIED,
                                             to_state=JobState.QUEUED, reason="submitted"))
         fields = [part for pair in job_fields(job, spec_hash=spec_hash).items() for part in pair]
@@ -130,7 +159,11 @@ class JobStore:
         args = [spec_hash, job.job_id, job.create_time_ms, self.request_id_ttl_s, job.priority,
                 event, self.aging_ms, job.tenant_id, self.keys.allocator_wake(),
                 sum(r.device_count for r in job.resources), self.origin, *fields]
-        status, detail, *rank = await self.scripts.submit(keys=keys, args=args)
+        return keys, args
+
+    @staticmethod
+    def _submitted(job: Job, reply: Sequence) -> tuple[Created, str, Job | None]:
+        status, detail, *rank = reply
         if status in (b"quota", b"too_big"):
             raise SubmitRefused("max_queued_jobs" if status == b"quota" else "max_devices", int(detail))
         created = Created(status.decode())
@@ -232,7 +265,7 @@ class JobStore:
         if status_messages:
             calls.append(self._note_waiting_call(status_messages))
         replies = (await self._run_pipelined(calls))[:len(starts)]
-        results = [StartResult(status=status.decode(), detail=detail.decode()) for status, detail in replies]
+        results = [StartResult.of_reply(reply) for reply in replies]
         for result in results:
             if result.ok:
                 _count_state_changes(JobState.ALLOCATING, JobState.RUNNING)
@@ -362,3 +395,13 @@ def _count_state_changes(*states: JobState) -> None:
     for state in states:
         count_state_change(state.value)
         count_events(KIND_OF[StateChanged])
+
+
+def _running(job: Job, start: Start, result: StartResult, *, now: int) -> Job:
+    """`job` (QUEUED, as SUBMIT stored it) as the START that succeeded left it."""
+    parts = [assignment_prefix(draft, address) + token + "}" for draft, address, token
+             in zip(start.drafts, start.addresses, result.fencing_tokens, strict=True)]
+    return dataclasses.replace(job, state=JobState.RUNNING, update_time_ms=now, start_time_ms=now,
+                               attempt=job.attempt + 1, status_message="", queue_position=0,
+                               assignments=decode_assignments(job.job_id, "[" + ",".join(parts) + "]"),
+                               last_event_sequence=int(result.detail), job_token_nonce=start.job_token.nonce)

@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Protocol
 from dataclasses import dataclass
 
 from opentinker_scheduler.config import SchedulerConfig
@@ -13,7 +14,7 @@ from opentinker_scheduler.envhosts import EnvHostDirectory, check_addresses
 from opentinker_scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, OutOfRange, QuotaExceeded, StaleLease
 from opentinker_scheduler.event_log import REPLAY_BATCH, EventLog
 from opentinker_scheduler.events import CheckpointSaved, JobEvent, LogLine, Payload
-from opentinker_scheduler.job_store import AppendStatus, Created, JobStore, SubmitRefused
+from opentinker_scheduler.job_store import AppendStatus, Created, JobStore, Start, StartResult, SubmitRefused
 from opentinker_scheduler.leases import LeaseTable
 from opentinker_scheduler.lifecycle import Lifecycle
 from opentinker_scheduler.model import Caller, Job, JobSpecFacts, JobState, JobType, LeaseContext, Page, QueuedJob
@@ -25,6 +26,21 @@ from opentinker_scheduler.validation import default_resources, effective_priorit
 MAX_REQUEST_ID_LENGTH = 128
 CAS_RETRIES = 5
 FINAL_STATES = (JobState.SUCCEEDED, JobState.FAILED)
+
+
+class Admissions(Protocol):
+    """Who plans a job's start at its submission (the allocator of this replica)."""
+
+    def draft_admission(self, job: QueuedJob) -> Start | None: ...
+
+    def admission_done(self, start: Start, result: StartResult) -> None: ...
+
+    def devices_freed(self) -> None: ...
+
+
+def queued_job_of(job: Job) -> QueuedJob:
+    return QueuedJob(job_id=job.job_id, tenant_id=job.tenant_id, state=job.state, resources=job.resources,
+                     device_count=sum(r.device_count for r in job.resources), create_time_ms=job.create_time_ms)
 
 
 def check_id(field: str, value: str, *, required: bool = True) -> None:
@@ -46,6 +62,8 @@ class JobService:
     envhosts: EnvHostDirectory
     on_queued: Callable[[QueuedJob], None] | None = None
     """Told of every job queued here: this replica's allocator (no pub/sub hop, see `Allocator.queued`)."""
+    admissions: Admissions | None = None
+    """This replica's allocator, asked for a START to send with each SUBMIT (start at submit)."""
 
     @property
     def checkpoints(self) -> CheckpointOwners:
@@ -66,8 +84,8 @@ class JobService:
         if validate_only:
             return dataclasses.replace(job, job_id=""), False
         try:
-            created, job_id, stored = await self.store.create(
-                job, request_id=request_id or job.job_id, spec_hash=hashlib.sha256(spec_blob).hexdigest())
+            created, job_id, stored = await self._create(job, request_id=request_id or job.job_id,
+                                                         spec_hash=hashlib.sha256(spec_blob).hexdigest())
         except SubmitRefused as refused:
             raise quota_refusal(job, refused) from None
         if created is Created.REUSED:
@@ -75,11 +93,23 @@ class JobService:
                                   "different spec; use a new request_id", reason="REQUEST_ID_REUSED")
         if stored is None:  # the earlier job of this request_id, as it is now
             return await self.get(job_id, caller), False
-        if self.on_queued is not None:  # this replica's allocator (it ignores its own wake-up message)
-            self.on_queued(QueuedJob(job_id=stored.job_id, tenant_id=stored.tenant_id, state=stored.state,
-                                     resources=stored.resources, device_count=sum(r.device_count for r in stored.resources),
-                                     create_time_ms=stored.create_time_ms))
+        if self.on_queued is not None and stored.state is JobState.QUEUED:  # (the allocator ignores its own wake-up message)
+            self.on_queued(queued_job_of(stored))
         return stored, True
+
+    async def _create(self, job: Job, *, request_id: str, spec_hash: str) -> tuple[Created, str, Job | None]:
+        """`store.create`, with the job's START in the same round trip when the allocator has
+        a place for it now (then the job comes back RUNNING)."""
+        start = self.admissions.draft_admission(queued_job_of(job)) if self.admissions is not None else None
+        if start is None:
+            return await self.store.create(job, request_id=request_id, spec_hash=spec_hash)
+        result = StartResult(status="error", detail="SUBMIT failed")
+        try:
+            created, job_id, stored, result = await self.store.create_and_start(
+                job, start, request_id=request_id, spec_hash=spec_hash, ttl_ms=self.config.worker_ttl_ms)
+        finally:
+            self.admissions.admission_done(start, result)
+        return created, job_id, stored
 
     def _new_job(self, facts: JobSpecFacts, spec_blob: bytes, tenant_id: str) -> Job:
         now = self.store.clock.now_ms()
@@ -221,6 +251,8 @@ class JobService:
         finished = await self.lifecycle.finish(lease, final_state,
                                                reason=lambda to: message or f"finished: {to.lower()}")
         if finished.job is not None:
+            if self.admissions is not None:
+                self.admissions.devices_freed()
             return finished.job
         if finished.status == "missing":
             raise NotFound(f"job {lease.job_id} not found")

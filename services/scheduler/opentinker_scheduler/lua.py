@@ -229,6 +229,8 @@ START = _USAGE + _LEASES + """
 -- ARGV: now, ttl, leases_json, allocating_event_json, running_event_json, tenant_id,
 --       job token nonce, job token hash,
 --       assignment prefixes (one per lease: its JSON up to the fencing token)...
+-- Returns {'ok', the RUNNING event's sequence, the fencing tokens comma-separated} or
+-- {why not, a detail}.
 local now = tonumber(ARGV[1])
 local job = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'job_id', 'device_count')
 if job[1] ~= 'QUEUED' then return {'state', job[1] or ''} end
@@ -257,7 +259,7 @@ redis.call('XADD', KEYS[2], 'MAXLEN', MAX_EVENTS, seq .. '-0', 'time', now, 'dat
 redis.call('ZREM', KEYS[3], job[3])
 redis.call('SADD', KEYS[9], job[3])
 count_transition(KEYS[8], tenant, devices, 'QUEUED', 'RUNNING')
-return {'ok', tostring(seq)}
+return {'ok', tostring(seq), table.concat(tokens, ',')}
 """
 
 NOTE_WAITING = """
@@ -298,13 +300,15 @@ return 0
 
 READ_PASS = _LEASES + """
 -- What one allocator pass reads, in one consistent step: hold (take or renew) the allocator
--- lock; then, unless the queue is empty, the first `scan_limit` queued jobs' fields, the quota of
--- each of their tenants, every worker with its slot hash, and the usage counters.
+-- lock; then, unless the queue is empty (and the workers are not wanted anyway), the first
+-- `scan_limit` queued jobs' fields, the quota of each of their tenants, every worker with its
+-- slot hash, and the usage counters.
 -- KEYS: lock, queue, worker index, usage
 -- ARGV: owner, lock ttl_ms, scan_limit, job key prefix, worker key prefix, worker slots key
---       prefix, tenant key prefix, now, number of job fields, job fields..., number of quota
---       fields, quota fields..., worker fields...
--- Returns {0} (another replica allocates), {1} (nothing queued) or
+--       prefix, tenant key prefix, now, workers wanted with an empty queue ('1' or '0'),
+--       number of job fields, job fields..., number of quota fields, quota fields...,
+--       worker fields...
+-- Returns {0} (another replica allocates), {1} (nothing queued, workers not wanted) or
 -- {1, {job field values...}..., {tenant, quota values...}..., {worker field values, the worker's
 --  slots held by an unexpired lease}..., usage hash}
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -312,10 +316,10 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 local ids = redis.call('ZRANGE', KEYS[2], 0, tonumber(ARGV[3]) - 1)
-if #ids == 0 then return {1} end
+if #ids == 0 and ARGV[9] ~= '1' then return {1} end
 local now = tonumber(ARGV[8])
-local job_fields_end = 9 + tonumber(ARGV[9])
-local job_fields = {unpack(ARGV, 10, job_fields_end)}
+local job_fields_end = 10 + tonumber(ARGV[10])
+local job_fields = {unpack(ARGV, 11, job_fields_end)}
 local quota_fields_end = job_fields_end + 1 + tonumber(ARGV[job_fields_end + 1])
 local quota_fields = {unpack(ARGV, job_fields_end + 2, quota_fields_end)}
 local worker_fields = {unpack(ARGV, quota_fields_end + 1)}

@@ -51,14 +51,14 @@ class QueueReader:
     clock: Clock
     coordinator_capacity: int
 
-    async def read(self, *, owner: str, lock_ttl_ms: int, scan_limit: int) -> PassView:
+    async def read(self, *, owner: str, lock_ttl_ms: int, scan_limit: int, workers_wanted: bool = False) -> PassView:
         """Nothing but `holds_lock` when another replica allocates; no workers or slots read
-        when nothing is queued."""
+        when nothing is queued, unless `workers_wanted` (a view to place the next submissions on)."""
         keys = [self.keys.allocator_lock(), self.keys.job_queue(), self.keys.worker_index(),
                 self.keys.tenant_usage()]
         now = self.clock.now_ms()
         args = [owner, lock_ttl_ms, scan_limit, self.keys.job("x")[:-1], self.keys.worker("x")[:-1],
-                self.keys.worker_slots("x")[:-1], self.keys.tenant("x")[:-1], now, len(JOB_FIELDS),
+                self.keys.worker_slots("x")[:-1], self.keys.tenant("x")[:-1], now, int(workers_wanted), len(JOB_FIELDS),
                 *JOB_FIELDS, len(QUOTA_FIELDS), *QUOTA_FIELDS, *WORKER_FIELDS]
         reply = await self.scripts.read_pass(keys=keys, args=args)
         if not reply[0]:

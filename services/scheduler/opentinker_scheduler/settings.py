@@ -30,6 +30,10 @@ class SchedulerSettings(ServiceSettings):
         "(their jobs fail). Must exceed the heartbeat interval.", positive=True)
     allocator_interval_seconds: float = setting(
         0.5, "Seconds between allocator passes (expire leases, start queued jobs).", positive=True)
+    start_at_submit: bool = setting(
+        True, "Start a job that fits the free devices the allocator last saw in the same Redis round "
+        "trip that queues it (submit -> RUNNING without waiting for an allocator pass); false: every "
+        "job waits for the next pass.")
     coordinator_capacity: int = setting(
         8, "Jobs one Coordinator worker (a worker without devices) serves at once.", min=1, max=1024)
     dead_worker_retention_seconds: float = setting(
@@ -76,7 +80,7 @@ class SchedulerSettings(ServiceSettings):
             dead_worker_retention_ms=_ms(self.dead_worker_retention_seconds),
             coordinator_capacity=self.coordinator_capacity,
             request_id_ttl_s=self.request_id_ttl_seconds,
-            allocator_interval_ms=_ms(self.allocator_interval_seconds),
+            allocator_interval_ms=_ms(self.allocator_interval_seconds), start_at_submit=self.start_at_submit,
             queue_aging_ms=_ms(self.queue_aging_seconds), starvation_ms=_ms(self.starvation_seconds),
             max_events_per_job=self.max_events_per_job,
             max_watch_streams_per_tenant=self.max_watch_streams_per_tenant,
