@@ -36,7 +36,11 @@ Two scenarios, one after the other on the same scheduler and workers:
 
 Latency is the scheduler's own record, Job.start_time - Job.create_time (ms, read with GetJob
 after the run); in (a) also the client-observed time from sending SubmitJob to receiving the
-RUNNING StateChanged event on WatchJob. Allocations/s = jobs / (last start_time - first
+RUNNING StateChanged event on WatchJob, and how much of it SubmitJob's own answer took (the
+clients' view of the scheduler process's load: every RPC waits for its event loop). A job that
+fits the allocator's last view is started by SubmitJob itself, in the round trip that queues it
+(start at submit, SchedulerConfig.start_at_submit): its scheduler-side latency is the handler's
+own time, and it belongs to no allocator pass ("jobs started by SubmitJob itself"). Allocations/s = jobs / (last start_time - first
 create_time). When it sits near the drain ceiling (slots / mean RUNNING time) the workers'
 heartbeat + hold + FinishJob bound it, not the allocator. Also printed: CPU seconds of every
 process, how late a 1 ms sleep wakes up in the scheduler's event loop (is it saturated?) and the
@@ -551,6 +555,8 @@ class JobRecord:
     error: str = ""
     watch_resumed: int = 0
     """WatchJob streams that ended (or broke) before the job's terminal event and were resumed."""
+    started_at_submit: bool = False
+    """SubmitJob answered RUNNING: the job was started in the round trip that queued it."""
 
 
 class Progress:
@@ -615,6 +621,7 @@ async def submit(stub: pb_grpc.SchedulerServiceStub, record: JobRecord, request_
     response = await stub.SubmitJob(pb.SubmitJobRequest(request_id=request_id, spec=spec), timeout=30)
     record.submit_answered = time.perf_counter()
     record.job_id = response.job.job_id
+    record.started_at_submit = response.job.state == S.STATE_RUNNING
     progress.submitted += 1
 
 
@@ -865,12 +872,13 @@ async def _run_scenario(name: str, config: BenchConfig, sched: InProcessSchedule
 
 
 def attribute_allocations(passes: list[AllocatorPass], records: list[JobRecord]) -> None:
-    """Credit each started job to the pass it started in: the last pass that began at or before
-    its start_time (both read from the same wall clock, start_time in whole ms)."""
+    """Credit each job a pass started to that pass: the last pass that began at or before its
+    start_time (both read from the same wall clock, start_time in whole ms). A job SubmitJob
+    started itself belongs to no pass."""
     begins = [int(p.started_ms) for p in passes]
     for record in records:
         index = bisect.bisect_right(begins, record.start_ms) - 1
-        if record.start_ms > 0 and index >= 0:
+        if record.start_ms > 0 and index >= 0 and not record.started_at_submit:
             passes[index].allocations += 1
 
 
@@ -945,6 +953,9 @@ def analyse(run: ScenarioRun, config: BenchConfig, ping_ms: float) -> dict[str, 
         "submit_to_running_raw_round_trips": {k: (v / ping_ms if isinstance(v, float) and k != "n" else v)
                                               for k, v in summary(queue_wait).items()},
         "client_submit_to_running_ms": summary(client_latency),
+        "started_at_submit": sum(1 for r in started if r.started_at_submit),
+        "client_submit_rpc_ms": summary([(r.submit_answered - r.submit_sent) * 1000 for r in records
+                                         if r.submit_answered]),
         "allocator": {
             "round_trips": allocator_rts,
             "round_trips_per_allocation": per_alloc,
@@ -1054,6 +1065,9 @@ def print_report(results: dict[str, Any]) -> None:
         if s is free else "-")
     row("client-observed submit->RUNNING p99 ms", lambda s: s["client_submit_to_running_ms"]["p99"]
         if s is free else "-")
+    row("  of which SubmitJob answered p50 / p99 ms", lambda s: f"{fmt(s['client_submit_rpc_ms']['p50'])}/"
+        f"{fmt(s['client_submit_rpc_ms']['p99'])}" if s is free else "-")
+    row("jobs started by SubmitJob itself", lambda s: s["started_at_submit"])
     row("job RUNNING time p50 ms (hold + heartbeat)", lambda s: s["job_running_ms"]["p50"])
     row("allocator passes (busy / idle)", lambda s: f"{s['allocator'].get('busy_passes', '?')}/"
         f"{s['allocator'].get('idle_passes', '?')}")
