@@ -8,6 +8,7 @@ Real fork servers and game processes, as in test_sandbox.py.
 from __future__ import annotations
 
 import asyncio
+import collections
 import gc
 import weakref
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from opentinker_envhost import shared_placement
 from opentinker_envhost.errors import EnvHostError, EnvironmentCrashed, EnvironmentTimeout
 from opentinker_envhost.sessions import Session, SessionManager
 from opentinker_envhost.shared_game import SharedGame
@@ -158,6 +160,39 @@ def test_a_slow_game_moves_its_sessions_to_processes_of_their_own(loop, manager,
         results = await step_all(manager, {s: "2" for s in sessions}, stepping)
         assert [results[s] for s in sessions] == [f"total {100 * i + 3}" for i in range(4)]
         assert len({pid(s) for s in sessions}) == 4
+        await close_all(manager, sessions)
+    loop.run_until_complete(scenario())
+
+
+def test_a_game_with_slower_calls_spreads_its_sessions_over_more_processes(loop, manager, monkeypatch, stepping) -> None:
+    monkeypatch.setattr(shared_placement, "BATCH_BUDGET_S", 0.004)  # 2 calls of 1.5 ms fit, 4 do not
+
+    async def scenario() -> None:
+        sessions = await tallies(manager, 4, owner())
+        await step_all(manager, {s: "1" for s in sessions}, stepping)
+        worker, placement = sessions[0].game.worker, sessions[0].game.placement  # type: ignore[attr-defined]
+        assert len({pid(s) for s in sessions}) == 1 and worker.capacity == 4
+        for _ in range(8):  # with the 8 calls before: a median of DENSITY_WINDOW calls is a nap
+            await step_all(manager, {s: "nap:0.0015" for s in sessions}, stepping)
+        capacity = placement.capacity(worker.key)
+        assert capacity in (1, 2), "1.5 ms (more on a busy machine) per call: at most 2 fit in 4 ms"
+        results = await step_all(manager, {s: "2" for s in sessions}, stepping)
+        assert [results[s] for s in sessions] == [f"total {100 * i + 3}" for i in range(4)], "replayed as they were"
+        per_process = collections.Counter(pid(s) for s in sessions)
+        assert len(per_process) == 4 // capacity and max(per_process.values()) == capacity
+        assert pid(sessions[0]) == worker.pid, "the sessions placed first stay where they were"
+        await close_all(manager, sessions)
+        assert placement.capacity(worker.key) == LIMITS["sessions_per_process"], \
+            "what was learnt about the job's game goes with its last session"
+    loop.run_until_complete(scenario())
+
+
+def test_a_fast_games_sessions_stay_together(loop, manager, stepping) -> None:
+    async def scenario() -> None:
+        sessions = await tallies(manager, 4, owner())
+        for _ in range(20):  # 80 calls: two estimates of the median call
+            await step_all(manager, {s: "1" for s in sessions}, stepping)
+        assert len({pid(s) for s in sessions}) == 1
         await close_all(manager, sessions)
     loop.run_until_complete(scenario())
 

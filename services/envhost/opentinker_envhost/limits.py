@@ -38,8 +38,8 @@ class SessionLimits:
     warm_processes: int = 128
     """Process isolation: most idle game processes kept for the next session of the same owner
     (tenant, job, attempt), game and config (`sandbox_pool`); 0 = a new process per session."""
-    sessions_per_process: int = 16
+    sessions_per_process: int = 64
     """Process isolation: most sessions of one owner, game and config sharing a game process
-    (`shared_placement`); 1 = a process per session."""
+    (`shared_placement`: fewer for a game with slower calls); 1 = a process per session."""
     warm_idle_s: float = 60.0
     """Process isolation: a kept process idle for this long is ended (by `reap_idle`)."""

@@ -72,12 +72,13 @@ class EnvHostSettings(ServiceSettings):
         "out, crashed or hit a limit) and its game left no thread, child process or open file behind; "
         "sessions opened without a job never share a process. 0 = a new process for every session.", min=0)
     sessions_per_process: int = setting(
-        16, "Process isolation: most sessions of one job (and attempt), game and config that share a game "
+        64, "Process isolation: most sessions of one job (and attempt), game and config that share a game "
         "process. Their calls reach it in batches (one wake-up for many steps); each call keeps its CPU-time "
         "limit, and a session whose game crashes, hangs or hits a limit fails alone: the others are rebuilt "
         "in another process by replaying their episode (games must be deterministic for given reset "
-        "arguments; one that is not fails with ENVIRONMENT_FAILED then). A game whose calls take over 5 ms "
-        "gets a process per session. Sessions opened without a job never share. 1 = a process per "
-        "session.", min=1)
+        "arguments; one that is not fails with ENVIRONMENT_FAILED then). Fewer share when the game's calls "
+        "are slower: as many as calls of its median duration fit in 2 ms (the rest move to other "
+        "processes); a game whose calls take over 5 ms gets a process per session. Sessions opened without "
+        "a job never share. 1 = a process per session.", min=1)
     warm_process_idle_seconds: float = setting(
         60.0, "Process isolation: a kept game process unused for this long is ended.", positive=True)

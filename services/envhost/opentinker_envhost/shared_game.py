@@ -2,9 +2,10 @@
 
 The session keeps the calls of its current episode (the constructor's config, the last reset
 and the steps since, with what each returned). When its process is lost to another session's
-failure, or when its game turns out to be slow (`shared_placement.SLOW_CALL_S`: batching would
-make the other sessions wait behind it, so such games get a process each, as before), the session
-is rebuilt in another process by replaying those calls; each must return what it returned the
+failure, when its game turns out to be slow (`shared_placement.SLOW_CALL_S`: batching would
+make the other sessions wait behind it, so such games get a process each, as before), or when its
+process must serve fewer sessions (`shared_placement.BATCH_BUDGET_S`), the session is rebuilt in
+another process by replaying those calls; each must return what it returned the
 first time (games are deterministic for given reset arguments), or the session fails with
 EnvironmentCrashed saying it could not be restored. A session is rebuilt at most
 MAX_REBUILDS times per call.
@@ -129,8 +130,7 @@ class SharedGame:
 
     def _play_soon(self, request: dict[str, Any], what: str, invalid: bool, result_of: ResultOf, then: Then) -> bool:
         worker = self.worker
-        if (worker is None or self.ended or not worker.started
-                or (not worker.private and self.key in self.placement.slow)):
+        if worker is None or self.ended or not worker.started or self.slot in worker.moving:
             return False
         reply = worker.submit(self.slot, request)
         reply.add_done_callback(functools.partial(self._replied_soon, worker, request, what, invalid, result_of, then))
@@ -199,8 +199,7 @@ class SharedGame:
         """One call of this session's game, rebuilt elsewhere when its process was lost (or its
         game is slow); the call's result, or the domain error."""
         worker = self.worker
-        if (worker is None or self.ended or worker.gone
-                or (not worker.private and self.key in self.placement.slow)):
+        if worker is None or self.ended or worker.gone or self.slot in worker.moving:
             return await self._play_moving(request, what, invalid=invalid)
         try:
             reply = await worker.call(self.slot, request)
@@ -226,7 +225,8 @@ class SharedGame:
                     raise self._unrestorable(what, "its game's process was lost again and again")
                 private = private or lost.blame is Blame.SUSPECT
             worker = self.worker
-            if worker is None or worker.gone or (not worker.private and (private or self.placement.is_slow(self.key))):
+            if (worker is None or worker.gone or self.slot in worker.moving
+                    or (not worker.private and (private or self.placement.is_slow(self.key)))):
                 await self._rebuild(what, private=private)
             try:
                 reply = await self.worker.call(self.slot, request)  # type: ignore[union-attr]

@@ -3,9 +3,19 @@
 A key is (tenant, job, attempt, game, config): a process only ever serves sessions of one key,
 so a game shares its process with nothing its own job did not start. A new session goes to the
 key's process with the fewest sessions that takes new ones (not tainted, fewer than
-`sessions_per_process`), or to a new process (a warm one the key left, else a fork). A slow key
-(`shared_game.SLOW_CALL_S`) gets a process per session. A process whose last session left goes
-back to the warm pool when it may (no call failed, it said it is reusable), else it ends.
+the key's capacity), or to a new process (a warm one the key left, else a fork). A slow key
+(SLOW_CALL_S) gets a process per session. A process whose last session left goes back to the warm
+pool when it may (no call failed, it said it is reusable), else it ends.
+
+A key's capacity starts at `sessions_per_process` and falls as its calls turn out slower: a
+process runs a batch's calls one after the other and answers them together, so each call waits
+for its neighbours' calls. The capacity is kept at what fits BATCH_BUDGET_S of calls of the
+key's median duration (over each DENSITY_WINDOW calls; lowered once that is half of it or less),
+and when it falls, the sessions placed
+last in a process beyond it move to another process at their next call (`shared_game` replays
+their episode there). A fast game's sessions thus share few processes (fewer wake-ups per step),
+and a slower game's spread over more (more cores, less waiting). It never rises again while the
+key has sessions.
 """
 
 from __future__ import annotations
@@ -25,6 +35,11 @@ log = structlog.get_logger(__name__)
 SLOW_CALL_S = 0.005
 """A reset or step taking longer than this (wall time, in its process) counts as slow."""
 SLOW_WINDOW = 16
+BATCH_BUDGET_S = 0.002
+"""A process serves at most as many sessions of a key as calls of the key's median duration fit
+in this (at least one): the most a call waits behind its neighbours' calls in a batch."""
+DENSITY_WINDOW = 32
+"""Reset and step durations per new estimate of a key's median call."""
 
 Key = tuple[str, ...]
 
@@ -44,14 +59,29 @@ class SharedPlacement:
         self.slow: set[Key] = set()
         self.recent: dict[Key, collections.deque[bool]] = {}
         """Whether each of a key's last SLOW_WINDOW reset/step calls was slow."""
+        self.capacities: dict[Key, int] = {}
+        """Keys whose capacity fell below sessions_per_process (`lower_capacity`)."""
+        self.durations: dict[Key, list[float]] = {}
+        """Each key's reset/step durations since its last estimate (fewer than DENSITY_WINDOW)."""
 
     def is_slow(self, key: Key) -> bool:
         return key in self.slow
 
+    def capacity(self, key: Key) -> int:
+        """Most sessions of `key` one of its shared processes serves now."""
+        return self.capacities.get(key, self.limits.sessions_per_process)
+
     def observe(self, key: Key, seconds: float) -> None:
         """A reset or step of `key` took `seconds` in its process: the key turns slow when half
         of its last SLOW_WINDOW calls took longer than SLOW_CALL_S (one call delayed by a busy
-        machine does not)."""
+        machine does not), and its capacity falls to what its median call allows."""
+        durations = self.durations.get(key)
+        if durations is None:
+            durations = self.durations[key] = []
+        durations.append(seconds)
+        if len(durations) >= DENSITY_WINDOW:
+            self.durations[key] = []
+            self._fit_capacity(key, sorted(durations)[len(durations) // 2])
         slow = seconds > SLOW_CALL_S
         recent = self.recent.get(key)
         if recent is None:
@@ -68,13 +98,35 @@ class SharedPlacement:
         if key not in self.slow:
             self.slow.add(key)
             log.info("shared_game_is_slow", key=key[:-1], detail="its sessions move to processes of their own")
+            for worker in self.workers.get(key, ()):
+                if not worker.private:
+                    worker.lower_capacity(0)
+
+    def lower_capacity(self, key: Key, capacity: int) -> None:
+        """Serve at most `capacity` (>= 1) sessions of `key` per shared process from now on;
+        sessions beyond it in a process move at their next call."""
+        if capacity >= self.capacity(key):
+            return
+        self.capacities[key] = capacity
+        log.info("shared_game_capacity_lowered", key=key[:-1], sessions_per_process=capacity,
+                 detail="sessions beyond it move to other processes")
+        for worker in self.workers.get(key, ()):
+            if not worker.private:
+                worker.lower_capacity(capacity)
+
+    def _fit_capacity(self, key: Key, median_s: float) -> None:
+        """Lower the capacity to what fits the budget, once that is half of it or less (a few
+        sessions more or less change little, and every move replays an episode)."""
+        fits = int(BATCH_BUDGET_S / median_s) if median_s > 0 else self.limits.sessions_per_process
+        if fits * 2 <= self.capacity(key):
+            self.lower_capacity(key, max(1, fits))
 
     async def place(self, key: Key, session_id: str, *, private: bool = False) -> tuple[SharedWorker, int]:
         """A process for `session_id` and its slot there (waits for a new process to start)."""
         worker = None if private else self._roomiest(key)
         if worker is None:
-            worker = SharedWorker(key, capacity=1 if private else self.limits.sessions_per_process,
-                                  limits=self.limits, kill=self.kill)
+            worker = SharedWorker(key, capacity=self.capacity(key), private=private, limits=self.limits,
+                                  kill=self.kill)
             self.workers.setdefault(key, []).append(worker)
             slot = worker.add_slot(session_id)
             try:
@@ -120,5 +172,7 @@ class SharedPlacement:
         workers = self.workers.get(worker.key)
         if workers is not None and worker in workers:
             workers.remove(worker)
-            if not workers:
+            if not workers:  # the key's sessions are gone: what was learnt about it goes too
                 del self.workers[worker.key]
+                self.capacities.pop(worker.key, None)
+                self.durations.pop(worker.key, None)

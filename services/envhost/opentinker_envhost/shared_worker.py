@@ -61,9 +61,13 @@ class SharedWorker:
     """One game process serving the slots (sessions) of one key, calls batched per loop turn."""
 
     def __init__(self, key: tuple[str, ...], *, capacity: int, limits: SessionLimits,
-                 kill: Callable[[int], None]) -> None:
+                 kill: Callable[[int], None], private: bool = False) -> None:
         self.key = key
-        self.capacity = capacity
+        self.capacity = 1 if private else capacity
+        self.private = private
+        """A process of one session's own (its key is slow, or its call is a suspect)."""
+        self.moving: set[int] = set()
+        """Slots whose sessions move to another process at their next call (`lower_capacity`)."""
         self.limits = limits
         self.kill_pid = kill
         self.process: GameProcess | None = None
@@ -96,10 +100,6 @@ class SharedWorker:
         return self.process.pid if self.process is not None else 0
 
     @property
-    def private(self) -> bool:
-        return self.capacity == 1
-
-    @property
     def gone(self) -> bool:
         """The process died or was killed (or never started)."""
         if self.lost:
@@ -127,7 +127,13 @@ class SharedWorker:
 
     def remove_slot(self, slot: int) -> None:
         self.slots.pop(slot, None)
+        self.moving.discard(slot)
         self._label_output()
+
+    def lower_capacity(self, capacity: int) -> None:
+        """Serve at most `capacity` sessions: the ones placed last beyond it move at their next call."""
+        self.capacity = min(self.capacity, capacity)
+        self.moving.update(sorted(self.slots)[self.capacity:])
 
     async def start(self, get_process: Awaitable[GameProcess]) -> None:
         """Take the process (a warm one or a new fork); sessions placed meanwhile wait for it."""
