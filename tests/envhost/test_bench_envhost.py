@@ -36,11 +36,11 @@ def test_quick_bench_answers_every_step_on_both_servers(tmp_path: Path) -> None:
         assert run["errors"] == []
         assert run["latency_ms"]["p50"] > 0
         # the process-isolated EnvHost's CPU includes its fork server and its game processes: the
-        # bench's sessions share a job and the trivial game is fast, so all 64 share one process
-        # (sessions_per_process; and the warm process the other game's sessions left: both games
-        # share one EnvHost)
+        # bench's sessions share a job and the trivial games are fast, so they share few processes
+        # (all 64 in one, unless a busy machine makes the calls look slower; and the warm processes
+        # the other game's sessions left: both games share one EnvHost)
         if run["target"] in PROCESS_TARGETS:
-            assert 1 + 1 + 1 <= run["server_processes"] <= 1 + 1 + 2
+            assert 1 + 1 + 1 <= run["server_processes"] <= 1 + 1 + 2 * 4
         else:
             assert run["server_processes"] == 1
     for target in targets:

@@ -77,7 +77,7 @@ class EnvHostSettings(ServiceSettings):
         "limit, and a session whose game crashes, hangs or hits a limit fails alone: the others are rebuilt "
         "in another process by replaying their episode (games must be deterministic for given reset "
         "arguments; one that is not fails with ENVIRONMENT_FAILED then). Fewer share when the game's calls "
-        "are slower: as many as calls of its median duration fit in 2 ms (the rest move to other "
+        "are slower: as many as calls of its median duration fit in 5 ms (the rest move to other "
         "processes); a game whose calls take over 5 ms gets a process per session. Sessions opened without "
         "a job never share. 1 = a process per session.", min=1)
     warm_process_idle_seconds: float = setting(

@@ -26,7 +26,7 @@ from opentinker_envhost.errors import EnvironmentCrashed, EnvironmentTimeout, No
 from opentinker_envhost.game_replies import invalid_reply, invalid_result, reply_error
 from opentinker_envhost.game_results import ResetOutcome, reset_outcome_from_wire, step_result_from_wire
 from opentinker_envhost.limits import SessionLimits
-from opentinker_envhost.shared_worker import Blame, CallLost, SharedWorker
+from opentinker_envhost.shared_worker import Blame, CallLost, SharedWorker, SoonReply
 
 MAX_REBUILDS = 3
 MAX_REPLAY_CALLS = 10_000
@@ -132,15 +132,12 @@ class SharedGame:
         worker = self.worker
         if worker is None or self.ended or not worker.started or self.slot in worker.moving:
             return False
-        reply = worker.submit(self.slot, request)
-        reply.add_done_callback(functools.partial(self._replied_soon, worker, request, what, invalid, result_of, then))
+        worker.submit(self.slot, request,
+                      on_reply=functools.partial(self._replied_soon, worker, request, what, invalid, result_of, then))
         return True
 
     def _replied_soon(self, worker: SharedWorker, request: dict[str, Any], what: str, invalid: bool,
-                      result_of: ResultOf, then: Then, reply: asyncio.Future[Any]) -> None:
-        if reply.cancelled():
-            then(None, asyncio.CancelledError())
-            return
+                      result_of: ResultOf, then: Then, reply: SoonReply) -> None:
         lost = reply.exception()
         if isinstance(lost, (ConnectionError, wire.ProtocolError)):
             recovery = asyncio.get_running_loop().create_task(

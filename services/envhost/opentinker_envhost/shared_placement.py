@@ -35,9 +35,10 @@ log = structlog.get_logger(__name__)
 SLOW_CALL_S = 0.005
 """A reset or step taking longer than this (wall time, in its process) counts as slow."""
 SLOW_WINDOW = 16
-BATCH_BUDGET_S = 0.002
+BATCH_BUDGET_S = SLOW_CALL_S
 """A process serves at most as many sessions of a key as calls of the key's median duration fit
-in this (at least one): the most a call waits behind its neighbours' calls in a batch."""
+in this (at least one): about the most a call waits behind its neighbours' calls in a batch, no
+longer than one slow call would take."""
 DENSITY_WINDOW = 32
 """Reset and step durations per new estimate of a key's median call."""
 

@@ -173,11 +173,13 @@ class SharedWorker:
         except (ConnectionError, wire.ProtocolError):
             raise CallLost(self._blame_of(future)) from None
 
-    def submit(self, slot: int, request: dict[str, Any], *, alone: bool = False) -> asyncio.Future[Any]:
+    def submit(self, slot: int, request: dict[str, Any], *, alone: bool = False,
+               on_reply: Callable[[SoonReply], None] | None = None) -> asyncio.Future[Any] | SoonReply:
         """`call` without waiting, for a started process that is not gone: the future of the
         reply, which fails with ConnectionError or ProtocolError when the process dies first
-        (`lost_call` then says how the call relates to the loss)."""
-        future = asyncio.get_running_loop().create_future()
+        (`lost_call` then says how the call relates to the loss); with `on_reply`, a SoonReply
+        that calls it as soon as the reply arrives or the call is lost."""
+        future = asyncio.get_running_loop().create_future() if on_reply is None else SoonReply(on_reply)
         request["slot"] = slot
         if alone:
             self._flush()
@@ -343,6 +345,53 @@ class SharedWorker:
     def _label_output(self) -> None:
         if self.process is not None:
             self.process.output.next_session(",".join(self.slots.values()))
+
+
+class SoonReply:
+    """The reply of a call made with `submit(on_reply=...)`: `on_reply(self)` runs as soon as it
+    is set (in the reply's callback from the wire, with no turn of the event loop in between), at
+    most once; a failure of it is logged, never raised to the wire. The subset of
+    asyncio.Future the wire and the worker use."""
+
+    __slots__ = ("on_reply", "value", "error", "settled")
+
+    def __init__(self, on_reply: Callable[[SoonReply], None]) -> None:
+        self.on_reply = on_reply
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.settled = False
+
+    def done(self) -> bool:
+        return self.settled
+
+    @staticmethod
+    def cancelled() -> bool:
+        return False
+
+    def set_result(self, value: Any) -> None:
+        self.value = value
+        self._settle()
+
+    def set_exception(self, error: BaseException) -> None:
+        self.error = error
+        self._settle()
+
+    def exception(self) -> BaseException | None:
+        return self.error
+
+    def result(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+    def _settle(self) -> None:
+        if self.settled:
+            raise asyncio.InvalidStateError("the reply is already set")
+        self.settled = True
+        try:
+            self.on_reply(self)
+        except Exception:  # noqa: BLE001 - the wire goes on for the other calls
+            log.exception("game_reply_callback_failed")
 
 
 def _ignored_future() -> asyncio.Future[Any]:
