@@ -15,6 +15,7 @@ answered from a callback; every other one runs `handle` in a task of its own.
 from __future__ import annotations
 
 import asyncio
+import collections
 from collections.abc import Awaitable, Callable
 
 import grpc
@@ -40,17 +41,27 @@ class InteractPump:
         self.handle = handle
         self.context = context
         self.soon = soon
-        self.queue: asyncio.Queue[object] = asyncio.Queue()
+        self.answers: collections.deque[object] = collections.deque()
+        """Responses (and at the end _END) for the writer, in the order they were answered."""
+        self.wakeup: asyncio.Future[None] | None = None
+        """Set while the writer waits for `answers` to fill."""
         self.in_flight: set[asyncio.Task[None]] = set()
         self.unanswered = 0
         self.drained: asyncio.Future[None] | None = None
         """Set once every request read is answered, while the reader waits for that at the end."""
 
     async def run(self) -> None:
-        reader = asyncio.create_task(self._read())
-        write, get = self.context.write, self.queue.get  # looked up once (the context may be a wrapper)
+        loop = asyncio.get_running_loop()
+        reader = loop.create_task(self._read())
+        write, answers = self.context.write, self.answers  # looked up once (the context may be a wrapper)
         try:
-            while (item := await get()) is not _END:
+            while True:
+                if not answers:
+                    self.wakeup = loop.create_future()
+                    await self.wakeup
+                    continue
+                if (item := answers.popleft()) is _END:
+                    break
                 await write(item)
             await reader  # re-raises a failure to read the request stream
         finally:
@@ -74,10 +85,17 @@ class InteractPump:
                 self.drained = asyncio.get_running_loop().create_future()
                 await self.drained
         finally:
-            self.queue.put_nowait(_END)
+            self._put(_END)
+
+    def _put(self, item: object) -> None:
+        self.answers.append(item)
+        if self.wakeup is not None:
+            if not self.wakeup.done():
+                self.wakeup.set_result(None)
+            self.wakeup = None
 
     def _answered(self, response: pb.InteractResponse) -> None:
-        self.queue.put_nowait(response)
+        self._put(response)
         self._settle()
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
