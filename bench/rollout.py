@@ -75,6 +75,7 @@ from opentinker.api.common.v1 import model_pb2, resources_pb2, sampling_pb2  # n
 from opentinker.api.common.v1.environment_pb2 import EnvironmentReference  # noqa: E402
 from opentinker.api.rollout.v1 import rollout_service_pb2 as pb  # noqa: E402
 from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as pb_grpc  # noqa: E402
+from opentinker.core.heap import settle_heap  # noqa: E402
 from opentinker.env.game import opening_messages  # noqa: E402
 from opentinker.ml.models import load_model  # noqa: E402
 from opentinker.ml.sources import ModelSource  # noqa: E402
@@ -318,20 +319,23 @@ class ServiceTarget:
         """Seconds of open + reset + close per episode, `count` episodes one at a time through the
         Rollout's EnvHost client (no generation, no steps): `reused`, a job's session taken from
         the pool, reset, given back (the Rollout's path); `fresh`, OpenSession + Reset +
-        CloseSession as unary calls (every episode's path before sessions were reused). The two
-        alternate, each first every other time, so the machine's load hits both alike."""
+        CloseSession as unary calls (every episode's path before sessions were reused). One
+        path after the other, `reused` first: a fresh session's close leaves the EnvHost work
+        (its game process goes back to the pool or ends) that an episode right after it would
+        wait for, which is not that episode's cost. This process's heap is settled first, as
+        the Rollout's is once it has started (`opentinker.core.heap`)."""
         channels = EnvHostChannels()
         target = EnvironmentTarget(address=self.envhost.address, env_name="turns",
                                    config=self.environment_config(0.0), job_id=LEASE.job_id)
         paths = {"reused": envhost_environments(channels, target),
                  "fresh": envhost_environments(channels, target, reuse_sessions=False, interact=False)}
         seconds: dict[str, list[float]] = {name: [] for name in paths}
+        settle_heap()
         try:
-            for index in range(count + 2):  # the first two open the channel and the pooled session
-                for name in sorted(paths, reverse=index % 2 == 1):  # each goes first every other time
-                    environments = paths[name]
+            for name in ("reused", "fresh"):
+                for index in range(count + 2):  # the first two open the channel and the pooled session
                     episode = Episode(group_id="overhead", episode_index=index, reset_kwargs={"index": index})
-                    session = TimedEnvironment(environments(episode))
+                    session = TimedEnvironment(paths[name](episode))
                     await session.open()
                     await session.reset(episode.reset_kwargs, 0)
                     await session.close()

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from opentinker.core.devices import discover_devices
 from opentinker.core.entrypoint import run_service
+from opentinker.core.heap import settle_heap_once_started
 from opentinker.core.memory import keep_freed_memory
 from opentinker.core.reaping import attempt_callbacks, idle_reaper
 from opentinker.core.server import ServerPlan
@@ -38,7 +39,8 @@ async def build_plan(settings: RolloutSettings) -> ServerPlan:
     registration = WorkerRegistration.for_settings(settings, role="rollout", devices=discover_devices(
         settings.cpu_slots), **attempt_callbacks(JobAttempts(registry, channels.sessions)))
     return ServerPlan(services=[rollout_service_binding(servicer)],
-                      start_hooks=[idle_reaper(registry.reap_idle, registry.idle_ttl_s), registration.start],
+                      start_hooks=[idle_reaper(registry.reap_idle, registry.idle_ttl_s), registration.start,
+                                   settle_heap_once_started],
                       close_hooks=[registration.stop, registry.close, channels.close, coordinators.close])
 
 
