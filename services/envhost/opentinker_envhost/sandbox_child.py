@@ -222,7 +222,7 @@ class GameServer:
             budget.stop()
         _flush_output()
         try:
-            payload = wire.encode(replies)  # the common case: one encoding, one frame
+            payload = wire.encode_results(replies)  # the common case: one encoding, one frame
         except (UnicodeEncodeError, ValueError, TypeError):
             payload = b""
         if payload and len(payload) <= self.limits.frame_limit:
@@ -314,7 +314,7 @@ class GameServer:
     def _encode(self, reply: dict[str, Any]) -> bytes:
         """The reply as JSON; an error reply instead when it cannot be sent as it is."""
         try:
-            payload = wire.encode(reply)
+            payload = wire.encode_results(reply)
         except (UnicodeEncodeError, ValueError, TypeError) as error:
             return wire.encode({"error": _error_reply(ValueError(f"the result cannot be sent: {error}"))})
         if len(payload) > self.limits.frame_limit:

@@ -28,6 +28,11 @@ import signal
 import struct
 from typing import Any
 
+try:
+    import orjson
+except ImportError:  # pinned in requirements/stack.txt; the standard library does the same work slower
+    orjson = None  # type: ignore[assignment]
+
 HEADER = struct.Struct(">I")
 MAX_CONTROL_PACKET = 1 << 20
 MIN_FRAME_LIMIT = 16 << 20
@@ -52,6 +57,8 @@ def frame_limit(max_observation_chars: int) -> int:
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+FAST_CALLS = frozenset({"step", "close"})
+"""Calls whose requests hold only text, integers and booleans (no float that could be NaN)."""
 
 
 def encode(message: Any) -> bytes:
@@ -60,7 +67,38 @@ def encode(message: Any) -> bytes:
     return _ENCODER.encode(message).encode("utf-8")
 
 
+def encode_calls(requests: list[dict[str, Any]]) -> bytes:
+    """`encode` of a batch of calls: by orjson (~20x faster here) when every call is a step or a
+    close, whose requests hold no float (orjson would write NaN as null), else as `encode`."""
+    if orjson is not None and all(request.get("call") in FAST_CALLS for request in requests):
+        try:
+            return orjson.dumps(requests)
+        except TypeError:  # JSONEncodeError: text that is not UTF-8, an integer past 64 bits
+            pass
+    return encode(requests)
+
+
+def encode_results(message: Any) -> bytes:
+    """`encode` of a game process's replies, by orjson when it can: what a game returned was
+    checked to be finite JSON before it is sent, so no NaN is lost; anything orjson refuses (an
+    integer past 64 bits, text that is not UTF-8) is encoded as `encode` does (and fails as it
+    does)."""
+    if orjson is not None:
+        try:
+            return orjson.dumps(message)
+        except TypeError:
+            pass
+    return encode(message)
+
+
 def decode(payload: bytes) -> Any:
+    """One message (ProtocolError when it is not UTF-8 JSON). By orjson when it can; what orjson
+    refuses (NaN, an integer past 64 bits) is read as the standard library reads it."""
+    if orjson is not None:
+        try:
+            return orjson.loads(payload)
+        except ValueError:  # JSONDecodeError
+            pass
     try:
         return json.loads(payload.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:

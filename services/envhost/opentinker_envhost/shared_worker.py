@@ -266,7 +266,7 @@ class SharedWorker:
             for future in futures:
                 _fail(future, ConnectionError("the game's process is gone"))
             return
-        payload = wire.encode([request for request, _ in batch])
+        payload = wire.encode_calls([request for request, _ in batch])
         self.batches += 1
         if not self.frames:
             self._new_head()
