@@ -143,20 +143,18 @@ def _with_principal(handler: grpc.RpcMethodHandler, principal: Principal,
     """The same handler, run with `principal` as current_principal() and `job_tokens` as
     current_job_tokens()."""
     def bind(behavior: Callable[..., Any], streaming_response: bool) -> Callable[..., Any]:
-        if streaming_response:
+        if streaming_response and inspect.isasyncgenfunction(behavior):
             async def stream(request: Any, context: grpc.aio.ServicerContext):  # noqa: ANN202
                 tokens = _PRINCIPAL.set(principal), _JOB_TOKENS.set(job_tokens)
                 try:
-                    answer = behavior(request, context)
-                    if inspect.isawaitable(answer):  # a handler that writes with context.write (or aborts)
-                        await answer
-                        return
-                    async for item in answer:
+                    async for item in behavior(request, context):
                         yield item
                 finally:
                     _reset(tokens)
             return stream
 
+        # a unary response, or a stream the handler writes with context.write() (a coroutine: no
+        # async generator between gRPC and it, whose every resumption would pass through one)
         async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
             tokens = _PRINCIPAL.set(principal), _JOB_TOKENS.set(job_tokens)
             try:
