@@ -78,6 +78,8 @@ class SharedPlacement:
         machine does not), and its capacity falls to what its median call allows."""
         durations = self.durations.get(key)
         if durations is None:
+            if key not in self.workers:
+                return  # a late reply of a key whose sessions are all gone: nothing to place any more
             durations = self.durations[key] = []
         durations.append(seconds)
         if len(durations) >= DENSITY_WINDOW:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from opentinker.core.devices import discover_devices
 from opentinker.core.entrypoint import run_service
-from opentinker.core.heap import settle_heap_once_started
+from opentinker.core.heap import settle_heap
 from opentinker.core.memory import keep_freed_memory
 from opentinker.core.reaping import attempt_callbacks, idle_reaper
 from opentinker.core.server import ServerPlan
@@ -39,8 +39,7 @@ async def build_plan(settings: RolloutSettings) -> ServerPlan:
     registration = WorkerRegistration.for_settings(settings, role="rollout", devices=discover_devices(
         settings.cpu_slots), **attempt_callbacks(JobAttempts(registry, channels.sessions)))
     return ServerPlan(services=[rollout_service_binding(servicer)],
-                      start_hooks=[idle_reaper(registry.reap_idle, registry.idle_ttl_s), registration.start,
-                                   settle_heap_once_started],
+                      start_hooks=[idle_reaper(registry.reap_idle, registry.idle_ttl_s), registration.start],
                       close_hooks=[registration.stop, registry.close, channels.close, coordinators.close])
 
 
@@ -67,6 +66,10 @@ def main() -> int:
 
 async def _process_plan(settings: RolloutSettings) -> ServerPlan:
     """The service process's plan: its torch threads first (process-wide, so not in `build_plan`,
-    which tests call inside their own process), before any model computes."""
+    which tests call inside their own process), before any model computes; then its heap settled
+    (`opentinker.core.heap`), also process-wide, before the port opens and so before any policy
+    loads: a model, which may be unloaded later, is never frozen."""
     apply_torch_threads(settings.torch_threads, service=SERVICE_NAME)
-    return await build_plan(settings)
+    plan = await build_plan(settings)
+    settle_heap()
+    return plan
