@@ -25,15 +25,17 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#opentinker/common/v1/sampling.proto\x12\x14opentinker.common.v1\x1a\x1egoogle/protobuf/duration.proto\"\x9a\x01\n\x0eSamplingParams\x12\x16\n\x0emax_new_tokens\x18\x01 \x01(\x05\x12\x13\n\x0btemperature\x18\x02 \x01(\x02\x12\r\n\x05top_p\x18\x03 \x01(\x02\x12\r\n\x05top_k\x18\x04 \x01(\x05\x12\x0c\n\x04stop\x18\x05 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x06 \x03(\x05\x12\t\n\x01n\x18\x07 \x01(\x05\x12\x0c\n\x04seed\x18\x08 \x01(\x03\"\x93\x01\n\x0f\x41gentLoopLimits\x12\x11\n\tmax_turns\x18\x01 \x01(\x05\x12\x1f\n\x17max_new_tokens_per_turn\x18\x02 \x01(\x05\x12\x18\n\x10max_total_tokens\x18\x03 \x01(\x05\x12\x32\n\x0f\x65pisode_timeout\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Durationb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#opentinker/common/v1/sampling.proto\x12\x14opentinker.common.v1\x1a\x1egoogle/protobuf/duration.proto\"\x9a\x01\n\x0eSamplingParams\x12\x16\n\x0emax_new_tokens\x18\x01 \x01(\x05\x12\x13\n\x0btemperature\x18\x02 \x01(\x02\x12\r\n\x05top_p\x18\x03 \x01(\x02\x12\r\n\x05top_k\x18\x04 \x01(\x05\x12\x0c\n\x04stop\x18\x05 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x06 \x03(\x05\x12\t\n\x01n\x18\x07 \x01(\x05\x12\x0c\n\x04seed\x18\x08 \x01(\x03\"\xf2\x01\n\x0f\x41gentLoopLimits\x12\x11\n\tmax_turns\x18\x01 \x01(\x05\x12\x1f\n\x17max_new_tokens_per_turn\x18\x02 \x01(\x05\x12\x18\n\x10max_total_tokens\x18\x03 \x01(\x05\x12\x32\n\x0f\x65pisode_timeout\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x41\n\x11truncated_actions\x18\x05 \x01(\x0e\x32&.opentinker.common.v1.TruncatedActions\x12\x1a\n\x12truncation_penalty\x18\x06 \x01(\x02*v\n\x10TruncatedActions\x12!\n\x1dTRUNCATED_ACTIONS_UNSPECIFIED\x10\x00\x12\x1c\n\x18TRUNCATED_ACTIONS_JUDGED\x10\x01\x12!\n\x1dTRUNCATED_ACTIONS_END_EPISODE\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'opentinker.common.v1.sampling_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_TRUNCATEDACTIONS']._serialized_start=495
+  _globals['_TRUNCATEDACTIONS']._serialized_end=613
   _globals['_SAMPLINGPARAMS']._serialized_start=94
   _globals['_SAMPLINGPARAMS']._serialized_end=248
   _globals['_AGENTLOOPLIMITS']._serialized_start=251
-  _globals['_AGENTLOOPLIMITS']._serialized_end=398
+  _globals['_AGENTLOOPLIMITS']._serialized_end=493
 # @@protoc_insertion_point(module_scope)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%opentinker/common/v1/trajectory.proto\x12\x14opentinker.common.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xf6\x01\n\x04Turn\x12\x12\n\nturn_index\x18\x01 \x01(\x05\x12\x14\n\x0c\x61\x63tion_start\x18\x02 \x01(\x05\x12\x12\n\naction_end\x18\x03 \x01(\x05\x12\x19\n\x11observation_start\x18\x04 \x01(\x05\x12\x17\n\x0fobservation_end\x18\x05 \x01(\x05\x12\x13\n\x0b\x61\x63tion_text\x18\x06 \x01(\t\x12\x18\n\x10observation_text\x18\x07 \x01(\t\x12\x0e\n\x06reward\x18\x08 \x01(\x02\x12\x16\n\x0epolicy_version\x18\t \x01(\x03\x12%\n\x04info\x18\n \x01(\x0b\x32\x17.google.protobuf.Struct\"\xa6\x04\n\nTrajectory\x12\x15\n\rtrajectory_id\x18\x01 \x01(\t\x12\x10\n\x08group_id\x18\x02 \x01(\t\x12\x15\n\repisode_index\x18\x03 \x01(\x05\x12\x11\n\ttoken_ids\x18\x04 \x03(\x05\x12\x11\n\tloss_mask\x18\x05 \x03(\x05\x12\x19\n\x11sampling_logprobs\x18\x06 \x03(\x02\x12\x15\n\rprompt_length\x18\x07 \x01(\x05\x12)\n\x05turns\x18\x08 \x03(\x0b\x32\x1a.opentinker.common.v1.Turn\x12\x14\n\x0ctotal_reward\x18\t \x01(\x02\x12\x35\n\x0bstop_reason\x18\n \x01(\x0e\x32 .opentinker.common.v1.StopReason\x12\x16\n\x0epolicy_version\x18\x0b \x01(\x03\x12\x11\n\tenv_error\x18\x0c \x01(\t\x12>\n\x07metrics\x18\r \x03(\x0b\x32-.opentinker.common.v1.Trajectory.MetricsEntry\x12\x10\n\x08\x61gent_id\x18\x0e \x01(\t\x12\x13\n\x0bprompt_text\x18\x0f \x01(\t\x12\x15\n\rtoken_rewards\x18\x10 \x03(\x02\x12\x10\n\x08match_id\x18\x11 \x01(\t\x12\x0c\n\x04seat\x18\x12 \x01(\t\x12\x0f\n\x07outcome\x18\x13 \x01(\t\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01*\x8c\x02\n\nStopReason\x12\x1b\n\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x14\n\x10STOP_REASON_DONE\x10\x01\x12\x19\n\x15STOP_REASON_MAX_TURNS\x10\x02\x12\x1f\n\x1bSTOP_REASON_MAX_TURN_TOKENS\x10\x03\x12 \n\x1cSTOP_REASON_MAX_TOTAL_TOKENS\x10\x04\x12\x1e\n\x1aSTOP_REASON_CONTEXT_LENGTH\x10\x05\x12\x17\n\x13STOP_REASON_TIMEOUT\x10\x06\x12\x19\n\x15STOP_REASON_ENV_ERROR\x10\x07\x12\x19\n\x15STOP_REASON_CANCELLED\x10\x08*\x97\x01\n\nAgentState\x12\x1b\n\x17\x41GENT_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x41GENT_STATE_PENDING\x10\x01\x12\x1a\n\x16\x41GENT_STATE_GENERATING\x10\x02\x12\x1b\n\x17\x41GENT_STATE_INTERACTING\x10\x03\x12\x1a\n\x16\x41GENT_STATE_TERMINATED\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%opentinker/common/v1/trajectory.proto\x12\x14opentinker.common.v1\x1a\x1cgoogle/protobuf/struct.proto\"\x89\x02\n\x04Turn\x12\x12\n\nturn_index\x18\x01 \x01(\x05\x12\x14\n\x0c\x61\x63tion_start\x18\x02 \x01(\x05\x12\x12\n\naction_end\x18\x03 \x01(\x05\x12\x19\n\x11observation_start\x18\x04 \x01(\x05\x12\x17\n\x0fobservation_end\x18\x05 \x01(\x05\x12\x13\n\x0b\x61\x63tion_text\x18\x06 \x01(\t\x12\x18\n\x10observation_text\x18\x07 \x01(\t\x12\x0e\n\x06reward\x18\x08 \x01(\x02\x12\x16\n\x0epolicy_version\x18\t \x01(\x03\x12%\n\x04info\x18\n \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x11\n\ttruncated\x18\x0b \x01(\x08\"\xa6\x04\n\nTrajectory\x12\x15\n\rtrajectory_id\x18\x01 \x01(\t\x12\x10\n\x08group_id\x18\x02 \x01(\t\x12\x15\n\repisode_index\x18\x03 \x01(\x05\x12\x11\n\ttoken_ids\x18\x04 \x03(\x05\x12\x11\n\tloss_mask\x18\x05 \x03(\x05\x12\x19\n\x11sampling_logprobs\x18\x06 \x03(\x02\x12\x15\n\rprompt_length\x18\x07 \x01(\x05\x12)\n\x05turns\x18\x08 \x03(\x0b\x32\x1a.opentinker.common.v1.Turn\x12\x14\n\x0ctotal_reward\x18\t \x01(\x02\x12\x35\n\x0bstop_reason\x18\n \x01(\x0e\x32 .opentinker.common.v1.StopReason\x12\x16\n\x0epolicy_version\x18\x0b \x01(\x03\x12\x11\n\tenv_error\x18\x0c \x01(\t\x12>\n\x07metrics\x18\r \x03(\x0b\x32-.opentinker.common.v1.Trajectory.MetricsEntry\x12\x10\n\x08\x61gent_id\x18\x0e \x01(\t\x12\x13\n\x0bprompt_text\x18\x0f \x01(\t\x12\x15\n\rtoken_rewards\x18\x10 \x03(\x02\x12\x10\n\x08match_id\x18\x11 \x01(\t\x12\x0c\n\x04seat\x18\x12 \x01(\t\x12\x0f\n\x07outcome\x18\x13 \x01(\t\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01*\x8c\x02\n\nStopReason\x12\x1b\n\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x14\n\x10STOP_REASON_DONE\x10\x01\x12\x19\n\x15STOP_REASON_MAX_TURNS\x10\x02\x12\x1f\n\x1bSTOP_REASON_MAX_TURN_TOKENS\x10\x03\x12 \n\x1cSTOP_REASON_MAX_TOTAL_TOKENS\x10\x04\x12\x1e\n\x1aSTOP_REASON_CONTEXT_LENGTH\x10\x05\x12\x17\n\x13STOP_REASON_TIMEOUT\x10\x06\x12\x19\n\x15STOP_REASON_ENV_ERROR\x10\x07\x12\x19\n\x15STOP_REASON_CANCELLED\x10\x08*\x97\x01\n\nAgentState\x12\x1b\n\x17\x41GENT_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x41GENT_STATE_PENDING\x10\x01\x12\x1a\n\x16\x41GENT_STATE_GENERATING\x10\x02\x12\x1b\n\x17\x41GENT_STATE_INTERACTING\x10\x03\x12\x1a\n\x16\x41GENT_STATE_TERMINATED\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,14 +34,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TRAJECTORY_METRICSENTRY']._loaded_options = None
   _globals['_TRAJECTORY_METRICSENTRY']._serialized_options = b'8\001'
-  _globals['_STOPREASON']._serialized_start=896
-  _globals['_STOPREASON']._serialized_end=1164
-  _globals['_AGENTSTATE']._serialized_start=1167
-  _globals['_AGENTSTATE']._serialized_end=1318
+  _globals['_STOPREASON']._serialized_start=915
+  _globals['_STOPREASON']._serialized_end=1183
+  _globals['_AGENTSTATE']._serialized_start=1186
+  _globals['_AGENTSTATE']._serialized_end=1337
   _globals['_TURN']._serialized_start=94
-  _globals['_TURN']._serialized_end=340
-  _globals['_TRAJECTORY']._serialized_start=343
-  _globals['_TRAJECTORY']._serialized_end=893
-  _globals['_TRAJECTORY_METRICSENTRY']._serialized_start=847
-  _globals['_TRAJECTORY_METRICSENTRY']._serialized_end=893
+  _globals['_TURN']._serialized_end=359
+  _globals['_TRAJECTORY']._serialized_start=362
+  _globals['_TRAJECTORY']._serialized_end=912
+  _globals['_TRAJECTORY_METRICSENTRY']._serialized_start=866
+  _globals['_TRAJECTORY_METRICSENTRY']._serialized_end=912
 # @@protoc_insertion_point(module_scope)

@@ -43,7 +43,7 @@ AGENT_STATE_INTERACTING: AgentState
 AGENT_STATE_TERMINATED: AgentState
 
 class Turn(_message.Message):
-    __slots__ = ("turn_index", "action_start", "action_end", "observation_start", "observation_end", "action_text", "observation_text", "reward", "policy_version", "info")
+    __slots__ = ("turn_index", "action_start", "action_end", "observation_start", "observation_end", "action_text", "observation_text", "reward", "policy_version", "info", "truncated")
     TURN_INDEX_FIELD_NUMBER: _ClassVar[int]
     ACTION_START_FIELD_NUMBER: _ClassVar[int]
     ACTION_END_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +54,7 @@ class Turn(_message.Message):
     REWARD_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     INFO_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     turn_index: int
     action_start: int
     action_end: int
@@ -64,7 +65,8 @@ class Turn(_message.Message):
     reward: float
     policy_version: int
     info: _struct_pb2.Struct
-    def __init__(self, turn_index: _Optional[int] = ..., action_start: _Optional[int] = ..., action_end: _Optional[int] = ..., observation_start: _Optional[int] = ..., observation_end: _Optional[int] = ..., action_text: _Optional[str] = ..., observation_text: _Optional[str] = ..., reward: _Optional[float] = ..., policy_version: _Optional[int] = ..., info: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    truncated: bool
+    def __init__(self, turn_index: _Optional[int] = ..., action_start: _Optional[int] = ..., action_end: _Optional[int] = ..., observation_start: _Optional[int] = ..., observation_end: _Optional[int] = ..., action_text: _Optional[str] = ..., observation_text: _Optional[str] = ..., reward: _Optional[float] = ..., policy_version: _Optional[int] = ..., info: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., truncated: _Optional[bool] = ...) -> None: ...
 
 class Trajectory(_message.Message):
     __slots__ = ("trajectory_id", "group_id", "episode_index", "token_ids", "loss_mask", "sampling_logprobs", "prompt_length", "turns", "total_reward", "stop_reason", "policy_version", "env_error", "metrics", "agent_id", "prompt_text", "token_rewards", "match_id", "seat", "outcome")

@@ -85,14 +85,16 @@ class ResetResponse(_message.Message):
     def __init__(self, system_prompt: _Optional[str] = ..., initial_user_message: _Optional[str] = ..., observation: _Optional[str] = ..., info: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class StepRequest(_message.Message):
-    __slots__ = ("session_id", "action", "seat")
+    __slots__ = ("session_id", "action", "seat", "truncated")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     ACTION_FIELD_NUMBER: _ClassVar[int]
     SEAT_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     action: str
     seat: str
-    def __init__(self, session_id: _Optional[str] = ..., action: _Optional[str] = ..., seat: _Optional[str] = ...) -> None: ...
+    truncated: bool
+    def __init__(self, session_id: _Optional[str] = ..., action: _Optional[str] = ..., seat: _Optional[str] = ..., truncated: _Optional[bool] = ...) -> None: ...
 
 class StepResponse(_message.Message):
     __slots__ = ("observation", "reward", "done", "info")
