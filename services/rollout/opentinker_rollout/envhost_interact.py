@@ -97,10 +97,10 @@ class InteractSession:
                            initial_user_message=response.initial_user_message,
                            observation=response.observation, info=from_struct(response.info))
 
-    async def step(self, action: str) -> StepOutcome:
+    async def step(self, action: str, *, truncated: bool = False) -> StepOutcome:
         if self.unary is not None:
-            return await self.unary.step(action)
-        request = envhost_pb2.StepRequest(session_id=self.session_id, action=action)
+            return await self.unary.step(action, truncated=truncated)
+        request = envhost_pb2.StepRequest(session_id=self.session_id, action=action, truncated=truncated)
         response = (await self._request("Step", step=request)).step
         return StepOutcome(observation=response.observation, reward=response.reward,
                            done=response.done, info=from_struct(response.info))

@@ -51,7 +51,7 @@ class OpenableSession(Protocol):
 
     async def open(self) -> None: ...
     async def reset(self, kwargs: Mapping[str, Any], seed: int) -> ResetResult: ...
-    async def step(self, action: str) -> StepOutcome: ...
+    async def step(self, action: str, *, truncated: bool = False) -> StepOutcome: ...
     async def close(self) -> None: ...
 
 
@@ -245,8 +245,8 @@ class PooledSession:
             self.session = await self._guarded(self.pools.take_new(self.scope, self.make))
             return await self._guarded(self.session.reset(kwargs, seed))
 
-    async def step(self, action: str) -> StepOutcome:
-        return await self._guarded(self._open_session().step(action))
+    async def step(self, action: str, *, truncated: bool = False) -> StepOutcome:
+        return await self._guarded(self._open_session().step(action, truncated=truncated))
 
     async def close(self) -> None:
         session, self.session = self.session, None

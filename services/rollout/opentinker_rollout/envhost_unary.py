@@ -64,8 +64,8 @@ class EnvHostSession:
                            initial_user_message=response.initial_user_message,
                            observation=response.observation, info=from_struct(response.info))
 
-    async def step(self, action: str) -> StepOutcome:
-        request = envhost_pb2.StepRequest(session_id=self.session_id, action=action)
+    async def step(self, action: str, *, truncated: bool = False) -> StepOutcome:
+        request = envhost_pb2.StepRequest(session_id=self.session_id, action=action, truncated=truncated)
         response = await self._call("Step", request)
         return StepOutcome(observation=response.observation, reward=response.reward,
                            done=response.done, info=from_struct(response.info))

@@ -2,8 +2,10 @@
 
 `envhost_client` implements it over the EnvHost (a single-agent game) and
 `match_client.MatchSession` over a Coordinator match (one seat of a multi-agent game); tests
-implement it in-process. A session may set `accepts_truncated_actions = True` to be stepped
-with actions cut off by the per-turn token budget (see fsm.py).
+implement it in-process. An action cut off by a token limit is stepped with `truncated=True`
+(the EnvHost then asks the game's `on_truncated`); a session may set
+`accepts_truncated_actions = True` to be stepped with cut actions even when the job's limits say
+END_EPISODE (a match: leaving would forfeit it). See fsm.py.
 Any failure of the environment (it raised, its host is unreachable, it answered garbage) is
 raised as `EnvironmentFailure`, which ends the episode with STOP_REASON_ENV_ERROR.
 """
@@ -64,8 +66,9 @@ class EnvironmentSession(Protocol):
     async def reset(self, kwargs: Mapping[str, Any], seed: int) -> ResetResult:
         """Start the episode."""
 
-    async def step(self, action: str) -> StepOutcome:
-        """Apply the model's action text."""
+    async def step(self, action: str, *, truncated: bool = False) -> StepOutcome:
+        """Apply the model's action text; `truncated`: a token limit cut it off (the game's
+        `on_truncated` judges it). Only cut actions are stepped with the keyword."""
 
     async def close(self) -> None:
         """Release the session; never raises."""
@@ -95,7 +98,9 @@ class TimedEnvironment:
     async def reset(self, kwargs: Mapping[str, Any], seed: int) -> ResetResult:
         return await self._timed(self.session.reset(kwargs, seed))
 
-    async def step(self, action: str) -> StepOutcome:
+    async def step(self, action: str, *, truncated: bool = False) -> StepOutcome:
+        if truncated:
+            return await self.session.step(action, truncated=True)
         return await self.session.step(action)
 
     async def close(self) -> None:

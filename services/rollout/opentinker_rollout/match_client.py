@@ -106,7 +106,9 @@ class MatchSession:
                            observation=turn.observation, done=self.finished, reward=turn.reward,
                            info=self._info(outcome=turn.outcome))
 
-    async def step(self, action: str) -> StepOutcome:
+    async def step(self, action: str, *, truncated: bool = False) -> StepOutcome:
+        """Submit the action; a cut one (`truncated`) goes as it is: the match's game judges
+        every submitted action by its `step`."""
         request = coordinator_pb2.SubmitActionRequest(
             match_id=self.match_id, agent_id=self.agent_id, turn_index=self.turn_index, action=action,
             request_id=f"{self.match_id}:{self.agent_id}:{self.turn_index}")
