@@ -25,3 +25,61 @@ def test_metrics_count_truncations_failures_and_verdicts():
 def test_a_batch_without_verdicts_reports_no_accuracy():
     metrics = episode_metrics([episode(0.0, StopReason.MAX_TOTAL_TOKENS)])
     assert metrics["truncated"] == 1.0 and "accuracy" not in metrics
+
+
+def test_a_game_judged_cut_action_counts_as_truncated():
+    judged = Trajectory(group_id="g", token_ids=[1, 2], loss_mask=[0, 1], sampling_logprobs=[0.0] * 2,
+                        total_reward=-1.0, stop_reason=StopReason.DONE, truncated_turns=1)
+    assert episode_metrics([judged, episode(1.0, StopReason.DONE)])["truncated"] == 0.5
+
+
+def with_info(*infos: dict, stop: StopReason = StopReason.DONE) -> Trajectory:
+    from opentinker_coordinator.env_values import numeric_info_values
+    return Trajectory(group_id="g", token_ids=[1], loss_mask=[1], sampling_logprobs=[0.0], total_reward=0.0,
+                      stop_reason=stop, env_values=numeric_info_values(infos))
+
+
+def test_numeric_info_values_become_env_metrics_averaged_over_the_batchs_turns():
+    metrics = episode_metrics([
+        with_info({"illegal": True, "margin": 3, "name": "x"}, {"illegal": False, "win": 1}),
+        with_info({"illegal": False, "margin": -1.5, "nested": {"a": 1}}),
+        with_info({"win": 0.0, "margin": 100.0}, stop=StopReason.ENV_ERROR),  # failed: left out
+    ])
+    assert metrics["env/illegal"] == pytest.approx(1 / 3)
+    assert metrics["env/margin"] == pytest.approx((3 - 1.5) / 2)
+    assert metrics["env/win"] == 1.0
+    assert not {"env/name", "env/nested"} & set(metrics)
+
+
+def test_untrusted_info_keys_cannot_flood_or_garble_the_metrics():
+    from opentinker_coordinator.env_values import MAX_KEYS
+    many = {f"k{i}": i for i in range(MAX_KEYS * 3)}
+    odd = {"bad key": 1, "x" * 65: 1, "nan": float("nan"), "inf": float("inf"), "ok": 2}
+    metrics = episode_metrics([with_info(many), with_info(odd), with_info({f"z{i}": 1 for i in range(50)})])
+    env_keys = [key for key in metrics if key.startswith("env/")]
+    assert len(env_keys) == MAX_KEYS
+    assert "env/bad key" not in metrics and "env/nan" not in metrics and "env/inf" not in metrics
+    assert metrics["env/k0"] == 0.0
+
+
+def test_eval_metrics_keep_the_env_prefix_under_eval():
+    metrics = episode_metrics([with_info({"win": True})], prefix="eval/")
+    assert metrics["eval/env/win"] == 1.0
+
+
+def test_the_rollouts_trajectory_message_carries_cut_turns_and_info_values():
+    from google.protobuf import struct_pb2
+
+    from opentinker.api.common.v1 import trajectory_pb2
+    from opentinker_coordinator.adapters.remote import trajectory_from_message
+
+    def turn(truncated: bool, **info: object) -> trajectory_pb2.Turn:
+        struct = struct_pb2.Struct()
+        struct.update(info)
+        return trajectory_pb2.Turn(truncated=truncated, info=struct)
+
+    message = trajectory_pb2.Trajectory(turns=[turn(True, illegal=True), turn(False, illegal=False, score=2)],
+                                        stop_reason=trajectory_pb2.STOP_REASON_DONE)
+    trajectory = trajectory_from_message(message)
+    assert trajectory.truncated_turns == 1
+    assert trajectory.env_values == {"illegal": [1.0, 0.0], "score": [2.0]}

@@ -50,6 +50,11 @@ class Trajectory:
     """Why the environment failed (stop reason ENV_ERROR), as the Rollout told it."""
     env_unreachable: bool = False
     """The failure was the environment's host not answering (down, restarting), not the game."""
+    truncated_turns: int = 0
+    """Turns whose action a token limit cut off (judged by the game, or the episode's end)."""
+    env_values: dict[str, list[float]] = field(default_factory=dict)
+    """The numeric values of the turns' `info`, by key (bools as 0/1), at most
+    `env_values.MAX_KEYS` keys: what the `env/<key>` metrics average."""
 
     @property
     def failed(self) -> bool:

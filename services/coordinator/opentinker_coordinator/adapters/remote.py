@@ -26,6 +26,7 @@ from opentinker.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
 from opentinker.core.errors import reason_from_metadata
 from opentinker_coordinator.adapters.retries import CallGuard
+from opentinker_coordinator.env_values import numeric_info_values
 from opentinker_coordinator.types import CheckpointRef, Datum, EpisodeRequest, SeatRequest, StopReason, Trajectory
 
 log = structlog.get_logger(__name__)
@@ -191,6 +192,8 @@ def trajectory_from_message(message: trajectory_pb2.Trajectory) -> Trajectory:
         stop_reason=StopReason(reason), policy_version=message.policy_version, correct=_verdict(message),
         prompt_text=message.prompt_text, token_rewards=list(message.token_rewards),
         env_error=message.env_error, env_unreachable=bool(UNREACHABLE_ENVIRONMENT.search(message.env_error)),
+        truncated_turns=sum(1 for turn in message.turns if turn.truncated),
+        env_values=numeric_info_values(json_format.MessageToDict(turn.info) for turn in message.turns),
         transcript=[{"action": t.action_text, "observation": t.observation_text, "reward": t.reward,
                      "policy_version": t.policy_version}
                     for t in message.turns])

@@ -1,9 +1,10 @@
-"""Metrics of a batch of trajectories (reward, accuracy, tokens, failures)."""
+"""Metrics of a batch of trajectories (reward, accuracy, tokens, failures, the game's own)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from opentinker_coordinator.env_values import env_metrics
 from opentinker_coordinator.types import StopReason, Trajectory
 
 CUT_BY_A_LIMIT = (StopReason.MAX_TURN_TOKENS, StopReason.MAX_TOTAL_TOKENS, StopReason.CONTEXT_LENGTH)
@@ -14,8 +15,10 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def episode_metrics(trajectories: Sequence[Trajectory], prefix: str = "") -> dict[str, float]:
-    """reward/mean, accuracy, response length, env error count and the share of episodes a
-    token limit cut off (`truncated`: they end unjudged with reward 0) over the batch."""
+    """reward/mean, accuracy, response length, env error count, the share of episodes with an
+    action a token limit cut off (`truncated`: judged by the game, or ending the episode; a
+    policy drifting into replies that never end shows here first) and `env/<key>`, the mean of
+    each numeric `info` value the game reported in the batch's turns."""
     ok = [t for t in trajectories if not t.failed]
     verdicts = [1.0 if t.correct else 0.0 for t in ok if t.correct is not None]
     values = {
@@ -23,8 +26,13 @@ def episode_metrics(trajectories: Sequence[Trajectory], prefix: str = "") -> dic
         "env_errors": float(len(trajectories) - len(ok)),
         "reward/mean": _mean([t.total_reward for t in ok]),
         "response_tokens/mean": _mean([float(t.sampled_tokens) for t in ok]),
-        "truncated": _mean([1.0 if t.stop_reason in CUT_BY_A_LIMIT else 0.0 for t in trajectories]),
+        "truncated": _mean([1.0 if _cut(t) else 0.0 for t in trajectories]),
     }
+    values |= env_metrics(ok)
     if verdicts:
         values["accuracy"] = _mean(verdicts)
     return {f"{prefix}{name}": value for name, value in values.items()}
+
+
+def _cut(trajectory: Trajectory) -> bool:
+    return trajectory.truncated_turns > 0 or trajectory.stop_reason in CUT_BY_A_LIMIT
