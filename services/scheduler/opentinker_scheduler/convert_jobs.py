@@ -79,6 +79,11 @@ def facts_from_spec(spec: job_pb2.JobSpec) -> JobSpecFacts:
         max_staleness=getattr(spec, "async").max_staleness)
 
 
+def stored_spec_facts(blob: bytes) -> JobSpecFacts:
+    """The facts of a stored job's spec (`Job.spec_blob`, valid when it was submitted)."""
+    return facts_from_spec(job_pb2.JobSpec.FromString(blob))
+
+
 ENVIRONMENT_REFERENCE = environment_pb2.EnvironmentReference.DESCRIPTOR.full_name
 
 
@@ -98,6 +103,7 @@ def envhost_fields(message: Message, path: str, scalars: Scalars | None = None) 
 def agent_facts(agent: job_pb2.AgentSpec, path: str) -> AgentFacts:
     has_model = agent.HasField("model") and agent.model.WhichOneof("source") is not None
     return AgentFacts(path=path, agent_id=agent.agent_id, has_model=has_model, frozen=agent.frozen,
+                      builtin_model=agent.model.builtin.name, checkpoint_id=agent.model.checkpoint.checkpoint_id,
                       has_adaptation=agent.adaptation.WhichOneof("kind") is not None,
                       learning_rate=agent.algorithm.optimizer.learning_rate,
                       loss=loss_facts(agent.algorithm.loss))

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol
 from dataclasses import dataclass
 
+from opentinker_scheduler.checkpoint_models import check_checkpoint_contexts
 from opentinker_scheduler.config import SchedulerConfig
 from opentinker_scheduler.envhosts import EnvHostDirectory, check_addresses
 from opentinker_scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, OutOfRange, QuotaExceeded, StaleLease
@@ -81,6 +82,7 @@ class JobService:
         job = self._new_job(facts, spec_blob, caller.tenant_id)
         check_tenant_paths(facts.path_fields, caller, self.config.shared_model_dir)
         await self.checkpoints.check_spec(facts.checkpoint_refs, caller)
+        await check_checkpoint_contexts(facts, self.store)
         if validate_only:
             return dataclasses.replace(job, job_id=""), False
         try:

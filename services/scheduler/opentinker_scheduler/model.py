@@ -119,6 +119,10 @@ class AgentFacts:
     path: str
     agent_id: str = ""
     has_model: bool = False
+    builtin_model: str = ""
+    """model.builtin.name ("" for other model sources)."""
+    checkpoint_id: str = ""
+    """model.checkpoint.checkpoint_id ("" for other model sources)."""
     has_adaptation: bool = False
     frozen: bool = False
     learning_rate: float = 0.0

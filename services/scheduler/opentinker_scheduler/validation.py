@@ -7,6 +7,7 @@ import re
 
 from opentinker_scheduler.errors import InvalidArgument
 from opentinker_scheduler.model import AgentFacts, JobSpecFacts, JobType, LossFacts, ResourceRequest, Role
+from opentinker_scheduler.model_context import check_context_limits
 
 MAX_PRIORITY = 100
 MAX_TOTAL_STEPS = 10_000_000
@@ -73,6 +74,7 @@ def validate_spec(facts: JobSpecFacts) -> None:
                                   "'-', '_', '.' or '/', starting with a letter or digit")
         if len(value) > MAX_LABEL_VALUE:
             raise InvalidArgument(f"spec.labels[{key!r}]", f"values must be at most {MAX_LABEL_VALUE} characters")
+    check_context_limits(facts)  # builtin models; checkpoints of them: JobService.submit
 
 
 def _check_agents(facts: JobSpecFacts) -> None:
