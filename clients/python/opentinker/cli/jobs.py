@@ -21,6 +21,7 @@ from pathlib import Path
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.cli import exit_codes
 from opentinker.cli.api import add_api_flags, message_json, print_json, scheduler_client
+from opentinker.cli.checkpoint_hint import checkpoint_lines
 from opentinker.cli.progress import JobProgressView
 from opentinker.cli.table import format_table
 from opentinker.client import metrics_export
@@ -80,6 +81,11 @@ def _job_line(job: job_pb2.Job) -> str:
     return f"job {job.job_id} {state_name(job.state)}: {job.status_message}"
 
 
+def _print_ended(job: job_pb2.Job) -> None:
+    """The job's final line, then its checkpoint and how to train from it (when it saved one)."""
+    print("\n".join([_job_line(job), *checkpoint_lines(job)]))
+
+
 def _job_exit_code(job: job_pb2.Job) -> int:
     return exit_codes.OK if job.state == job_pb2.Job.STATE_SUCCEEDED else exit_codes.FAILED
 
@@ -122,7 +128,7 @@ def _follow(client: SchedulerClient, job_id: str, args: argparse.Namespace) -> i
     if args.json:
         print_json(message_json(job))
     else:
-        print(_job_line(job))
+        _print_ended(job)
     return _job_exit_code(job)
 
 
@@ -193,10 +199,19 @@ def cmd_get(args: argparse.Namespace) -> int:
     kind = job_pb2.JobType.Name(job.spec.type).removeprefix("JOB_TYPE_")
     fields = [("job", job.job_id), ("tenant", job.tenant_id), ("type", kind), ("name", job.spec.display_name),
               ("state", state_name(job.state)), ("step", f"{job.progress.step}/{job.progress.total_steps}"),
-              ("message", job.status_message), ("events", job.last_event_sequence)]
+              ("message", job.status_message), ("events", job.last_event_sequence),
+              *_checkpoint_fields(job.resume_from)]
     width = max(len(name) for name, _ in fields)
     print("\n".join(f"{name:<{width}}  {value}" for name, value in fields))
     return exit_codes.OK
+
+
+def _checkpoint_fields(saved: job_pb2.CheckpointSaved) -> list[tuple[str, str]]:
+    """`jobs get`'s checkpoint rows: the job's latest (one per agent in a multi-agent job)."""
+    if saved.agent_checkpoint_ids:
+        return [(f"checkpoint {agent}", f"{checkpoint_id} (step {saved.step})")
+                for agent, checkpoint_id in sorted(saved.agent_checkpoint_ids.items())]
+    return [("checkpoint", f"{saved.checkpoint_id} (step {saved.step})")] if saved.checkpoint_id else []
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -208,7 +223,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     if args.json:
         print_json(message_json(job))
     else:
-        print(_job_line(job))
+        _print_ended(job)
     return exit_codes.OK
 
 
