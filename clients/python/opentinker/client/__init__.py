@@ -10,7 +10,7 @@ from opentinker.client.errors import (
 )
 from opentinker.client.primitives import ForwardBackwardResult, OptimStepResult, SamplingClient, TrainingClient, datum
 from opentinker.client.retry import RetryPolicy
-from opentinker.client.scheduler_client import InferenceSchedulerClient, SchedulerClient
+from opentinker.client.scheduler_client import InferenceSchedulerClient, SchedulerClient, state_name
 from opentinker.client.service_client import FitResult, ServiceClient
 from opentinker.client.spec import SpecError, job_spec_from_dict, load_job_spec
 
@@ -19,5 +19,5 @@ __all__ = [
     "FailedPrecondition", "FitResult", "ForwardBackwardResult", "InferenceSchedulerClient", "Internal",
     "InvalidArgument", "NotFound", "OpenTinkerError", "OptimStepResult", "PermissionDenied", "ResourceExhausted",
     "RetryPolicy", "SamplingClient", "SchedulerClient", "ServiceClient", "SpecError", "TrainingClient",
-    "Unauthenticated", "Unavailable", "Unimplemented", "datum", "job_spec_from_dict", "load_job_spec",
+    "Unauthenticated", "Unavailable", "Unimplemented", "datum", "job_spec_from_dict", "load_job_spec", "state_name",
 ]

@@ -126,7 +126,8 @@ class AsyncServiceClient:
 
     async def fit(self, *, on_metrics: MetricsCallback | None = None, on_event: EventCallback | None = None,
                   **job: Any) -> FitResult:
-        """Train with RL; `job` takes ServiceClient.fit's arguments (env, model, num_steps, ...)."""
+        """Train with RL or SFT; `job` takes ServiceClient.fit's arguments (model, env or dataset,
+        num_steps, name, limits, ...: see fit_job_spec)."""
         submitted = await self.scheduler.submit_job(fit_job_spec(**job))
         return await self.follow(submitted.job_id, on_metrics=on_metrics, on_event=on_event)
 
