@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from google.protobuf import json_format
@@ -31,19 +31,23 @@ CLI_RETRY = RetryPolicy(attempts=3, initial_delay=0.2, max_delay=1.0)
 Handler = Callable[[argparse.Namespace], int]
 
 
-def default_scheduler(state_dir: Path = Path(".opentinker")) -> str:
-    if os.environ.get(SCHEDULER_ENV):
-        return os.environ[SCHEDULER_ENV]
+def default_scheduler(state_dir: Path = Path(".opentinker"), environ: Mapping[str, str] | None = None) -> str:
+    """$OPENTINKER_SCHEDULER, else the local stack's scheduler, else DEFAULT_SCHEDULER."""
+    environ = os.environ if environ is None else environ
+    if environ.get(SCHEDULER_ENV):
+        return environ[SCHEDULER_ENV]
+    return local_stack_scheduler(state_dir) or DEFAULT_SCHEDULER
+
+
+def local_stack_scheduler(state_dir: Path = Path(".opentinker")) -> str | None:
+    """The address of the scheduler `opentinker up` recorded in `state_dir`; None when none is."""
     from opentinker.cli import state
 
     try:
         record = state.load(state_dir)
     except (OSError, ValueError):
         record = None
-    for process in record.processes if record else ():
-        if process.name == "scheduler":
-            return process.address
-    return DEFAULT_SCHEDULER
+    return next((p.address for p in record.processes if p.name == "scheduler"), None) if record else None
 
 
 def add_api_flags(parser: argparse.ArgumentParser, *, json_output: bool = True) -> None:

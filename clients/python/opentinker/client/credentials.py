@@ -13,6 +13,7 @@ every user of the machine in `ps`).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from opentinker.core.auth import new_api_key
@@ -23,15 +24,22 @@ ADMIN_KEY_FILE = "admin.key"
 DEFAULT_STATE_DIR = Path(".opentinker")
 
 
-def resolve_api_key(explicit: str | None = None) -> str:
+def resolve_api_key(explicit: str | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """The key by the order above (`environ`: the variables to read; default os.environ)."""
+    return api_key_and_source(explicit, environ)[0]
+
+
+def api_key_and_source(explicit: str | None = None, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """(key, where it came from, in words) by the order above; ("", "") when there is none."""
+    environ = os.environ if environ is None else environ
     if explicit:
-        return explicit.strip()
-    if os.environ.get(API_KEY_ENV):
-        return os.environ[API_KEY_ENV].strip()
-    if os.environ.get(API_KEY_FILE_ENV):
-        return Path(os.environ[API_KEY_FILE_ENV]).read_text().strip()
+        return explicit.strip(), "the explicit api_key"
+    if environ.get(API_KEY_ENV):
+        return environ[API_KEY_ENV].strip(), f"${API_KEY_ENV}"
+    if environ.get(API_KEY_FILE_ENV):
+        return Path(environ[API_KEY_FILE_ENV]).read_text().strip(), environ[API_KEY_FILE_ENV]
     local = DEFAULT_STATE_DIR / ADMIN_KEY_FILE
-    return local.read_text().strip() if local.is_file() else ""
+    return (local.read_text().strip(), str(local)) if local.is_file() else ("", "")
 
 
 def admin_key_path(state_dir: Path) -> Path:
