@@ -1,11 +1,12 @@
-"""What the CLI prints about an ended job's checkpoint: its id and how to train from it.
+"""What the CLI prints about a job's checkpoint when the job ends (`run`, `watch`, `jobs cancel`)
+and in `jobs get`: its id and how to train from it.
 
     final checkpoint: job-1c2f...-final (step 40)
     train from it (e.g. RL after SFT) with, in the next job spec:
       policy: {model: {checkpoint: {checkpoint_id: job-1c2f...-final}}}
 
-A multi-agent job prints one line per agent. A job that did not succeed prints its last
-checkpoint (a cancelled run's latest weights); a job that saved none prints nothing.
+A multi-agent job prints one line per agent. A job that did not succeed (or still runs) prints its
+last checkpoint (a cancelled run's latest weights); a job that saved none prints nothing.
 """
 
 from __future__ import annotations

@@ -199,19 +199,10 @@ def cmd_get(args: argparse.Namespace) -> int:
     kind = job_pb2.JobType.Name(job.spec.type).removeprefix("JOB_TYPE_")
     fields = [("job", job.job_id), ("tenant", job.tenant_id), ("type", kind), ("name", job.spec.display_name),
               ("state", state_name(job.state)), ("step", f"{job.progress.step}/{job.progress.total_steps}"),
-              ("message", job.status_message), ("events", job.last_event_sequence),
-              *_checkpoint_fields(job.resume_from)]
+              ("message", job.status_message), ("events", job.last_event_sequence)]
     width = max(len(name) for name, _ in fields)
-    print("\n".join(f"{name:<{width}}  {value}" for name, value in fields))
+    print("\n".join([*(f"{name:<{width}}  {value}" for name, value in fields), *checkpoint_lines(job)]))
     return exit_codes.OK
-
-
-def _checkpoint_fields(saved: job_pb2.CheckpointSaved) -> list[tuple[str, str]]:
-    """`jobs get`'s checkpoint rows: the job's latest (one per agent in a multi-agent job)."""
-    if saved.agent_checkpoint_ids:
-        return [(f"checkpoint {agent}", f"{checkpoint_id} (step {saved.step})")
-                for agent, checkpoint_id in sorted(saved.agent_checkpoint_ids.items())]
-    return [("checkpoint", f"{saved.checkpoint_id} (step {saved.step})")] if saved.checkpoint_id else []
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
