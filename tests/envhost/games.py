@@ -235,7 +235,45 @@ class Tally(AbstractGame):
         return StepResult(observation=f"total {self.total}", reward=0.0, done=False)
 
 
-TEST_GAMES = {"echo": Echo, "tally": Tally, "explode": Explode, "sleepy": Sleepy, "async-sleepy": AsyncSleepy,
+class Strict(AbstractGame):
+    """A cut-off reply loses the episode (`on_truncated` overridden); a whole one scores 1."""
+
+    def get_system_prompt(self) -> str:
+        return "Answer briefly."
+
+    def get_initial_user_message(self) -> str:
+        return ""
+
+    def reset(self) -> str:
+        return "go"
+
+    def step(self, action: str) -> StepResult:
+        return StepResult(observation="ok", reward=1.0, info={"cut": False})
+
+    def on_truncated(self, action: str, **kwargs: Any) -> StepResult:
+        return StepResult(observation=f"cut after {len(action)} chars", reward=-1.0, done=True, info={"cut": True})
+
+
+class AsyncStrict(AsyncAbstractGame):
+    """`Strict` as an async game."""
+
+    def get_system_prompt(self) -> str:
+        return "Answer briefly."
+
+    def get_initial_user_message(self) -> str:
+        return ""
+
+    async def reset(self) -> str:
+        return "go"
+
+    async def step(self, action: str) -> StepResult:
+        return StepResult(observation="ok", reward=1.0, info={"cut": False})
+
+    async def on_truncated(self, action: str, **kwargs: Any) -> StepResult:
+        return StepResult(observation=f"cut after {len(action)} chars", reward=-1.0, done=True, info={"cut": True})
+
+
+TEST_GAMES = {"echo": Echo, "strict": Strict, "async-strict": AsyncStrict, "tally": Tally, "explode": Explode, "sleepy": Sleepy, "async-sleepy": AsyncSleepy,
               "bad-returns": BadReturns, "seated": Seated, "alternating": Alternating,
               "misbehaving": Misbehaving, "lingering": Lingering}
 

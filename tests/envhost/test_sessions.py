@@ -350,3 +350,31 @@ def test_close_waits_for_calls_already_queued_and_refuses_later_ones() -> None:
         assert await closing == 2
         assert (await running).observation == (await queued).observation == "hi"
     run(scenario)
+
+
+@pytest.mark.parametrize("isolation", list(Isolation))
+@pytest.mark.parametrize("env_name", ["strict", "async-strict"])
+def test_a_cut_off_action_goes_to_the_games_on_truncated(isolation: Isolation, env_name: str) -> None:
+    async def scenario() -> None:
+        sessions = manager(isolation=isolation)
+        session = await sessions.open(env_name, {}, job_id="job-cut")
+        await sessions.reset(session.session_id, {})
+        whole = await sessions.step(session.session_id, "fine")
+        assert (whole.reward, whole.done, whole.info) == (1.0, False, {"cut": False})
+        cut = await sessions.step(session.session_id, "ramble ramble", truncated=True)
+        assert (cut.reward, cut.done, cut.observation) == (-1.0, True, "cut after 13 chars")
+        assert cut.info == {"cut": True}
+        await sessions.close_all()
+    run(scenario)
+
+
+@pytest.mark.parametrize("isolation", list(Isolation))
+def test_a_game_without_on_truncated_judges_a_cut_action_with_its_step(isolation: Isolation) -> None:
+    async def scenario() -> None:
+        sessions = manager(isolation=isolation)
+        session = await sessions.open("echo", {"turns": 2})
+        await sessions.reset(session.session_id, {"word": "hi"})
+        result = await sessions.step(session.session_id, "hi h", truncated=True)
+        assert (result.reward, result.done, result.info) == (0.0, False, {"left": 1})
+        await sessions.close_all()
+    run(scenario)

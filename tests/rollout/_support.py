@@ -90,6 +90,8 @@ class ScriptedEnvironment:
     reset_result: ResetResult = ResetResult(system_prompt="sys", initial_user_message="hi",
                                             observation="obs")
     actions: list[str] = field(default_factory=list)
+    truncated: list[bool] = field(default_factory=list)
+    """Per step: whether it came as a cut-off action (`step(..., truncated=True)`)."""
     calls: list[str] = field(default_factory=list)
 
     async def open(self) -> None:
@@ -99,9 +101,10 @@ class ScriptedEnvironment:
         self._call("reset")
         return self.reset_result
 
-    async def step(self, action: str) -> StepOutcome:
+    async def step(self, action: str, *, truncated: bool = False) -> StepOutcome:
         self._call("step")
         self.actions.append(action)
+        self.truncated.append(truncated)
         await asyncio.sleep(self.step_delay_s)
         return self.outcomes.pop(0)
 

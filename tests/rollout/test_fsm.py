@@ -7,7 +7,14 @@ import asyncio
 
 from opentinker_rollout.engine import FinishReason, SamplingConfig
 from opentinker_rollout.environment import StepOutcome
-from opentinker_rollout.episode import AgentState, Episode, EpisodeLimits, StopReason, to_trajectory
+from opentinker_rollout.episode import (
+    AgentState,
+    Episode,
+    EpisodeLimits,
+    StopReason,
+    TruncatedActions,
+    to_trajectory,
+)
 from opentinker_rollout.fsm import AgentLoop, AgentLoopConfig
 from tests.rollout._support import (
     EOS,
@@ -20,6 +27,7 @@ STOP, LENGTH = FinishReason.STOP, FinishReason.LENGTH
 PROMPT = [11, 12, 13]
 OBSERVATION = [21, 22]
 NO_LIMITS = EpisodeLimits()
+END_EPISODE = TruncatedActions.END_EPISODE
 
 
 def play(script, outcomes=(), *, limits=NO_LIMITS, context=512, max_new_tokens=16,
@@ -90,13 +98,55 @@ def test_the_prompt_follows_the_prompt_rule():
     assert episode.prompt_text == "11 12 13"
 
 
-def test_an_action_cut_by_the_turn_limit_ends_without_an_environment_step():
-    episode, generator, environment = play([([5, 6, 7, 8], LENGTH)],
-                                           limits=EpisodeLimits(max_new_tokens_per_turn=4))
+def test_with_end_episode_an_action_cut_by_the_turn_limit_ends_without_an_environment_step():
+    episode, generator, environment = play(
+        [([5, 6, 7, 8], LENGTH)],
+        limits=EpisodeLimits(max_new_tokens_per_turn=4, truncated_actions=END_EPISODE, truncation_penalty=-0.5))
     assert generator.requests[0].sampling.max_new_tokens == 4
     assert episode.stop_reason is StopReason.MAX_TURN_TOKENS
     assert episode.loss_mask == [0, 0, 0, 1, 1, 1, 1]
     assert "step" not in environment.calls and environment.calls[-1] == "close"
+    assert episode.turns[0].truncated and episode.turns[0].reward == -0.5  # the penalty alone
+
+
+def test_by_default_the_game_judges_a_cut_action_and_the_episode_goes_on():
+    episode, generator, environment = play(
+        [([5, 6, 7, 8], LENGTH), ([9, EOS], STOP)],
+        [StepOutcome(observation="too long", reward=-1.0), StepOutcome(reward=1.0, done=True)],
+        limits=EpisodeLimits(max_new_tokens_per_turn=4))
+    assert environment.actions == ["5 6 7 8", "9"] and environment.truncated == [True, False]
+    assert episode.stop_reason is StopReason.DONE
+    assert [t.truncated for t in episode.turns] == [True, False]
+    assert [t.reward for t in episode.turns] == [-1.0, 1.0]
+    assert episode.token_ids == [11, 12, 13, 5, 6, 7, 8, 0, 21, 22, 9, EOS]  # the cut turn is closed
+    assert to_trajectory(episode).total_reward == 0.0
+
+
+def test_the_truncation_penalty_adds_to_the_games_verdict():
+    episode, _, _ = play([([5, 6], LENGTH)], [StepOutcome(reward=0.25, done=True)],
+                         limits=EpisodeLimits(max_new_tokens_per_turn=2, truncation_penalty=-1.0))
+    assert episode.turns[0].reward == -0.75 and episode.stop_reason is StopReason.DONE
+
+
+def test_a_cut_by_the_total_limit_is_judged_then_ends_with_that_limit():
+    episode, _, environment = play([([5, 6, 7, 8, 9], LENGTH)], [StepOutcome(observation="go on", reward=-1.0)],
+                                   limits=EpisodeLimits(max_total_tokens=8))
+    assert environment.truncated == [True]
+    assert episode.stop_reason is StopReason.MAX_TOTAL_TOKENS
+    assert episode.turns[0].reward == -1.0 and episode.turns[0].observation_text == "go on"
+    assert len(episode.token_ids) == 8
+
+
+def test_with_end_episode_a_match_still_judges_a_cut_by_the_turn_budget_but_not_by_the_context():
+    class Match(ScriptedEnvironment):
+        accepts_truncated_actions = True
+
+    limits = EpisodeLimits(max_new_tokens_per_turn=2, truncated_actions=END_EPISODE)
+    _, _, judged = play([([5, 6], LENGTH)], [StepOutcome(done=True)], limits=limits,
+                        environment=Match(outcomes=[StepOutcome(done=True)]))
+    assert judged.truncated == [True]
+    episode, _, unjudged = play([([5], FinishReason.CONTEXT)], limits=limits, environment=Match())
+    assert "step" not in unjudged.calls and episode.stop_reason is StopReason.CONTEXT_LENGTH
 
 
 def test_max_turns_stops_after_the_step_without_appending_the_observation():
@@ -109,7 +159,7 @@ def test_max_turns_stops_after_the_step_without_appending_the_observation():
 
 def test_max_total_tokens_caps_the_generation_budget():
     episode, generator, _ = play([([5, 6, 7, 8, 9], LENGTH)],
-                                 limits=EpisodeLimits(max_total_tokens=8))
+                                 limits=EpisodeLimits(max_total_tokens=8, truncated_actions=END_EPISODE))
     assert generator.requests[0].sampling.max_new_tokens == 5  # 8 - 3 prompt tokens
     assert episode.stop_reason is StopReason.MAX_TOTAL_TOKENS
     assert len(episode.token_ids) == 8
@@ -124,7 +174,7 @@ def test_an_observation_that_does_not_fit_ends_the_episode():
 
 
 def test_the_context_window_caps_generation_with_its_own_reason():
-    episode, generator, _ = play([([5, 6, 7, 8], LENGTH)], context=7, max_new_tokens=16)
+    episode, generator, _ = play([([5, 6, 7, 8], LENGTH)], [StepOutcome()], context=7, max_new_tokens=16)
     assert generator.requests[0].sampling.max_new_tokens == 4
     assert episode.stop_reason is StopReason.CONTEXT_LENGTH
 
@@ -133,7 +183,7 @@ def test_an_engine_that_reports_a_full_context_ends_with_context_length():
     # the per-turn limit (4) is the tighter budget here, so only the engine's CONTEXT answer
     # (its own window may be smaller than the one the loop was told) can give CONTEXT_LENGTH
     episode, _, environment = play([([5, 6], FinishReason.CONTEXT)], context=512,
-                                   limits=EpisodeLimits(max_new_tokens_per_turn=4))
+                                   limits=EpisodeLimits(max_new_tokens_per_turn=4, truncated_actions=END_EPISODE))
     assert episode.stop_reason is StopReason.CONTEXT_LENGTH
     assert episode.token_ids == [11, 12, 13, 5, 6] and episode.loss_mask == [0, 0, 0, 1, 1]
     assert "step" not in environment.calls
@@ -218,6 +268,6 @@ def test_generating_returns_interacting_after_a_stop_token():
 
 
 def test_the_smaller_of_the_turn_limit_and_max_new_tokens_applies():
-    _, generator, _ = play([([5], LENGTH)], limits=EpisodeLimits(max_new_tokens_per_turn=9),
+    _, generator, _ = play([([5], LENGTH)], [StepOutcome(done=True)], limits=EpisodeLimits(max_new_tokens_per_turn=9),
                            max_new_tokens=6)
     assert generator.requests[0].sampling.max_new_tokens == 6

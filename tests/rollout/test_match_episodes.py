@@ -43,7 +43,7 @@ from opentinker_coordinator.protocol.seated_environment import MatchEnvironmentR
 from opentinker_coordinator.servicer import coordinator_service_binding
 from opentinker_rollout.engine import FinishReason
 from opentinker_rollout.environment import ResetResult, StepOutcome
-from opentinker_rollout.episode import EpisodeLimits, StopReason, to_trajectory
+from opentinker_rollout.episode import EpisodeLimits, StopReason, TruncatedActions, to_trajectory
 from opentinker_rollout.main import build_plan
 from opentinker_rollout.rendering import TokenizerRenderer
 from opentinker_rollout.settings import RolloutSettings
@@ -411,11 +411,13 @@ def test_an_action_cut_by_the_turn_budget_is_stepped_where_cut_actions_are_accep
                                             environment=environment, max_new_tokens=2)
     assert episode.stop_reason is StopReason.DONE and environment.actions == ["5 6", "7"]
     assert episode.token_ids[5:8] == [0, 21, 22]  # the observation closes the cut action itself
-    # cut by the context (or total) limit instead: the episode still ends there, unstepped
+    # with END_EPISODE, a cut by the context (or total) limit ends the episode there, unstepped
+    end_episode = TruncatedActions.END_EPISODE
     environment = CutActionsAccepted(outcomes=[StepOutcome(done=True)])
     episode, _, environment = play_scripted([([5, 6], FinishReason.LENGTH)], environment=environment,
-                                            context=5, max_new_tokens=2)
+                                            context=5, max_new_tokens=2,
+                                            limits=EpisodeLimits(truncated_actions=end_episode))
     assert episode.stop_reason is StopReason.CONTEXT_LENGTH and environment.actions == []
     episode, _, _ = play_scripted([([5, 6, 7], FinishReason.LENGTH)], environment=CutActionsAccepted(),
-                                  limits=EpisodeLimits(max_total_tokens=6))
+                                  limits=EpisodeLimits(max_total_tokens=6, truncated_actions=end_episode))
     assert episode.stop_reason is StopReason.MAX_TOTAL_TOKENS

@@ -31,7 +31,8 @@ class GameHandle(Protocol):
 
     async def reset(self, arguments: dict[str, Any], what: str) -> ResetOutcome: ...
 
-    async def step(self, action: str, seat_kwargs: dict[str, str], what: str) -> StepResult: ...
+    async def step(self, action: str, seat_kwargs: dict[str, str], what: str, *,
+                   truncated: bool = False) -> StepResult: ...
 
     async def close(self) -> None:
         """Run the game's close(); its process (if any) is gone afterwards, even if it raised."""
@@ -69,9 +70,10 @@ class InThreadGame:
                           max_chars=self.limits.max_observation_chars)
         return await self._call(call, what, invalid=(GameConfigError,))
 
-    async def step(self, action: str, seat_kwargs: dict[str, str], what: str) -> StepResult:
+    async def step(self, action: str, seat_kwargs: dict[str, str], what: str, *,
+                   truncated: bool = False) -> StepResult:
         call = step_call(self.game, action, seat_kwargs, is_async=not self.in_thread,
-                         max_chars=self.limits.max_observation_chars)
+                         max_chars=self.limits.max_observation_chars, truncated=truncated)
         return await self._call(call, what)
 
     async def close(self) -> None:

@@ -82,13 +82,28 @@ def reset_call(game: Game, arguments: dict[str, Any], *, is_async: bool,
 
 
 def step_call(game: Game, action: str, seat_kwargs: dict[str, str], *, is_async: bool,
-              max_chars: int) -> Callable[[], Any]:
-    """step(action) as one game call, its result checked."""
-    async def run_async() -> StepResult:
-        return checked_step_result(await game.step(action, **seat_kwargs), "step()", max_chars)  # type: ignore[misc]
+              max_chars: int, truncated: bool = False) -> Callable[[], Any]:
+    """step(action) as one game call, its result checked; `on_truncated(action)` instead for
+    an action a token limit cut off."""
+    method, name = (game.on_truncated, "on_truncated()") if truncated else (game.step, "step()")
 
-    return run_async if is_async else lambda: checked_step_result(
-        game.step(action, **seat_kwargs), "step()", max_chars)
+    async def run_async() -> StepResult:
+        return checked_step_result(await method(action, **seat_kwargs), name, max_chars)  # type: ignore[misc]
+
+    return run_async if is_async else lambda: checked_step_result(method(action, **seat_kwargs), name, max_chars)
+
+
+def step_request(action: str, seat_kwargs: dict[str, str], truncated: bool) -> dict[str, Any]:
+    """A step's call to a game process ("truncated" only when set: the common frame stays small)."""
+    request = {"call": "step", "action": action, "seat_kwargs": seat_kwargs}
+    if truncated:
+        request["truncated"] = True
+    return request
+
+
+def step_method(truncated: bool) -> str:
+    """The game method a step calls: "step()", or "on_truncated()" for a cut-off action."""
+    return "on_truncated()" if truncated else "step()"
 
 
 def reset_outcome_to_wire(outcome: ResetOutcome) -> dict[str, Any]:

@@ -11,11 +11,11 @@ from opentinker.core.heap import settle_heap_once_started
 from opentinker.core.job_credentials import SchedulerJobCredentials
 from opentinker.core.reaping import idle_reaper
 from opentinker.core.server import HealthReporter, ServerPlan, StartHook
-from opentinker.core.worker_registration import WorkerRegistration
 from opentinker_envhost.catalog import GameCatalog
 from opentinker_envhost.errors import EnvHostError
 from opentinker_envhost.servicer import envhost_service_binding
 from opentinker_envhost.limits import Isolation, SessionLimits
+from opentinker_envhost.registration import envhost_registration
 from opentinker_envhost.sessions import SessionManager
 from opentinker_envhost.settings import EnvHostSettings
 
@@ -60,7 +60,7 @@ async def build_plan(settings: EnvHostSettings) -> ServerPlan:
     """What the server hosts; peers are not dialled yet (no RPC needs them)."""
     manager = session_manager(settings)
     log.info("games_loaded", games={name: spec.source for name, spec in manager.catalog.specs.items()})
-    registration = WorkerRegistration.for_settings(settings, role="envhost", name=settings.name)
+    registration = envhost_registration(settings, manager.catalog)
     credentials = job_credentials(settings)
     closers = [credentials.close] if credentials is not None else []
     return ServerPlan(services=[envhost_service_binding(manager)],

@@ -271,7 +271,7 @@ class GameServer:
         if call == "step":
             return step_result_to_wire(self._call(step_call(
                 self._game(slot), request["action"], request["seat_kwargs"], is_async=self.is_async,
-                max_chars=max_chars)))
+                max_chars=max_chars, truncated=request.get("truncated") is True)))
         if call == "close":
             game = self.games.pop(slot, None)
             if game is not None:

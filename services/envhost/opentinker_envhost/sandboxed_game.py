@@ -33,7 +33,12 @@ from opentinker_envhost.catalog import GameSpec
 from opentinker_envhost.errors import EnvironmentCrashed, EnvironmentTimeout
 from opentinker_envhost.game_replies import invalid_reply, invalid_result, reply_error
 from opentinker_envhost.sandbox_connection import GameProcess
-from opentinker_envhost.game_results import ResetOutcome, reset_outcome_from_wire, step_result_from_wire
+from opentinker_envhost.game_results import (
+    ResetOutcome,
+    reset_outcome_from_wire,
+    step_request,
+    step_result_from_wire,
+)
 from opentinker_envhost.limits import SessionLimits
 
 EXIT_WAIT_S = 5.0
@@ -77,8 +82,9 @@ class SandboxedGame:
         result = await self.call({"call": "reset", "arguments": arguments}, what, invalid=True)
         return self._checked(what, lambda: reset_outcome_from_wire(result, self.limits.max_observation_chars))
 
-    async def step(self, action: str, seat_kwargs: dict[str, str], what: str) -> StepResult:
-        result = await self.call({"call": "step", "action": action, "seat_kwargs": seat_kwargs}, what)
+    async def step(self, action: str, seat_kwargs: dict[str, str], what: str, *,
+                   truncated: bool = False) -> StepResult:
+        result = await self.call(step_request(action, seat_kwargs, truncated), what)
         return self._checked(what, lambda: step_result_from_wire(result, self.limits.max_observation_chars))
 
     async def close(self) -> None:

@@ -124,6 +124,8 @@ class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
         if kind != "step" and kind != "reset":
             return False
         message = request.step if kind == "step" else request.reset
+        if kind == "step" and message.truncated:
+            return False  # a cut-off action (rare): the awaited path asks the game's on_truncated
         if job_token_check_needed() and not job_token_allowed_now(context, job_id=self.manager.job_of(message.session_id)):
             return False
         try:
@@ -167,7 +169,8 @@ class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
         return convert.reset_response(outcome)
 
     async def step(self, request: pb.StepRequest) -> pb.StepResponse:
-        result = await self.manager.step(request.session_id, request.action, seat=request.seat)
+        result = await self.manager.step(request.session_id, request.action, seat=request.seat,
+                                         truncated=request.truncated)
         return convert.step_response(result)
 
     async def close_session(self, request: pb.CloseSessionRequest) -> pb.CloseSessionResponse:
@@ -187,7 +190,8 @@ class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
                 if refusal:
                     return pb.InteractResponse(sequence=request.sequence, error=convert.refusal_detail(refusal))
             if kind == "step":
-                stepped = await self.manager.step(message.session_id, message.action, seat=message.seat)
+                stepped = await self.manager.step(message.session_id, message.action, seat=message.seat,
+                                                  truncated=message.truncated)
                 response = pb.InteractResponse(sequence=request.sequence)
                 convert.fill_step_response(response.step, stepped)
                 return response

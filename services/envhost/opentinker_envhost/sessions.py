@@ -49,7 +49,7 @@ from opentinker_envhost.errors import (
     env_error_kind,
 )
 from opentinker_envhost.game_hosts import GameHandle, game_host
-from opentinker_envhost.game_results import ResetOutcome
+from opentinker_envhost.game_results import ResetOutcome, step_method
 from opentinker_envhost.limits import Isolation, SessionLimits
 from opentinker_envhost.metrics import OPEN_SESSIONS, STEP_SECONDS, STEPS, count_env_error
 from opentinker_envhost.session_lock import SessionLock
@@ -208,16 +208,17 @@ class SessionManager:
             session.state, session.note = SessionState.PLAYING, ""
             return outcome
 
-    async def step(self, session_id: str, action: str, *, seat: str = "") -> StepResult:
-        """Apply `action`; FAILED_PRECONDITION unless an episode is in progress."""
+    async def step(self, session_id: str, action: str, *, seat: str = "", truncated: bool = False) -> StepResult:
+        """Apply `action` (`truncated`: a token limit cut it off, so the game's `on_truncated`
+        judges it); FAILED_PRECONDITION unless an episode is in progress."""
         session = self._get(session_id)
         async with session.lock:
             self._require_playing(session)
-            call = functools.partial(session.game.step, action, _seat_kwargs(session.spec, seat))
+            call = functools.partial(session.game.step, action, _seat_kwargs(session.spec, seat), truncated=truncated)
             step_seconds, steps = _step_metrics(session.spec.name)
             started = time.perf_counter()
             try:
-                result = await self._game_call(session, "step()", call)
+                result = await self._game_call(session, step_method(truncated), call)
             finally:
                 step_seconds.observe(time.perf_counter() - started)
             steps.inc()

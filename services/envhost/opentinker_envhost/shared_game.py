@@ -24,7 +24,12 @@ from opentinker_envhost import sandbox_protocol as wire
 from opentinker_envhost.catalog import GameSpec
 from opentinker_envhost.errors import EnvironmentCrashed, EnvironmentTimeout, NotYourTurnError
 from opentinker_envhost.game_replies import invalid_reply, invalid_result, reply_error
-from opentinker_envhost.game_results import ResetOutcome, reset_outcome_from_wire, step_result_from_wire
+from opentinker_envhost.game_results import (
+    ResetOutcome,
+    reset_outcome_from_wire,
+    step_request,
+    step_result_from_wire,
+)
 from opentinker_envhost.limits import SessionLimits
 from opentinker_envhost.shared_worker import Blame, CallLost, SharedWorker, SoonReply
 
@@ -112,8 +117,9 @@ class SharedGame:
         request = {"call": "reset", "arguments": arguments}
         return self._reset_result(request, await self._play(request, what, invalid=True), what)
 
-    async def step(self, action: str, seat_kwargs: dict[str, str], what: str) -> StepResult:
-        request = {"call": "step", "action": action, "seat_kwargs": seat_kwargs}
+    async def step(self, action: str, seat_kwargs: dict[str, str], what: str, *,
+                   truncated: bool = False) -> StepResult:
+        request = step_request(action, seat_kwargs, truncated)
         return self._step_result(request, await self._play(request, what), what)
 
     def reset_soon(self, arguments: dict[str, Any], what: str, then: Then) -> bool:

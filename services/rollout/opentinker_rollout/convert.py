@@ -35,7 +35,7 @@ from opentinker.ml.sources import LoraSpec, ModelInfo, ModelSource
 from opentinker.ml.shared_weights import SharedFile
 from opentinker.ml.weights import ChecksumAlgorithm, TensorSpec, WeightsChecksum
 from opentinker_rollout.engine import FinishReason, SamplingConfig
-from opentinker_rollout.episode import EpisodeLimits, StopReason, Trajectory, Turn
+from opentinker_rollout.episode import EpisodeLimits, StopReason, Trajectory, TruncatedActions, Turn
 from opentinker_rollout.errors import InvalidArgument, WeightsCorrupt
 from opentinker_rollout.fencing import Lease
 from opentinker_rollout.policies import LoadRequest, PolicyInfo, WeightsFormat, WeightsHeader
@@ -118,6 +118,11 @@ def sampling_config(message: sampling_pb2.SamplingParams) -> SamplingConfig:
         n=message.n or 1, seed=message.seed)
 
 
+TRUNCATED_ACTIONS = {sampling_pb2.TRUNCATED_ACTIONS_UNSPECIFIED: TruncatedActions.JUDGED,
+                     sampling_pb2.TRUNCATED_ACTIONS_JUDGED: TruncatedActions.JUDGED,
+                     sampling_pb2.TRUNCATED_ACTIONS_END_EPISODE: TruncatedActions.END_EPISODE}
+
+
 def episode_limits(message: sampling_pb2.AgentLoopLimits) -> EpisodeLimits:
     for field in ("max_turns", "max_new_tokens_per_turn", "max_total_tokens"):
         if getattr(message, field) < 0:
@@ -125,9 +130,17 @@ def episode_limits(message: sampling_pb2.AgentLoopLimits) -> EpisodeLimits:
     timeout = message.episode_timeout.ToTimedelta().total_seconds()
     if timeout < 0:
         raise InvalidArgument("limits.episode_timeout", "must not be negative")
+    if not math.isfinite(message.truncation_penalty) or message.truncation_penalty > 0:
+        raise InvalidArgument("limits.truncation_penalty", "must be a finite number <= 0 (0 = none): a cut-off "
+                              "reply must never earn more than the game gives it")
+    if message.truncated_actions not in TRUNCATED_ACTIONS:
+        raise InvalidArgument("limits.truncated_actions", f"unknown value {message.truncated_actions} "
+                              "(TRUNCATED_ACTIONS_JUDGED or TRUNCATED_ACTIONS_END_EPISODE)")
     return EpisodeLimits(max_turns=message.max_turns,
                          max_new_tokens_per_turn=message.max_new_tokens_per_turn,
-                         max_total_tokens=message.max_total_tokens, timeout_s=timeout or None)
+                         max_total_tokens=message.max_total_tokens, timeout_s=timeout or None,
+                         truncated_actions=TRUNCATED_ACTIONS[message.truncated_actions],
+                         truncation_penalty=message.truncation_penalty)
 
 
 def episode_specs(request: rollout_pb2.RunEpisodesRequest) -> tuple[EpisodeSpec, ...]:
@@ -296,7 +309,8 @@ def turn(value: Turn) -> trajectory_pb2.Turn:
         turn_index=value.turn_index, action_start=value.action_start, action_end=value.action_end,
         observation_start=value.observation_start, observation_end=value.observation_end,
         action_text=value.action_text, observation_text=value.observation_text,
-        reward=value.reward, policy_version=value.policy_version, info=to_struct(value.info))
+        reward=value.reward, policy_version=value.policy_version, info=to_struct(value.info),
+        truncated=value.truncated)
 
 
 def episode_error(error: EpisodeError) -> errors_pb2.ErrorDetail:

@@ -10,7 +10,10 @@ episodes call with the job's token and id as their only credential (the token th
 call came with): the EnvHost may be a tenant's own, at an address the tenant chose, and never
 sees the Rollout's key. Only episodes without a job (an admin's own RunEpisodes) call with the
 Rollout's key. Any RPC error becomes an `EnvironmentFailure`, so the episode ends with ENV_ERROR
-and the others go on.
+and the others go on; its text (the episode's `env_error`) is the failed call on one line
+("EnvHost <address> Step failed: INTERNAL: ...") and, when the game raised, the tail of the game's
+traceback after it (`environment.with_traceback_tail`: the last 20 lines, at most 4 KB), which the
+Coordinator tells in the job's log.
 """
 
 from __future__ import annotations

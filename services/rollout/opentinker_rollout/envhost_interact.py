@@ -33,7 +33,7 @@ from opentinker.api.envhost.v1 import envhost_service_pb2 as envhost_pb2
 from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
 from opentinker.core.job_tokens import job_call_metadata
 from opentinker.core.errors import traceback_from_metadata
-from opentinker_rollout.environment import EnvironmentFailure, ResetResult, StepOutcome
+from opentinker_rollout.environment import EnvironmentFailure, ResetResult, StepOutcome, with_traceback_tail
 from opentinker_rollout.envhost_unary import (
     DEFAULT_CALL_TIMEOUT_S,
     EnvHostSession,
@@ -160,8 +160,8 @@ class InteractSession:
         return response
 
     def _failure(self, method: str, status: str, details: str, traceback: str = "") -> EnvironmentFailure:
-        return EnvironmentFailure(f"EnvHost {self.target.address} {method} failed: {status}: {details}",
-                                  traceback=traceback, status=status)
+        summary = f"EnvHost {self.target.address} {method} failed: {status}: {details}"
+        return EnvironmentFailure(with_traceback_tail(summary, traceback), traceback=traceback, status=status)
 
 
 STREAM_UNUSABLE = frozenset({"UNIMPLEMENTED", "INTERNAL", "UNKNOWN"})

@@ -21,7 +21,7 @@ from opentinker.api.envhost.v1 import envhost_service_pb2 as envhost_pb2
 from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
 from opentinker.core.errors import traceback_from_metadata
 from opentinker.core.job_tokens import job_call_metadata
-from opentinker_rollout.environment import EnvironmentFailure, ResetResult, StepOutcome
+from opentinker_rollout.environment import EnvironmentFailure, ResetResult, StepOutcome, with_traceback_tail
 
 DEFAULT_CALL_TIMEOUT_S = 120.0
 
@@ -79,10 +79,10 @@ class EnvHostSession:
         try:
             return await getattr(self.stub, method)(request, timeout=self.call_timeout_s, metadata=self.metadata)
         except grpc.aio.AioRpcError as error:
-            raise EnvironmentFailure(
-                f"EnvHost {self.target.address} {method} failed: {error.code().name}: "
-                f"{error.details()}", traceback=traceback_from_metadata(error.trailing_metadata()),
-                status=error.code().name) from error
+            summary = f"EnvHost {self.target.address} {method} failed: {error.code().name}: {error.details()}"
+            traceback = traceback_from_metadata(error.trailing_metadata())
+            raise EnvironmentFailure(with_traceback_tail(summary, traceback), traceback=traceback,
+                                     status=error.code().name) from error
 
 
 def to_struct(values: Mapping[str, Any]) -> struct_pb2.Struct:

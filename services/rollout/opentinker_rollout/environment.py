@@ -20,6 +20,11 @@ from typing import Any, Protocol
 from opentinker_rollout.episode import Episode
 
 
+TRACEBACK_TAIL_LINES = 20
+TRACEBACK_TAIL_CHARS = 4096
+"""How much of a game's traceback an episode's `env_error` carries: its last lines (where it raised)."""
+
+
 class EnvironmentFailure(Exception):
     """The environment could not open, reset or step; `traceback` is the game's, if any, and
     `status` the status code's name when its host answered with one (e.g. "RESOURCE_EXHAUSTED")."""
@@ -28,6 +33,28 @@ class EnvironmentFailure(Exception):
         super().__init__(message)
         self.traceback = traceback
         self.status = status
+
+
+def with_traceback_tail(summary: str, traceback: str) -> str:
+    """An environment failure as an episode's `env_error` tells it: `summary` on one line, then
+    (when the game raised) the tail of its traceback, so whoever reads the trajectory (the
+    Coordinator, for the job's events) sees where the game failed."""
+    line = " ".join(summary.split("\n")).replace("\r", " ")
+    tail = traceback_tail(traceback)
+    return f"{line}\n{tail}" if tail else line
+
+
+def traceback_tail(traceback: str) -> str:
+    """The last TRACEBACK_TAIL_LINES lines of `traceback`, at most TRACEBACK_TAIL_CHARS
+    characters, after a line saying what was cut ("" for no traceback)."""
+    lines = traceback.strip("\n").splitlines()
+    kept = lines[-TRACEBACK_TAIL_LINES:]
+    while len(kept) > 1 and sum(len(line) + 1 for line in kept) > TRACEBACK_TAIL_CHARS:
+        kept = kept[1:]
+    text = "\n".join(kept)[-TRACEBACK_TAIL_CHARS:]
+    if len(kept) == len(lines) and len(text) == len("\n".join(lines)):
+        return text
+    return f"[the traceback's last {len(kept)} of {len(lines)} lines, at most {TRACEBACK_TAIL_CHARS} characters]\n{text}"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -36,6 +36,13 @@ class StopReason(StrEnum):
     ENV_ERROR = "env_error"                  # the environment failed; do not train on it
 
 
+class TruncatedActions(StrEnum):
+    """What an action cut off by a token limit does (AgentLoopLimits.truncated_actions)."""
+
+    JUDGED = "judged"            # the environment judges it (the game's on_truncated)
+    END_EPISODE = "end_episode"  # the episode ends there, without an environment step
+
+
 @dataclass(frozen=True, kw_only=True)
 class EpisodeLimits:
     """Limits of one episode; 0 (or None) means no limit of that kind."""
@@ -46,6 +53,9 @@ class EpisodeLimits:
     max_total_tokens: int = 0
     """Prompt + actions + observations; the model's context window always applies too."""
     timeout_s: float | None = None
+    truncated_actions: TruncatedActions = TruncatedActions.JUDGED
+    truncation_penalty: float = 0.0
+    """Added to the reward of a turn whose action was cut off (<= 0)."""
 
 
 @dataclass(kw_only=True)
@@ -65,6 +75,8 @@ class Turn:
     observation_text: str = ""
     reward: float = 0.0
     info: Mapping[str, Any] = field(default_factory=dict)
+    truncated: bool = False
+    """A token limit cut the action off (it did not end by itself)."""
 
 
 @dataclass(kw_only=True)

@@ -10,14 +10,20 @@ and returns the next state, and all per-episode data lives in the `Episode`:
   A reset that says done (a match that finished before this seat's first turn) terminates
   the episode at once with DONE: no action is sampled, the reset's reward is its total.
 - GENERATING samples one action through the batcher and appends its tokens exactly as
-  sampled (mask 1, sampling logprobs kept; never re-tokenized). An action cut off by a limit
-  ends the episode without an environment step (MAX_TURN_TOKENS, MAX_TOTAL_TOKENS or
-  CONTEXT_LENGTH), except that an action cut by the per-turn budget alone still goes to
-  INTERACTING when the session `accepts_truncated_actions` (a match: the game judges the cut
-  reply, since leaving would forfeit the match and waste the other seats' episodes).
+  sampled (mask 1, sampling logprobs kept; never re-tokenized). An action cut off by a token
+  limit (the per-turn budget, the episode's total or the context window) is marked
+  `truncated`. By default (limits JUDGED) it still goes to INTERACTING: the environment judges
+  it (`step(action, truncated=True)`: the game's `on_truncated`, by default its `step`), so a
+  reply that rambles to the limit scores like any other bad reply instead of a free 0. With
+  END_EPISODE the episode ends there without an environment step (MAX_TURN_TOKENS,
+  MAX_TOTAL_TOKENS or CONTEXT_LENGTH), except that a session that `accepts_truncated_actions`
+  (a match: leaving would forfeit it and waste the other seats' episodes) is still stepped
+  with an action cut by the per-turn budget alone. Either way a cut turn's reward gets the
+  limits' `truncation_penalty` (<= 0) added.
 - INTERACTING sends the decoded action to the environment and records the reward. If the
   episode goes on, the observation turn's tokens are appended (mask 0, logprob 0); a final
-  observation (done, or the turn limit reached) is kept as text only.
+  observation (done, the turn limit reached, or no room left after a cut by the total or
+  context limit) is kept as text only.
 
 Match episodes (multi-agent) run the same machine over a `match_client.MatchSession`: reset
 joins the seat and waits for its first turn, each step submits the action and waits for the
@@ -42,7 +48,7 @@ from opentinker.env.game import opening_messages
 from opentinker_rollout.batcher import BatchedGeneration
 from opentinker_rollout.engine import FinishReason, GenerationRequest, SamplingConfig, derive_seed
 from opentinker_rollout.environment import EnvironmentFailure, EnvironmentSession
-from opentinker_rollout.episode import AgentState, Episode, EpisodeLimits, StopReason, Turn
+from opentinker_rollout.episode import AgentState, Episode, EpisodeLimits, StopReason, TruncatedActions, Turn
 
 log = structlog.get_logger(__name__)
 CLOSE_TIMEOUT_S = 5.0
@@ -155,15 +161,25 @@ class AgentLoop:
             policy_version=answer.policy_version,
             observation_start=len(episode.token_ids), observation_end=len(episode.token_ids)))
         finish = generation.finish_reason
-        if finish is FinishReason.STOP or self._judged_when_cut(finish, budget_reason):
+        if finish is FinishReason.STOP:
             return AgentState.INTERACTING
-        episode.finish(StopReason.CONTEXT_LENGTH if finish is FinishReason.CONTEXT else budget_reason)
+        cut_by = StopReason.CONTEXT_LENGTH if finish is FinishReason.CONTEXT else budget_reason
+        turn = episode.turns[-1]
+        turn.truncated = True
+        if self._judged_when_cut(cut_by):
+            return AgentState.INTERACTING
+        turn.reward = self.config.limits.truncation_penalty
+        episode.finish(cut_by)
         return AgentState.TERMINATED
 
     async def interacting(self, episode: Episode) -> AgentState:
         turn = episode.turns[-1]
-        outcome = await self.environment.step(turn.action_text)
-        turn.reward, turn.info, turn.observation_text = outcome.reward, outcome.info, outcome.observation
+        if turn.truncated:
+            outcome = await self.environment.step(turn.action_text, truncated=True)
+        else:
+            outcome = await self.environment.step(turn.action_text)
+        turn.reward = outcome.reward + (self.config.limits.truncation_penalty if turn.truncated else 0.0)
+        turn.info, turn.observation_text = outcome.info, outcome.observation
         if outcome.done:
             episode.finish(StopReason.DONE)
             return AgentState.TERMINATED
@@ -180,10 +196,11 @@ class AgentLoop:
         turn.observation_end = len(episode.token_ids)
         return AgentState.GENERATING
 
-    def _judged_when_cut(self, finish: FinishReason, budget_reason: StopReason) -> bool:
-        """An action cut by the per-turn budget (not the context or total limit) still goes to
-        an environment that accepts truncated actions."""
-        return (finish is FinishReason.LENGTH and budget_reason is StopReason.MAX_TURN_TOKENS
+    def _judged_when_cut(self, cut_by: StopReason) -> bool:
+        """Whether the environment judges an action cut off by `cut_by` (see the module doc)."""
+        if self.config.limits.truncated_actions is TruncatedActions.JUDGED:
+            return True
+        return (cut_by is StopReason.MAX_TURN_TOKENS
                 and bool(getattr(self.environment, "accepts_truncated_actions", False)))
 
     def _room_or_stop(self, episode: Episode) -> AgentState:

@@ -135,6 +135,18 @@ class AbstractGame(_GameMetadata, abc.ABC):
     def step(self, action: str) -> StepResult:
         """Apply the model's action text."""
 
+    def on_truncated(self, action: str, **kwargs: Any) -> StepResult:
+        """A reply a token limit cut off (it did not end by itself): what it does to the episode.
+
+        Default: `step(action)`, so a reply that rambles to the limit is judged like any other
+        reply (usually as an invalid one): babbling never beats playing. Override to penalise
+        it, end the episode, or forgive it; the episode goes on when the result is not `done`
+        (unless no tokens are left). A seated game gets `seat=` as in `step`. Jobs may instead
+        end the episode at a cut reply without asking the game
+        (`limits.truncated_actions: TRUNCATED_ACTIONS_END_EPISODE`), and may add
+        `limits.truncation_penalty` either way."""
+        return self.step(action, **kwargs)
+
 
 class AsyncAbstractGame(_GameMetadata, abc.ABC):
     """A game whose reset/step are coroutines (e.g. they call a remote tool); must not block."""
@@ -154,6 +166,10 @@ class AsyncAbstractGame(_GameMetadata, abc.ABC):
     @abc.abstractmethod
     async def step(self, action: str) -> StepResult:
         """Apply the model's action text."""
+
+    async def on_truncated(self, action: str, **kwargs: Any) -> StepResult:
+        """A reply a token limit cut off: see `AbstractGame.on_truncated` (default: `step`)."""
+        return await self.step(action, **kwargs)
 
 
 Game = AbstractGame | AsyncAbstractGame
