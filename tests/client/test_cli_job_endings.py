@@ -34,8 +34,11 @@ def spec_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_run_prints_the_final_checkpoint_and_how_to_train_from_it(spec_file: Path, capsys) -> None:  # noqa: ANN001
-    with fake_scheduler(lambda job_id: Story(checkpoints=[
-            job_pb2.CheckpointSaved(checkpoint_id=f"{job_id}-step-10", step=10), final_checkpoint(job_id, 20)])) as (_, address):
+    def story(job_id: str) -> Story:
+        return Story(checkpoints=[job_pb2.CheckpointSaved(checkpoint_id=f"{job_id}-step-10", step=10),
+                                  final_checkpoint(job_id, 20)])
+
+    with fake_scheduler(story) as (_, address):
         assert main(["run", str(spec_file), "--scheduler", address]) == 0
     out = capsys.readouterr().out
     job_id = re.search(r"^job (job-[0-9a-f]{32}) SUCCEEDED: finished$", out, re.MULTILINE).group(1)
@@ -55,7 +58,7 @@ def test_a_multi_agent_job_prints_each_agents_checkpoint(spec_file: Path, capsys
     assert f"final checkpoint of agent beta: {job_id}-final-beta (step 50)\n" in out
 
 
-def test_a_failed_job_shows_its_last_checkpoint_and_one_without_any_shows_none(spec_file: Path, capsys) -> None:  # noqa: ANN001
+def test_a_failed_job_shows_its_last_checkpoint_a_job_without_one_none(spec_file: Path, capsys) -> None:  # noqa: ANN001
     failed = lambda job_id: Story(final_state=job_pb2.Job.STATE_FAILED, message="NoTrainableEpisodes",  # noqa: E731
                                   checkpoints=[job_pb2.CheckpointSaved(checkpoint_id=f"{job_id}-step-5", step=5)])
     with fake_scheduler(failed) as (_, address):

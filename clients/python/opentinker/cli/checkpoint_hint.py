@@ -24,8 +24,14 @@ def checkpoint_lines(job: job_pb2.Job) -> list[str]:
         agents = sorted(saved.agent_checkpoint_ids.items())
         lines = [f"{which} checkpoint of agent {agent}: {checkpoint_id} (step {saved.step})"
                  for agent, checkpoint_id in agents]
-        example = f"agents: [{{agent_id: {agents[0][0]}, model: {{checkpoint: {{checkpoint_id: {agents[0][1]}}}}}}}, ...]"
+        agent, checkpoint_id = agents[0]
+        example = f"agents: [{{agent_id: {agent}, model: {_model(checkpoint_id)}}}, ...]"
         return [*lines, "train from one with, in the next job spec:", f"  {example}"]
     return [f"{which} checkpoint: {saved.checkpoint_id} (step {saved.step})",
             "train from it (e.g. RL after SFT) with, in the next job spec:",
-            f"  policy: {{model: {{checkpoint: {{checkpoint_id: {saved.checkpoint_id}}}}}}}"]
+            f"  policy: {{model: {_model(saved.checkpoint_id)}}}"]
+
+
+def _model(checkpoint_id: str) -> str:
+    """The spec's `model` naming the checkpoint, in YAML flow style."""
+    return f"{{checkpoint: {{checkpoint_id: {checkpoint_id}}}}}"
