@@ -46,10 +46,10 @@ class GameSession:
                            initial_user_message=self.game.get_initial_user_message(),
                            observation=observation)
 
-    async def step(self, action: str) -> StepOutcome:
+    async def step(self, action: str, *, truncated: bool = False) -> StepOutcome:
         self.calls.append("step")
         self.actions.append(action)
-        result = self._call(lambda: self.game.step(action))
+        result = self._call(lambda: self.game.on_truncated(action) if truncated else self.game.step(action))
         return StepOutcome(observation=result.observation, reward=result.reward,
                            done=result.done, info=result.info)
 
