@@ -184,3 +184,39 @@ def test_the_env_sdk_imports_neither_torch_nor_grpc() -> None:
     code = "import sys, opentinker.env; print('torch' in sys.modules, 'grpc' in sys.modules)"
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert output.stdout.split() == ["False", "False"]
+
+
+class _Picky(AbstractGame):
+    """Scores "yes"; a cut-off reply costs a point and ends the episode."""
+
+    def get_system_prompt(self) -> str:
+        return "Say yes."
+
+    def get_initial_user_message(self) -> str:
+        return ""
+
+    def reset(self) -> str:
+        return "?"
+
+    def step(self, action: str) -> StepResult:
+        return StepResult(observation="again", reward=float(action == "yes"))
+
+    def on_truncated(self, action: str, **kwargs: object) -> StepResult:
+        return StepResult(reward=-1.0, done=True, info={"cut": len(action)})
+
+
+def test_a_cut_off_reply_goes_to_on_truncated_in_the_harness():
+    from opentinker.env import Cut
+    episode = play(_Picky(), ["yes", Cut("y" * 30), "yes"])
+    assert episode.actions == ("yes", "y" * 30) and episode.done
+    assert [r.reward for r in episode.results] == [1.0, -1.0] and episode.results[-1].info == {"cut": 30}
+
+
+def test_the_default_on_truncated_judges_the_cut_reply_with_step():
+    class Plain(_Picky):
+        on_truncated = AbstractGame.on_truncated
+
+    harness = GameHarness(Plain())
+    harness.reset()
+    assert harness.step("yes", truncated=True).reward == 1.0  # judged like any reply
+    assert harness.step("ramble", truncated=True).reward == 0.0

@@ -37,13 +37,13 @@ from opentinker.env.game import (
     opening_messages,
     opening_user_content,
 )
-from opentinker.env.harness import Episode, GameHarness, HarnessError, aplay, play
+from opentinker.env.harness import Cut, Episode, GameHarness, HarnessError, aplay, play
 from opentinker.env.math_game import MathGame, math_sft_examples
 from opentinker.env.math_problems import MathProblem
 from opentinker.env.registry import GameLoadError, builtin_games, check_game_name, load_game_class
 
 __all__ = [
-    "DEFAULT_MAX_OBSERVATION_CHARS", "AbstractGame", "AsyncAbstractGame", "DatasetError", "Episode",
+    "DEFAULT_MAX_OBSERVATION_CHARS", "AbstractGame", "AsyncAbstractGame", "Cut", "DatasetError", "Episode",
     "Game", "GameClass", "GameConfigError", "GameHarness", "NotYourTurn", "GameLoadError", "HarnessError",
     "JsonlDataset", "MathGame", "MathProblem", "SeededGenerator", "StepResult", "answers_match",
     "aplay", "builtin_games", "check_game_name", "check_observation", "check_step_result",

@@ -6,6 +6,10 @@ without any service:
 
 Checks: reset returns a str and step a StepResult (observations within the size limit);
 step before reset, or after the episode is done, raises HarnessError.
+
+A reply cut off by a token limit goes to the game's `on_truncated` (as in a job): mark it with
+`Cut`, e.g. `play(MyGame(), ["e4", Cut("Let me think about this very")])`, or
+`harness.step(text, truncated=True)`.
 """
 
 from __future__ import annotations
@@ -25,6 +29,13 @@ from opentinker.env.game import (
     check_step_result,
     opening_messages,
 )
+
+
+class Cut(str):
+    """An action a token limit cut off: `play` and `GameHarness.step` hand it to the game's
+    `on_truncated` instead of `step`."""
+
+    __slots__ = ()
 
 
 class HarnessError(RuntimeError):
@@ -73,17 +84,21 @@ class GameHarness:
         self._require_sync("reset")
         return self._opened(self.game.reset(**kwargs))
 
-    def step(self, action: str) -> StepResult:
+    def step(self, action: str, *, truncated: bool = False) -> StepResult:
+        """The game's step (its on_truncated for a cut-off action: `truncated` or a `Cut`)."""
         self._require_sync("step")
         self._require_open_episode()
-        return self._stepped(action, self.game.step(action))
+        cut = truncated or isinstance(action, Cut)
+        return self._stepped(action, self.game.on_truncated(action) if cut else self.game.step(action), cut)
 
     async def areset(self, **kwargs: Any) -> str:
         return self._opened(await _maybe_await(self.game.reset(**kwargs)))
 
-    async def astep(self, action: str) -> StepResult:
+    async def astep(self, action: str, *, truncated: bool = False) -> StepResult:
         self._require_open_episode()
-        return self._stepped(action, await _maybe_await(self.game.step(action)))
+        cut = truncated or isinstance(action, Cut)
+        method = self.game.on_truncated if cut else self.game.step
+        return self._stepped(action, await _maybe_await(method(action)), cut)
 
     def _opened(self, observation: object) -> str:
         observation = check_observation(observation, "reset()", self.max_observation_chars)
@@ -92,8 +107,8 @@ class GameHarness:
                                observation=observation)
         return observation
 
-    def _stepped(self, action: str, result: object) -> StepResult:
-        result = check_step_result(result, "step()", self.max_observation_chars)
+    def _stepped(self, action: str, result: object, cut: bool = False) -> StepResult:
+        result = check_step_result(result, "on_truncated()" if cut else "step()", self.max_observation_chars)
         episode = self.episode
         assert episode is not None
         self.episode = Episode(system_prompt=episode.system_prompt,
