@@ -8,6 +8,7 @@ import re
 from opentinker.env.game import GameClass, is_game_class
 from opentinker.env.gomoku_game import GomokuGame
 from opentinker.env.guess_number_game import GuessNumberGame
+from opentinker.env.nim_game import NimGame
 from opentinker.env.math_game import MathGame
 from opentinker.env.math_tool_game import MathToolGame
 
@@ -21,7 +22,8 @@ class GameLoadError(ValueError):
 
 def builtin_games() -> dict[str, GameClass]:
     """Built-in games by name."""
-    return {"math": MathGame, "math_tool": MathToolGame, "guess_number": GuessNumberGame, "gomoku": GomokuGame}
+    return {"math": MathGame, "math_tool": MathToolGame, "guess_number": GuessNumberGame, "nim": NimGame,
+            "gomoku": GomokuGame}
 
 
 def load_game_class(import_path: str) -> GameClass:
