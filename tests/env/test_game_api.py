@@ -162,7 +162,7 @@ def test_async_games_play_through_play_and_aplay() -> None:
 def test_builtin_registry_and_import_paths() -> None:
     games = builtin_games()
     assert games["math"] is MathGame
-    assert set(games) == {"math", "math_tool", "guess_number", "gomoku"}
+    assert set(games) == {"math", "math_tool", "guess_number", "nim", "gomoku"}
     assert all(is_game_class(cls) and check_game_name(name) is None for name, cls in games.items())
     assert load_game_class("opentinker.env:MathGame") is MathGame
     assert load_game_class("tests.env.test_game_api:Countdown") is Countdown
