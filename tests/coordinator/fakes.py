@@ -77,8 +77,10 @@ class RecordingReporter:
     async def progress(self, *, phase, step, total_steps, metrics=None):
         self.events.append(("progress", phase, step))
 
-    async def log(self, level, message):
-        self.events.append(("log", level, message))
+    async def log(self, level, message, *, source="coordinator"):
+        """("log", level, message) for the Coordinator's own lines, ("log:environment", ...) for
+        the environment's (env_errors.py)."""
+        self.events.append(("log" if source == "coordinator" else f"log:{source}", level, message))
 
     async def checkpoint(self, ref):
         self.events.append(("checkpoint", ref.checkpoint_id, ref.step))

@@ -22,6 +22,7 @@ import pytest
 
 from opentinker.core.server import ServerPlan, start_server, stop_server
 from opentinker.core.settings import ServiceSettings, port_setting
+from opentinker.env import builtin_games
 from opentinker_coordinator.driver.env_errors import EnvError, EnvErrorDigest, EnvErrorKind
 from opentinker_coordinator.driver.env_outages import EnvironmentBroken, OutageBudget
 from opentinker_coordinator.driver.inference_driver import InferencePorts, run_inference
@@ -106,7 +107,7 @@ def test_a_game_that_raises_in_step_reaches_the_coordinator_as_its_kind_with_its
 
 @pytest.mark.parametrize(("env_name", "config", "action", "kind", "label", "words"), [
     ("revers", {}, "", EnvErrorKind.UNKNOWN_ENVIRONMENT, "unknown environment",
-     "no environment named 'revers'; known: explode, gomoku, guess_number, math, math_tool, sleepy"),
+     "no environment named 'revers'; known: " + ", ".join(sorted({*builtin_games(), "explode", "sleepy"}))),
     ("explode", {"fail_in": "reset"}, "", EnvErrorKind.GAME_RAISED, "the game raised in reset", "KeyError"),
     ("explode", {"fail_in": "init"}, "", EnvErrorKind.GAME_RAISED, "the game raised in open", "boom in init"),
     ("sleepy", {"seconds": 2}, "sleep", EnvErrorKind.TIMEOUT, "timeout in step", "did not return within 0.3s"),

@@ -1,6 +1,7 @@
 """Riding out an EnvHost outage: a batch or evaluation whose episodes failed because the EnvHost
 was unreachable is collected again within the Coordinator's outage budget (each wait an event),
-a broken game still fails fast, and an evaluation that stays unusable reports no score."""
+a broken game still fails fast, and an evaluation that stays unusable fails the job (never a
+score, nor an evaluation skipped in silence)."""
 
 from __future__ import annotations
 
@@ -131,17 +132,17 @@ def test_an_evaluation_partly_lost_to_an_outage_is_not_scored_but_collected_agai
                for w in logs(ports, "warning"))
 
 
-def test_an_evaluation_that_stays_unavailable_reports_no_score_and_the_job_goes_on():
+def test_an_evaluation_that_stays_unavailable_fails_the_job_naming_the_outage_before_any_step():
     budget = OutageBudget(seconds=0.2, initial_delay=0.02, max_delay=0.05)
     ports = ports_for(FlakyEnvRollout(eval_failures=10_000))
-    asyncio.run(run_rl(plan(budget, eval_every_steps=1), ports))
-    assert ports.trainer.steps == [1, 2]
+    with pytest.raises(EnvironmentUnavailable, match=r"the evaluation at step 0: the environment stayed unavailable "
+                                                     r"for 0.2 s .*Cause: EnvHost unreachable: EnvHost 10.0.0.7:50054 "
+                                                     r"OpenSession failed: UNAVAILABLE"):
+        asyncio.run(run_rl(plan(budget, eval_every_steps=1), ports))
+    assert ports.trainer.steps == []
     scored = [e for e in ports.reporter.events if e[0] == "metrics" and any(k.startswith("eval/") for k in e[2])]
     assert scored == []  # never "eval/reward/mean 0" for an evaluation that did not happen
-    skipped = [w for w in logs(ports, "warning") if w.endswith("no score is reported for it")]
-    assert [w.split(":")[0] for w in skipped] == ["the evaluation at step 0", "the evaluation at step 1",
-                                                   "the evaluation at step 2"]
-    assert ports.reporter.finished == (True, "finished")
+    assert ports.reporter.finished is None  # the launcher reports the failure
 
 
 def test_a_stop_during_an_outage_wait_ends_the_run_at_once():
@@ -191,13 +192,13 @@ def test_a_multi_agent_evaluation_rides_out_an_outage_like_a_single_agent_one(fa
     ports = MultiAgentPorts(agents={"a": AgentPorts(rollout=EvalOnlyRollout(failures))}, host=None,
                             reporter=reporter, stop=asyncio.Event())
     budget = OutageBudget(seconds=0.3, initial_delay=0.01, max_delay=0.02)
-    metrics = asyncio.run(evaluate_alone(multi_agent_plan(budget), ports, "a", 4))
-    assert bool(metrics) is scored
     if scored:
+        metrics = asyncio.run(evaluate_alone(multi_agent_plan(budget), ports, "a", 4))
         assert metrics["eval/env_errors"] == 0
-    else:
-        assert any(e[2].startswith("agent 'a''s evaluation at step 4: the environment stayed unavailable")
-                   and e[2].endswith("no score is reported for it") for e in reporter.events if e[0] == "log")
+        return
+    with pytest.raises(EnvironmentUnavailable, match="agent 'a''s evaluation at step 4: the environment stayed "
+                                                     "unavailable for 0.3 s"):
+        asyncio.run(evaluate_alone(multi_agent_plan(budget), ports, "a", 4))
 
 
 def flaky_gomoku(failing_starts: range):

@@ -126,6 +126,7 @@ class Sync:
 class Reporter:
     def __init__(self) -> None:
         self.reported, self.checkpoints, self.logs, self.finished = [], [], [], None
+        self.environment_logs: list[tuple[str, str]] = []
 
     async def metrics(self, step, values, *, agent_id=""):
         self.reported.append((step, agent_id, dict(values)))
@@ -133,8 +134,11 @@ class Reporter:
     async def progress(self, *, phase, step, total_steps):
         pass
 
-    async def log(self, level, message):
-        self.logs.append((level, message))
+    async def log(self, level, message, *, source="coordinator"):
+        if source == "coordinator":
+            self.logs.append((level, message))
+        else:
+            self.environment_logs.append((level, message))
 
     async def checkpoint(self, ref, *, agents=None, driver_state=None):
         self.checkpoints.append((ref.step, dict(agents or {}), dict(driver_state or {})))

@@ -180,7 +180,8 @@ def _verdict(message: trajectory_pb2.Trajectory) -> bool | None:
 UNREACHABLE_ENVIRONMENT = re.compile(r"\bfailed: UNAVAILABLE: ")
 """How the Rollout words an episode whose EnvHost could not be reached ("EnvHost <address> Step
 failed: UNAVAILABLE: ..."), as opposed to a game that raised (INTERNAL), ran past its time limit
-(DEADLINE_EXCEEDED: the EnvHost answers that for a slow game too) or was given bad input."""
+(DEADLINE_EXCEEDED: the EnvHost answers that for a slow game too) or was given bad input. Only
+the error's first line says so: the lines after it are the game's traceback (driver/env_errors.py)."""
 
 
 def trajectory_from_message(message: trajectory_pb2.Trajectory) -> Trajectory:
@@ -191,7 +192,8 @@ def trajectory_from_message(message: trajectory_pb2.Trajectory) -> Trajectory:
         sampling_logprobs=list(message.sampling_logprobs), total_reward=message.total_reward,
         stop_reason=StopReason(reason), policy_version=message.policy_version, correct=_verdict(message),
         prompt_text=message.prompt_text, token_rewards=list(message.token_rewards),
-        env_error=message.env_error, env_unreachable=bool(UNREACHABLE_ENVIRONMENT.search(message.env_error)),
+        env_error=message.env_error,
+        env_unreachable=bool(UNREACHABLE_ENVIRONMENT.search(message.env_error.partition("\n")[0])),
         truncated_turns=sum(1 for turn in message.turns if turn.truncated),
         env_values=numeric_info_values(json_format.MessageToDict(turn.info) for turn in message.turns),
         transcript=[{"action": t.action_text, "observation": t.observation_text, "reward": t.reward,
@@ -359,9 +361,9 @@ class SchedulerReporter:
             latest_metrics=self.run_state.latest_metrics, last_checkpoint_id=self.run_state.last_checkpoint_id)
         await self._report(job_pb2.JobEvent(progress=job_pb2.ProgressUpdated(progress=progress)))
 
-    async def log(self, level: str, message: str) -> None:
+    async def log(self, level: str, message: str, *, source: str = "coordinator") -> None:
         line = job_pb2.LogLine(level=job_pb2.LogLine.Level.Value(f"LEVEL_{level.upper()}"),
-                               source="coordinator", message=message)
+                               source=source, message=message)
         await self._report(job_pb2.JobEvent(log=line))
 
     async def checkpoint(self, ref: CheckpointRef, *, agents: dict[str, str] | None = None,

@@ -11,7 +11,10 @@ would count the outage as the policy's). Why the episodes failed decides how lon
   is tried `broken_game_tries` times and then given up: waiting would not mend it.
 
 No optimizer step is taken, skipped or repeated while a batch is collected again: the driver
-waits at the same step.
+waits at the same step. Every collection's failed episodes go to the job's `EnvErrorDigest`
+(env_errors.py: the first of each distinct error is told with the game's traceback), and a batch
+given up names its cause: the first error, with its kind. An evaluation that stays unusable is
+an error like a training batch (`evaluate_or_fail`), never a score and never skipped in silence.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from opentinker_coordinator.driver.env_errors import EnvErrorDigest, first_error
 from opentinker_coordinator.types import Trajectory
 
 T = TypeVar("T")
@@ -78,18 +82,16 @@ def scorable(trajectories: Sequence[Trajectory]) -> bool:
     return any(not t.failed for t in trajectories) and not unreachable(trajectories)
 
 
-def _first_error(failed: Sequence[Trajectory]) -> str:
-    return next((t.env_error for t in failed if t.env_error), "no error text")
-
-
 async def collect_until_usable(collect: Collect, *, usable: Callable[[list[Trajectory]], bool], what: str,
-                               budget: OutageBudget, tell: Tell, pause: Pause) -> Collected:
+                               budget: OutageBudget, tell: Tell, pause: Pause, digest: EnvErrorDigest) -> Collected:
     """`await collect()` until `usable(trajectories)`; raises EnvironmentUnavailable once an outage
-    outlasts the budget, EnvironmentBroken after `budget.broken_game_tries` broken batches.
-    `what` names the batch in events ("step 3", "the evaluation at step 4")."""
+    outlasts the budget, EnvironmentBroken after `budget.broken_game_tries` broken batches (either
+    names the cause, after the digest's summary is told). `what` names the batch in events
+    ("step 3", "the evaluation at step 4")."""
     started, retries, failed_before, broken = time.monotonic(), 0, 0, 0
     while True:
         trajectories = await collect()
+        await digest.note(trajectories, what=what)
         if usable(trajectories):
             if retries:
                 await tell("info", f"{what}: environment back; collected after {retries} "
@@ -102,34 +104,33 @@ async def collect_until_usable(collect: Collect, *, usable: Callable[[list[Traje
         if lost:
             left = budget.seconds - (time.monotonic() - started)
             if left <= 0:
+                await digest.tell_summary()
                 raise EnvironmentUnavailable(
                     f"{what}: the environment stayed unavailable for {budget.seconds:g} s (the Coordinator's "
-                    f"env_outage_seconds), {summary}; last error: {_first_error(lost)}")
+                    f"env_outage_seconds), {summary}. Cause: {digest.cause(lost)}")
             delay = min(budget.delay(retries), left)
-            await tell("warning", f"{what}: environment unavailable ({summary}: {_first_error(lost)}); "
+            await tell("warning", f"{what}: environment unavailable ({summary}: {first_error(lost).message}); "
                                   f"retrying in {delay:.1f} s ({left:.0f} s of the outage budget left)")
         else:
             broken += 1
             if broken >= budget.broken_game_tries:
+                await digest.tell_summary()
                 raise EnvironmentBroken(f"{what}: no usable episode with the environment up, {broken} times "
-                                        f"({summary}; last error: {_first_error(failed)}); giving up")
+                                        f"({summary}); giving up. Cause: {digest.cause(failed)}")
             delay = budget.broken_game_delay * broken
-            await tell("warning", f"{what}: no usable episode ({summary}: {_first_error(failed)}); "
+            await tell("warning", f"{what}: no usable episode ({summary}: {first_error(failed).describe()}); "
                                   f"collecting them again ({broken + 1}/{budget.broken_game_tries})")
         await pause(delay)
         retries += 1
 
 
-async def score_or_skip(collect: Collect, *, what: str, budget: OutageBudget, tell: Tell,
-                        pause: Pause) -> list[Trajectory] | None:
-    """An evaluation's episodes, collected again through an outage; None (and an event saying
-    why) when they stay unusable: a failed evaluation is no score, never a score of 0."""
-    try:
-        return (await collect_until_usable(collect, usable=scorable, what=what, budget=budget, tell=tell,
-                                           pause=pause)).trajectories
-    except (EnvironmentUnavailable, EnvironmentBroken) as error:
-        await tell("warning", f"{error}; no score is reported for it")
-        return None
+async def evaluate_or_fail(collect: Collect, *, what: str, budget: OutageBudget, tell: Tell, pause: Pause,
+                           digest: EnvErrorDigest) -> list[Trajectory]:
+    """An evaluation's episodes, collected again through an outage and a few times when all
+    failed; EnvironmentUnavailable or EnvironmentBroken (naming the cause) when they stay
+    unusable: an evaluation whose episodes all failed is an error, never a score (of 0 or none)."""
+    return (await collect_until_usable(collect, usable=scorable, what=what, budget=budget, tell=tell,
+                                       pause=pause, digest=digest)).trajectories
 
 
 async def retry_while_unreachable(attempt: Callable[[], Awaitable[T]], *, unreachable: Callable[[Exception], bool],

@@ -1,4 +1,7 @@
-"""INFERENCE jobs: the same episodes and FSM as training, with a fixed policy; JSONL out."""
+"""INFERENCE jobs: the same episodes and FSM as training, with a fixed policy; JSONL out.
+
+Their environment errors go to the job's log like a training job's (env_errors.py), and a job
+whose episodes all failed fails naming the cause (the JSONL of the failed episodes is kept)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from opentinker_coordinator.driver import episodes
+from opentinker_coordinator.driver.env_errors import job_digest
+from opentinker_coordinator.driver.env_outages import EnvironmentBroken
 from opentinker_coordinator.driver.episode_metrics import episode_metrics
 from opentinker_coordinator.driver.plans import InferencePlan
 from opentinker_coordinator.driver.ports import ReporterPort, RolloutPort
@@ -72,9 +77,22 @@ async def run_inference(plan: InferencePlan, ports: InferencePorts) -> None:
                 raise StopRequested()
             in_order.add(trajectory)
             trajectories.append(trajectory)
+    await _check_environment(trajectories, ports)
     metrics = episode_metrics(trajectories, prefix="eval/")
     await ports.reporter.metrics(1, metrics)
     await ports.reporter.progress(phase="FINISHED", step=1, total_steps=1, metrics=metrics)
     accuracy = metrics.get("eval/accuracy")
     summary = f"wrote {len(trajectories)} episodes to {output}"
     await ports.reporter.finish(succeeded=True, message=summary + (f"; accuracy {accuracy:.3f}" if accuracy is not None else ""))
+
+
+async def _check_environment(trajectories: list[Trajectory], ports: InferencePorts) -> None:
+    """Tell the episodes' environment errors; EnvironmentBroken when every episode failed."""
+    digest = job_digest(ports.reporter.log)
+    await digest.note(trajectories, what="inference")
+    failed = [t for t in trajectories if t.failed]
+    if failed and len(failed) == len(trajectories):
+        await digest.tell_summary()
+        raise EnvironmentBroken(f"inference: every episode failed ({len(failed)} of {len(trajectories)}). "
+                                f"Cause: {digest.cause(failed)}")
+    await digest.tell_summary()

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from opentinker_coordinator.driver import elo, episodes
-from opentinker_coordinator.driver.env_outages import retry_while_unreachable, score_or_skip
+from opentinker_coordinator.driver.env_errors import EnvErrorDigest, job_digest
+from opentinker_coordinator.driver.env_outages import evaluate_or_fail, retry_while_unreachable
 from opentinker_coordinator.driver.episode_metrics import episode_metrics
 from opentinker_coordinator.driver.match_metrics import MatchRecord, agent_match_metrics
 from opentinker_coordinator.driver.pairings import PlannedMatch, lineups, step_matches
@@ -46,7 +47,7 @@ class MultiAgentReporter(Protocol):
 
     async def progress(self, *, phase: str, step: int, total_steps: int) -> None: ...
 
-    async def log(self, level: str, message: str) -> None: ...
+    async def log(self, level: str, message: str, *, source: str = "coordinator") -> None: ...
 
     async def checkpoint(self, ref: CheckpointRef, *, agents: dict[str, str] | None = None,
                          driver_state: dict[str, float] | None = None) -> None: ...
@@ -102,6 +103,8 @@ class League:
         self.played: dict[int, set[str]] = {}
         self.all_played: dict[int, asyncio.Event] = {}
         self.lead = plan.agents[0].agent_id
+        self.env_errors = job_digest(ports.reporter.log)
+        """The job's environment errors (its matches' and its evaluations'), each told once."""
 
     def planned(self, step: int) -> list[PlannedMatch]:
         return step_matches(step=step, seed=self.plan.seed, seats=self.seats, lineup_list=self.lineups,
@@ -155,6 +158,7 @@ class League:
                  if (seat := planned.seat_of(agent_id)) is not None]
         rollout = self.ports.agents[agent_id].rollout
         trajectories = await collect_stream(rollout.play_seats(seats, evaluation=False))
+        await self.env_errors.note(trajectories, what=f"step {step + 1}'s matches (agent {agent_id!r})")
         seconds = time.perf_counter() - started
         observe_phase("rollout", seconds)
         sampled = sum(t.sampled_tokens for t in trajectories)
@@ -162,7 +166,7 @@ class League:
             "time/rollout_s": seconds, "tokens_per_second": sampled / seconds if seconds > 0 else 0.0})
 
     async def evaluate(self, agent_id: str, step: int) -> dict[str, float]:
-        return await evaluate_alone(self.plan, self.ports, agent_id, step)
+        return await evaluate_alone(self.plan, self.ports, agent_id, step, self.env_errors)
 
     async def barrier(self, agent_id: str, phase: str, step: int) -> None:
         await self.ports.host.arrive(self.plan.scope, agent_id, phase, step, timeout_s=self.plan.barrier_timeout_s)
@@ -207,19 +211,20 @@ class League:
             self.saved.pop(step, None)
 
 
-async def evaluate_alone(plan: MultiAgentPlan, ports: MultiAgentPorts, agent_id: str, step: int) -> dict[str, float]:
-    """The agent's eval metrics alone in the eval environment at `step`; none (an event says why)
-    when its episodes stayed unusable through the outage budget (as a single-agent evaluation)."""
+async def evaluate_alone(plan: MultiAgentPlan, ports: MultiAgentPorts, agent_id: str, step: int,
+                         digest: EnvErrorDigest | None = None) -> dict[str, float]:
+    """The agent's eval metrics alone in the eval environment at `step` (none when the job has no
+    such evaluation); like a single-agent evaluation, EnvironmentBroken or EnvironmentUnavailable
+    (naming the cause) when its episodes stayed unusable. `digest`: the job's (else a new one)."""
     if not plan.evaluates_alone:
         return {}
     started = time.perf_counter()
     requests = episodes.eval_requests(plan.eval_episodes, plan.seed)
-    trajectories = await score_or_skip(
+    trajectories = await evaluate_or_fail(
         lambda: collect_stream(ports.agents[agent_id].rollout.evaluate_alone(requests)),
         what=f"agent {agent_id!r}'s evaluation at step {step}", budget=plan.env_outage,
-        tell=ports.reporter.log, pause=lambda seconds: sleep_unless_stopped(ports, seconds))
-    if trajectories is None:
-        return {}
+        tell=ports.reporter.log, pause=lambda seconds: sleep_unless_stopped(ports, seconds),
+        digest=digest or job_digest(ports.reporter.log))
     seconds = time.perf_counter() - started
     observe_phase("eval", seconds)
     return episode_metrics(trajectories, prefix="eval/") | {"time/eval_s": seconds}

@@ -25,6 +25,7 @@ import asyncio
 import structlog
 
 from opentinker_coordinator.driver import elo
+from opentinker_coordinator.driver.env_outages import EnvironmentBroken, EnvironmentUnavailable
 from opentinker_coordinator.driver.league import (
     AgentPorts,
     League,
@@ -101,11 +102,23 @@ async def _resume(plan: MultiAgentPlan, ports: MultiAgentPorts, pipelines: list[
 
 
 async def _final(plan: MultiAgentPlan, ports: MultiAgentPorts, league: League, pipelines: list[AgentPipeline]) -> str:
-    for pipeline in pipelines:
-        await pipeline.rollout_has(plan.total_steps)
-        final = await evaluate_alone(plan, ports, pipeline.agent_id, plan.total_steps)
-        if final:
-            await ports.reporter.metrics(plan.total_steps, final, agent_id=pipeline.agent_id)
+    """Evaluate each agent, save every learner; an evaluation that failed fails the job once the
+    learners are saved."""
+    try:
+        for pipeline in pipelines:
+            await pipeline.rollout_has(plan.total_steps)
+            final = await evaluate_alone(plan, ports, pipeline.agent_id, plan.total_steps, league.env_errors)
+            if final:
+                await ports.reporter.metrics(plan.total_steps, final, agent_id=pipeline.agent_id)
+    except (EnvironmentBroken, EnvironmentUnavailable):
+        await _save_learners(plan, ports, league)
+        raise
+    await _save_learners(plan, ports, league)
+    await league.env_errors.tell_summary()
+    return "elo " + ", ".join(f"{agent} {rating:.0f}" for agent, rating in league.ratings.items())
+
+
+async def _save_learners(plan: MultiAgentPlan, ports: MultiAgentPorts, league: League) -> None:
     refs = {a.agent_id: await ports.agents[a.agent_id].trainer.save_checkpoint(f"final-{a.agent_id}", final=True)
             for a in plan.agents if a.learns}
     if refs:
@@ -113,7 +126,6 @@ async def _final(plan: MultiAgentPlan, ports: MultiAgentPorts, league: League, p
         await ports.reporter.checkpoint(CheckpointRef(checkpoint_id=first.checkpoint_id, step=plan.total_steps),
                                         agents={agent: ref.checkpoint_id for agent, ref in refs.items()},
                                         driver_state={f"elo/{a}": r for a, r in league.ratings.items()})
-    return "elo " + ", ".join(f"{agent} {rating:.0f}" for agent, rating in league.ratings.items())
 
 
 async def run_multi_agent(plan: MultiAgentPlan, ports: MultiAgentPorts) -> None:
@@ -132,7 +144,7 @@ async def run_multi_agent(plan: MultiAgentPlan, ports: MultiAgentPorts) -> None:
         await _resume(plan, ports, pipelines)
         if not start:
             for agent in plan.agents:
-                initial = await evaluate_alone(plan, ports, agent.agent_id, 0)
+                initial = await evaluate_alone(plan, ports, agent.agent_id, 0, league.env_errors)
                 if initial:
                     await ports.reporter.metrics(0, initial, agent_id=agent.agent_id)
         await run_pipelines(league, pipelines, start)

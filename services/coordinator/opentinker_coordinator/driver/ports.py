@@ -54,7 +54,8 @@ class ReporterPort(Protocol):
     async def progress(self, *, phase: str, step: int, total_steps: int,
                        metrics: dict[str, float] | None = None) -> None: ...
 
-    async def log(self, level: str, message: str) -> None: ...
+    async def log(self, level: str, message: str, *, source: str = "coordinator") -> None:
+        """A line of the job's log (`source` "environment" for what its environment did)."""
 
     async def checkpoint(self, ref: CheckpointRef) -> None: ...
 

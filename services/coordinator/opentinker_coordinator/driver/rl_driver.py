@@ -5,6 +5,11 @@
 again within the outage budget), its barriers are trivially passed, and it reports to the job's
 reporter. One call of `run_rl` drives a whole job: set-up, the baseline evaluation (or the
 resume from a checkpoint), every step, the final evaluation and the final policy.
+
+The job's environment errors go to its log once per distinct error, with the game's traceback
+(`EnvErrorDigest`), and are summed up when the job ends. An evaluation whose episodes all failed
+fails the job naming the cause (the final one after the trained policy is saved): a score of
+episodes that could not be played would be no score.
 """
 
 from __future__ import annotations
@@ -15,7 +20,14 @@ import time
 from dataclasses import dataclass
 
 from opentinker_coordinator.driver import episodes
-from opentinker_coordinator.driver.env_outages import collect_until_usable, score_or_skip, trainable
+from opentinker_coordinator.driver.env_errors import job_digest
+from opentinker_coordinator.driver.env_outages import (
+    EnvironmentBroken,
+    EnvironmentUnavailable,
+    collect_until_usable,
+    evaluate_or_fail,
+    trainable,
+)
 from opentinker_coordinator.driver.episode_metrics import episode_metrics
 from opentinker_coordinator.driver.pipeline import (
     AgentPipeline,
@@ -55,6 +67,7 @@ class SoloTeam:
 
     def __init__(self, plan: RlPlan, ports: RlPorts) -> None:
         self.plan, self.ports = plan, ports
+        self.env_errors = job_digest(ports.reporter.log)
 
     def _pause(self, seconds: float):  # noqa: ANN202
         return sleep_unless_stopped(self.ports.stop, seconds)
@@ -68,7 +81,8 @@ class SoloTeam:
         requests = episodes.train_requests(step, self.plan.batch_size, self.plan.seed)
         collected = await collect_until_usable(
             lambda: collect(self.ports, requests, self.plan.group_size, evaluation=False), usable=trainable,
-            what=f"step {step + 1}", budget=self.plan.env_outage, tell=self.ports.reporter.log, pause=self._pause)
+            what=f"step {step + 1}", budget=self.plan.env_outage, tell=self.ports.reporter.log, pause=self._pause,
+            digest=self.env_errors)
         trajectories = collected.trajectories
         seconds = time.perf_counter() - started
         observe_phase("rollout", seconds)
@@ -81,15 +95,16 @@ class SoloTeam:
         return Collected(trajectories=trajectories, metrics=metrics)
 
     async def evaluate(self, agent_id: str, step: int) -> dict[str, float]:
-        """The eval metrics at `step`; none (an event says why) when its episodes stayed unusable."""
+        """The eval metrics at `step`; EnvironmentBroken or EnvironmentUnavailable (naming the
+        cause) when its episodes stayed unusable: an evaluation that failed is no score."""
         await self.progress(agent_id, "EVAL", step)
         started = time.perf_counter()
         requests = episodes.eval_requests(self.plan.eval_episodes, self.plan.seed)
-        trajectories = await score_or_skip(
-            lambda: collect(self.ports, requests, 1, evaluation=True), what=f"the evaluation at step {step}",
-            budget=self.plan.env_outage, tell=self.ports.reporter.log, pause=self._pause)
-        if trajectories is None:
+        if not requests:
             return {}
+        trajectories = await evaluate_or_fail(
+            lambda: collect(self.ports, requests, 1, evaluation=True), what=f"the evaluation at step {step}",
+            budget=self.plan.env_outage, tell=self.ports.reporter.log, pause=self._pause, digest=self.env_errors)
         seconds = time.perf_counter() - started
         observe_phase("eval", seconds)
         return episode_metrics(trajectories, prefix="eval/") | {"time/eval_s": seconds}
@@ -153,11 +168,22 @@ async def run_rl(plan: RlPlan, ports: RlPorts) -> None:
         await ports.reporter.metrics(0, initial)
     await pipeline.run(start)
     await pipeline.rollout_has(plan.total_steps)
-    if final := await pipeline.team.evaluate("", plan.total_steps):
+    final = await _final_evaluation(pipeline.team, ports, plan.total_steps)
+    if final:
         await ports.reporter.metrics(plan.total_steps, final)
     await ports.reporter.checkpoint(await ports.trainer.save_checkpoint("final", final=True))
+    await pipeline.team.env_errors.tell_summary()
     await ports.reporter.progress(phase="FINISHED", step=plan.total_steps, total_steps=plan.total_steps)
     await ports.reporter.finish(succeeded=True, message=_summary(final))
+
+
+async def _final_evaluation(team: SoloTeam, ports: RlPorts, step: int) -> dict[str, float]:
+    """The final evaluation; when it fails, the trained policy is saved before the job fails."""
+    try:
+        return await team.evaluate("", step)
+    except (EnvironmentBroken, EnvironmentUnavailable):
+        await ports.reporter.checkpoint(await ports.trainer.save_checkpoint("final", final=True))
+        raise
 
 
 def _summary(final: dict) -> str:
