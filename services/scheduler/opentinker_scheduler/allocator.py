@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import redis.asyncio
@@ -40,7 +40,7 @@ from opentinker_scheduler.job_store import JobStore, Start, StartResult
 from opentinker_scheduler.job_tokens import JobTokenIssuer
 from opentinker_scheduler.leases import LeaseDraft, LeaseTable
 from opentinker_scheduler.lifecycle import Lifecycle
-from opentinker_scheduler.model import JobState, Quota, QueuedJob, Usage
+from opentinker_scheduler.model import JobState, Quota, QueuedJob, Usage, Worker
 from opentinker_scheduler.pass_cache import PassCache, cache_of
 from opentinker_scheduler.placement import COORDINATOR_REQUEST, Placement, place, worker_slots
 from opentinker_scheduler.queue_view import PassView, QueueReader
@@ -73,6 +73,8 @@ class Allocator:
     """The plan of each job whose START at submit is in flight, by job id."""
     _admitted_during_read: list[Sequence[Placement]] | None = None
     """The plans of the jobs planned at submit while a full pass's read is in flight."""
+    on_workers: Callable[[Sequence[Worker], int], None] | None = None
+    """Told the alive workers a pass read, and when (SubmitJob's EnvHost snapshot)."""
 
     async def run_forever(self, subscriber: redis.asyncio.Redis | None = None) -> None:
         """Pass after pass until cancelled; Redis outages are logged and retried.
@@ -222,6 +224,8 @@ class Allocator:
             self._admitted_during_read = None
         for plan in admitted:
             take_slots(view, plan)
+        if view.alive and self.on_workers is not None:
+            self.on_workers(view.alive, read_ms)
         if view.holds_lock and view.queued:
             self._cache = None
             usage = await self.allocate(view)

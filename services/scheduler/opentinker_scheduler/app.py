@@ -61,7 +61,7 @@ def build_scheduler(client: redis.asyncio.Redis, blocking_client: redis.asyncio.
     reader = QueueReader(client=client, keys=keys, scripts=scripts, clock=clock,
                          coordinator_capacity=config.coordinator_capacity)
     allocator = Allocator(config=config, store=store, leases=leases, workers=registry,
-                          lifecycle=lifecycle, reader=reader, tokens=tokens)
+                          lifecycle=lifecycle, reader=reader, tokens=tokens, on_workers=directory.snapshot.saw)
     jobs = JobService(config=config, store=store, events=events, leases=leases, lifecycle=lifecycle,
                       envhosts=directory, on_queued=allocator.queued, admissions=allocator)
     admin = TenantAdmin(tenants=tenants, api_keys=ApiKeyStore(client=client, keys=keys))

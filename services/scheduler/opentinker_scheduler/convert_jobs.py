@@ -33,6 +33,7 @@ from opentinker_scheduler.events import (
 )
 from opentinker_scheduler.model import (
     EnvHostField,
+    EnvironmentFacts,
     AgentFacts,
     CheckpointRef,
     DeviceKind,
@@ -76,6 +77,7 @@ def facts_from_spec(spec: job_pb2.JobSpec) -> JobSpecFacts:
         labels=tuple(spec.labels.items()), display_name=spec.display_name,
         unknown_enums=tuple(unknown_enum_values(spec, "spec", scalars)), output_path=spec.inference.output_path,
         multi_agent_set=spec.HasField("multi_agent"), envhost_fields=tuple(envhost_fields(spec, "spec", scalars)),
+        environments=tuple(environment_facts(spec, "spec")),
         max_staleness=getattr(spec, "async").max_staleness)
 
 
@@ -98,6 +100,21 @@ def envhost_fields(message: Message, path: str, scalars: Scalars | None = None) 
         if descriptor.containing_type.full_name == ENVIRONMENT_REFERENCE and descriptor.name in ("envhost_address",
                                                                                                "envhost"):
             yield EnvHostField(path=name, kind=descriptor.name, value=str(value))
+
+
+def environment_facts(message: Message, path: str) -> Iterator[EnvironmentFacts]:
+    """Every EnvironmentReference set below `message`, with its field path."""
+    for descriptor, value in message.ListFields():
+        if descriptor.cpp_type != FieldDescriptor.CPPTYPE_MESSAGE or _skipped(descriptor.message_type):
+            continue
+        items = value if descriptor.is_repeated else [value]
+        for index, item in enumerate(items):
+            item_path = f"{path}.{descriptor.name}" + (f"[{index}]" if descriptor.is_repeated else "")
+            if descriptor.message_type.full_name == ENVIRONMENT_REFERENCE:
+                yield EnvironmentFacts(path=item_path, env_name=item.env_name, envhost=item.envhost,
+                                       envhost_address=item.envhost_address)
+            else:
+                yield from environment_facts(item, item_path)
 
 
 def agent_facts(agent: job_pb2.AgentSpec, path: str) -> AgentFacts:

@@ -12,14 +12,25 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from opentinker.core.envhost_choice import SHARED_OWNER, EnvHostEntry, pick_envhost
 from opentinker_scheduler.errors import InvalidArgument, PermissionDenied, QuotaExceeded
-from opentinker_scheduler.model import Caller, EnvHostField, Role, Worker, WorkerRegistration, WorkerState
+from opentinker_scheduler.model import (
+    Caller,
+    EnvHostField,
+    EnvironmentFacts,
+    Role,
+    Worker,
+    WorkerRegistration,
+    WorkerState,
+)
+from opentinker_scheduler.served_environments import EnvHostSnapshot, check_env_names
 from opentinker_scheduler.workers import WorkerRegistry
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+SNAPSHOT_MAX_AGE_MS = 2_000
+"""How old a snapshot of the EnvHosts may be to accept a spec's env names on (a refusal reads anew)."""
 SHARED = SHARED_OWNER
 
 
@@ -64,6 +75,8 @@ def owns(worker: Worker | None, caller: Caller) -> bool:
 class EnvHostDirectory:
     registry: WorkerRegistry
     max_per_tenant: int
+    snapshot: EnvHostSnapshot = field(default_factory=EnvHostSnapshot)
+    """The EnvHosts (and the games they serve) as last read here; told by allocator passes too."""
 
     async def check_room(self, registration: WorkerRegistration, caller: Caller) -> None:
         """A tenant's registered EnvHosts are bounded (QuotaExceeded names the cap)."""
@@ -83,6 +96,24 @@ class EnvHostDirectory:
                                 alive=w.state is not WorkerState.DEAD) for w in workers.values())
         chosen = pick_envhost(entries, reference, tenant_id)
         return workers[chosen.worker_id] if chosen else None
+
+    async def check_env_names(self, references: Iterable[EnvironmentFacts], caller: Caller) -> None:
+        """Each env name is served by the EnvHosts it may be played on, where that is known
+        (served_environments.py): accepted on a recent snapshot of the EnvHosts without a read;
+        refused only on a fresh read."""
+        references = [reference for reference in references if reference.env_name]
+        if not references:
+            return
+        recent = self.snapshot.fresh(self.registry.clock.now_ms(), SNAPSHOT_MAX_AGE_MS)
+        if recent is not None:
+            try:
+                check_env_names(references, recent, caller)
+                return
+            except InvalidArgument:
+                pass  # the snapshot may be behind a registration elsewhere: read before refusing
+        read_ms = self.registry.clock.now_ms()
+        self.snapshot.saw(await self.registry.all(), read_ms)
+        check_env_names(references, self.snapshot.envhosts or [], caller)
 
     async def check_names(self, fields: Iterable[EnvHostField], caller: Caller) -> None:
         """Every EnvHost a spec names by id or name is the caller's own or the stack's."""

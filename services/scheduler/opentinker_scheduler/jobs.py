@@ -27,6 +27,8 @@ from opentinker_scheduler.validation import default_resources, effective_priorit
 MAX_REQUEST_ID_LENGTH = 128
 CAS_RETRIES = 5
 FINAL_STATES = (JobState.SUCCEEDED, JobState.FAILED)
+EPISODE_JOB_TYPES = (JobType.RL, JobType.INFERENCE)
+"""Jobs that play episodes in their environments (their env names are checked at submit)."""
 
 
 class Admissions(Protocol):
@@ -79,6 +81,8 @@ class JobService:
         check_addresses(facts.envhost_fields, caller)
         validate_spec(facts)
         await self.envhosts.check_names(facts.envhost_fields, caller)
+        if facts.type in EPISODE_JOB_TYPES:  # SFT jobs ignore their environment
+            await self.envhosts.check_env_names(facts.environments, caller)
         job = self._new_job(facts, spec_blob, caller.tenant_id)
         check_tenant_paths(facts.path_fields, caller, self.config.shared_model_dir)
         await self.checkpoints.check_spec(facts.checkpoint_refs, caller)

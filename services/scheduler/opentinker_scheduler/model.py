@@ -84,6 +84,16 @@ class EnvHostField:
 
 
 @dataclass(frozen=True, kw_only=True)
+class EnvironmentFacts:
+    """One EnvironmentReference of a spec (`path`): the game and where the job says it is served."""
+
+    path: str
+    env_name: str
+    envhost: str = ""
+    envhost_address: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class NumericField:
     """One numeric value set somewhere in a spec, with its field path (`spec.training.batch_size`)."""
 
@@ -161,6 +171,8 @@ class JobSpecFacts:
     """spec.multi_agent is set."""
     envhost_fields: tuple[EnvHostField, ...] = ()
     """Every EnvHost a spec's environments name (envhost_address or envhost), wherever they sit."""
+    environments: tuple[EnvironmentFacts, ...] = ()
+    """Every EnvironmentReference the spec sets (spec.environment, spec.multi_agent.eval_environment)."""
     max_staleness: int = 0
     """spec.async.max_staleness: 0 = synchronous."""
 

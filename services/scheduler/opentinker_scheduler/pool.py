@@ -56,7 +56,10 @@ class WorkerPool:
         await self.envhosts.check_room(registration, caller)
         await self._drop_leases(registration.worker_id, reason="the worker registered again (restarted)")
         owned = dataclasses.replace(registration, tenant_id=envhosts.owner_of(caller))
-        return await self.registry.put(owned, ttl_ms=self.config.worker_ttl_ms)
+        worker = await self.registry.put(owned, ttl_ms=self.config.worker_ttl_ms)
+        if worker.role is Role.ENVHOST:
+            self.envhosts.snapshot.forget()  # its games count for the next SubmitJob here
+        return worker
 
     async def _require_own(self, worker_id: str, caller: Caller) -> None:
         """A tenant acts only on the workers it registered (another's is NOT_FOUND, as an unknown one)."""
@@ -135,6 +138,7 @@ def check_registration(registration: WorkerRegistration) -> None:
                               "ROLE_COORDINATOR)")
     if not registration.address:
         raise InvalidArgument("address", "must be the host:port other services reach the worker at")
+    check_labels(registration.labels)
     seen: set[str] = set()
     for index, device in enumerate(registration.devices):
         check_id(f"devices[{index}].device_id", device.device_id)
@@ -142,3 +146,20 @@ def check_registration(registration: WorkerRegistration) -> None:
             raise InvalidArgument(f"devices[{index}].device_id",
                                   f"{device.device_id!r} is repeated or reserved (slot:N)")
         seen.add(device.device_id)
+
+
+MAX_WORKER_LABELS = 32
+MAX_WORKER_LABEL_KEY = 128
+MAX_WORKER_LABEL_VALUE = 16_384
+"""A worker's labels are stored with it and shown by ListWorkers (e.g. an EnvHost's games:
+opentinker.core.envhost_catalog); a tenant's own EnvHost sets them too, so they are bounded."""
+
+
+def check_labels(labels: dict[str, str]) -> None:
+    if len(labels) > MAX_WORKER_LABELS:
+        raise InvalidArgument("labels", f"has {len(labels)} entries, at most {MAX_WORKER_LABELS}")
+    for key, value in labels.items():
+        if not key or len(key) > MAX_WORKER_LABEL_KEY:
+            raise InvalidArgument("labels", f"keys must be 1-{MAX_WORKER_LABEL_KEY} characters")
+        if len(value) > MAX_WORKER_LABEL_VALUE:
+            raise InvalidArgument(f"labels[{key!r}]", f"values must be at most {MAX_WORKER_LABEL_VALUE} characters")

@@ -46,10 +46,14 @@ class WorkerRegistry:
         return decode_worker(raw, now_ms=self.clock.now_ms()) if raw else None
 
     async def all(self) -> list[Worker]:
-        """Every known worker (alive, draining or recently dead), by worker id."""
+        """Every known worker (alive, draining or recently dead), by worker id (two round trips)."""
         ids = sorted(i.decode() for i in await self.client.zrange(self.keys.worker_index(), 0, -1))
-        workers = [await self.get(worker_id) for worker_id in ids]
-        return [worker for worker in workers if worker is not None]
+        async with self.client.pipeline(transaction=False) as pipe:
+            for worker_id in ids:
+                pipe.hgetall(self.keys.worker(worker_id))
+            raws = await pipe.execute() if ids else []
+        now = self.clock.now_ms()
+        return [decode_worker(raw, now_ms=now) for raw in raws if raw]
 
     async def set_draining(self, worker_id: str) -> None:
         await self.client.hset(self.keys.worker(worker_id), "draining", "1")

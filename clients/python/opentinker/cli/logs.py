@@ -1,6 +1,7 @@
 """`opentinker logs`: a job's log lines (from its event stream), or a local service's log file.
 
-    opentinker logs JOB              # the job's log lines and state changes so far
+    opentinker logs JOB              # the job's log lines and state changes so far (an
+                                     # environment error's traceback indented under it)
     opentinker logs JOB -f           # ... and follow until the job ends
     opentinker logs --service trainer [-n 50] [-f] [--state-dir .opentinker]
 """
@@ -20,6 +21,8 @@ from opentinker.cli.topology import REDIS, SERVICE_NAMES
 from opentinker.client.scheduler_client import state_name
 
 LEVELS = {value: name.removeprefix("LEVEL_") for name, value in job_pb2.LogLine.Level.items()}
+CONTINUATION = " " * 8
+"""Before each further line of a message (e.g. a game's traceback under the error it raised)."""
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -56,7 +59,10 @@ def _print_event(event: job_pb2.JobEvent, as_json: bool) -> None:
         return
     when = event.time.ToDatetime().strftime("%H:%M:%S") if event.HasField("time") else "--:--:--"
     if kind == "log":
-        print(f"{when} {LEVELS.get(event.log.level, '?'):<7} [{event.log.source}] {event.log.message}", flush=True)
+        first, *more = event.log.message.split("\n")
+        lines = [f"{when} {LEVELS.get(event.log.level, '?'):<7} [{event.log.source}] {first}",
+                 *(f"{CONTINUATION}{line}" for line in more)]
+        print("\n".join(lines), flush=True)
     elif kind == "state_changed":
         change = event.state_changed
         reason = f": {change.reason}" if change.reason else ""
