@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import signal
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -31,6 +32,7 @@ from opentinker_coordinator.driver.rl_driver import RlPorts, run_rl
 from opentinker_coordinator.types import StopReason, Trajectory
 from opentinker_envhost.catalog import GameCatalog
 from opentinker_envhost.limits import Isolation, SessionLimits
+from opentinker_envhost.sandbox_protocol import EXIT_MEMORY, describe_exit
 from opentinker_envhost.servicer import envhost_service_binding
 from opentinker_envhost.sessions import SessionManager
 from opentinker_rollout.environment import EnvironmentFailure, with_traceback_tail
@@ -122,6 +124,19 @@ def test_each_kind_of_environment_failure_is_told_apart(env_name: str, config: d
     error = EnvError.of(asyncio.run(scenario()))
     assert (error.kind, error.label) == (kind, label), error
     assert words in error.message, error.message
+
+
+@pytest.mark.parametrize(("wait_status", "kind"), [
+    (signal.SIGXCPU, EnvErrorKind.CPU_LIMIT), (EXIT_MEMORY << 8, EnvErrorKind.MEMORY_LIMIT),
+    (signal.SIGKILL, EnvErrorKind.CRASHED), (3 << 8, EnvErrorKind.CRASHED)])
+def test_a_game_process_that_died_is_told_by_how_it_died(wait_status: int, kind: EnvErrorKind):
+    """In the EnvHost's own words for a sandboxed game's process (sandboxed_game.py)."""
+    described, _ = describe_exit(wait_status, memory_limit_mb=128, cpu_seconds=1.0)
+    text = with_traceback_tail(f"EnvHost h:1 Step failed: INTERNAL: Game.step() failed: the game's process {described}",
+                               "last output of the game's process:\nallocating...")
+    error = EnvError.of(text)
+    assert error.kind is kind and error.label == f"{kind} in step"
+    assert error.traceback == "last output of the game's process:\nallocating..."
 
 
 def test_an_envhost_nobody_answers_at_is_unreachable():
