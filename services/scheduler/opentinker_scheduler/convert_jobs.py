@@ -77,7 +77,7 @@ def facts_from_spec(spec: job_pb2.JobSpec) -> JobSpecFacts:
         labels=tuple(spec.labels.items()), display_name=spec.display_name,
         unknown_enums=tuple(unknown_enum_values(spec, "spec", scalars)), output_path=spec.inference.output_path,
         multi_agent_set=spec.HasField("multi_agent"), envhost_fields=tuple(envhost_fields(spec, "spec", scalars)),
-        environments=tuple(environment_facts(spec, "spec")),
+        environments=tuple(environment_facts(scalars)),
         max_staleness=getattr(spec, "async").max_staleness)
 
 
@@ -102,19 +102,17 @@ def envhost_fields(message: Message, path: str, scalars: Scalars | None = None) 
             yield EnvHostField(path=name, kind=descriptor.name, value=str(value))
 
 
-def environment_facts(message: Message, path: str) -> Iterator[EnvironmentFacts]:
-    """Every EnvironmentReference set below `message`, with its field path."""
-    for descriptor, value in message.ListFields():
-        if descriptor.cpp_type != FieldDescriptor.CPPTYPE_MESSAGE or _skipped(descriptor.message_type):
-            continue
-        items = value if descriptor.is_repeated else [value]
-        for index, item in enumerate(items):
-            item_path = f"{path}.{descriptor.name}" + (f"[{index}]" if descriptor.is_repeated else "")
-            if descriptor.message_type.full_name == ENVIRONMENT_REFERENCE:
-                yield EnvironmentFacts(path=item_path, env_name=item.env_name, envhost=item.envhost,
-                                       envhost_address=item.envhost_address)
-            else:
-                yield from environment_facts(item, item_path)
+def environment_facts(scalars: Scalars) -> Iterator[EnvironmentFacts]:
+    """Every EnvironmentReference with a scalar set, with its field path (from the spec's
+    `scalar_fields`: no second walk of the spec)."""
+    references: dict[str, dict[str, str]] = {}
+    for descriptor, value, name in scalars:
+        if descriptor.containing_type.full_name == ENVIRONMENT_REFERENCE:
+            path, _, field_name = name.rpartition(".")
+            references.setdefault(path, {})[field_name] = str(value)
+    for path, fields in references.items():
+        yield EnvironmentFacts(path=path, env_name=fields.get("env_name", ""), envhost=fields.get("envhost", ""),
+                               envhost_address=fields.get("envhost_address", ""))
 
 
 def agent_facts(agent: job_pb2.AgentSpec, path: str) -> AgentFacts:
