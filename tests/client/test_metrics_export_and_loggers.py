@@ -83,3 +83,8 @@ def test_wandb_logger_logs_each_step_and_agents_are_prefixed(monkeypatch):
     assert logged[0] == (1, {"reward/mean": pytest.approx(0.1), "loss": 1.0})
     assert logged[-2:] == [(1, {"beta/elo": 990.0}), (1, {"alpha/elo": 1010.0})]
     assert seen == [1, 1, 2, 1, 1] and finished == [True]
+
+
+def test_the_default_panels_show_the_truncated_share_where_a_job_reports_it():
+    rows = [{"step": 1, "agent": "", "reward/mean": 0.1, "truncated": 0.5, "loss": 1.0, "grad_norm": 2.0}]
+    assert metrics_export.pick_curves(rows) == ["reward/mean", "truncated", "loss"]

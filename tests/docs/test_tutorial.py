@@ -26,13 +26,15 @@ from tests.docs.tutorial_blocks import parse_blocks, write_file
 from tests.docs.tutorial_terminal import BashResult, Terminal
 from tests.test_stack import pid_running, stack_pids
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(600)
 
 TUTORIAL = REPO_ROOT / "docs" / "tutorial.md"
-PORTS_USED = 8
-"""OT_BASE_PORT .. OT_BASE_PORT + 7: five services, the game's EnvHost, Redis, the dashboard."""
+PORTS_USED = 9
+"""OT_BASE_PORT .. OT_BASE_PORT + 8: five services, the game's EnvHost, Redis, the dashboard and
+the multi-turn game's EnvHost."""
 BLOCK_TIMEOUT_S = 180
 TRAINING_STEPS = 15
+RELAY_STEPS = 10
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,14 +139,26 @@ def test_the_reward_rose_the_way_the_tutorial_reads_it(tutorial: Transcript) -> 
     assert after > before, output
 
 
+def test_the_multi_turn_game_learned_and_its_own_metric_shows_it(tutorial: Transcript) -> None:
+    """The relay job: a cut-off reply reached the game's on_truncated (truncated share and
+    negative rewards early), `info` became env/buzzed, and both moved the way the page says."""
+    table = tutorial.result_of("opentinker jobs metrics").stdout
+    rows = [line.split() for line in table.splitlines()[2:] if len(line.split()) == 4]
+    assert [int(row[0]) for row in rows] == list(range(1, RELAY_STEPS + 1)), table
+    buzzed, truncated, reward = ([float(row[i]) for row in rows] for i in (1, 2, 3))
+    assert buzzed[-1] >= buzzed[0] + 0.3 and truncated[-1] <= truncated[0] - 0.3, table
+    assert min(reward) < 0 < reward[-1], table  # -0.5 per cut-off reply: the game's on_truncated decided
+
+
 def test_stopping_leaves_no_process_running(tutorial: Transcript) -> None:
     down = tutorial.result_of("opentinker down")
     pids = [int(pid) for pid in re.findall(r"\(pid (\d+)\)", down.stdout)]
     assert down.stdout.startswith("stopped 7 processes") and len(pids) == 7, down.stdout
-    envhost = int((tutorial.workdir / "envhost.pid").read_text())
-    deadline = time.monotonic() + 15  # the EnvHost got SIGTERM and finishes its graceful stop
-    while pid_running(envhost) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not pid_running(envhost), "the tutorial's EnvHost outlived `kill`"
+    for pid_file in ("envhost.pid", "relay.pid"):
+        envhost = int((tutorial.workdir / pid_file).read_text())
+        deadline = time.monotonic() + 15  # the EnvHost got SIGTERM and finishes its graceful stop
+        while pid_running(envhost) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not pid_running(envhost), f"the tutorial's EnvHost ({pid_file}) outlived `kill`"
     assert [pid for pid in pids if pid_running(pid)] == []
     assert stack_pids(tutorial.workdir / ".opentinker") == []

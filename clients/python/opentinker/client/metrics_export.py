@@ -21,7 +21,9 @@ from typing import TextIO
 from opentinker.api.scheduler.v1 import job_pb2
 
 Row = dict[str, float | int | str]
-DEFAULT_CURVES = ("reward/mean", "eval/accuracy", "accuracy", "loss")
+DEFAULT_CURVES = ("reward/mean", "eval/accuracy", "accuracy", "truncated", "loss")
+"""The headline metrics: reward and success, and `truncated` (the share of episodes with a cut-off
+reply: a policy drifting into replies that never end shows there first)."""
 
 
 def metric_rows(events: Iterable[job_pb2.JobEvent]) -> list[Row]:
