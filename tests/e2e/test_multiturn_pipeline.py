@@ -1,8 +1,8 @@
 """The multi-turn learning bench's pipeline, short, on the shared stack: bench/multiturn_rl.py's
-SFT warm-up and RL on guess_number (secret 1..4, three turns, higher/lower hints) run end to end
-and report every step. The learning claim (the train reward rises for every seed) is the bench's:
-80 RL steps per seed take minutes, so CI runs 4 (`python bench/multiturn_rl.py` for the claim;
-its 9-seed numbers are in docs/decisions.md).
+SFT warm-up and RL on nim (a two-player game against the environment's random opponent) run
+end to end and report every step, with the game's own metrics. The learning claim (greedy
+success up by the target for every seed within 10 minutes of RL) is the bench's: it takes
+minutes per seed, so CI runs 4 RL steps (`python bench/multiturn_rl.py` for the claim).
 """
 
 from __future__ import annotations
@@ -29,21 +29,40 @@ def guesses_outside_the_hints(chat: dict, low: int, high: int) -> int:
     return outside
 
 
-def test_the_warm_up_player_follows_hints_as_often_as_asked():
-    bench = load_bench("multiturn_rl")
-    game = bench.GameConfig()
-    following = bench.warmup_transcripts(game, 400, seed=0, follow=1.0)
-    ignoring = bench.warmup_transcripts(game, 400, seed=0, follow=0.0)
-    assert sum(guesses_outside_the_hints(chat, game.low, game.high) for chat in following) == 0
-    assert sum(guesses_outside_the_hints(chat, game.low, game.high) for chat in ignoring) > 50
+def test_the_guessing_warm_up_player_follows_hints_as_often_as_asked():
+    games = load_bench("_multiturn_games")
+    config = games.guess_number().config
+    following = games.guess_transcripts(config, 0, 400, follow=1.0)
+    ignoring = games.guess_transcripts(config, 0, 400, follow=0.0)
+    assert sum(guesses_outside_the_hints(chat, config["low"], config["high"]) for chat in following) == 0
+    assert sum(guesses_outside_the_hints(chat, config["low"], config["high"]) for chat in ignoring) > 50
+
+
+def test_the_nim_warm_up_player_plays_legal_moves_by_a_losing_rule_and_by_chance():
+    games = load_bench("_multiturn_games")
+    chats = games.nim().warmup(0, 300)
+    ruled = moves = 0
+    for chat in chats:
+        messages = chat["messages"]
+        for prompt, reply in zip(messages[1::2], messages[2::2], strict=False):
+            stones = int(prompt["content"].split("Stones: ")[1].split(".")[0])
+            take = int(reply["content"])
+            assert 1 <= take <= min(3, stones)
+            moves += 1
+            ruled += take == games.wrong_rule(stones, 3)
+    assert 0.55 < ruled / moves < 0.8  # half by the rule, plus the random moves that match it
 
 
 @pytest.mark.timeout(300)
 def test_the_multi_turn_pipeline_warms_up_then_reports_every_rl_step(stack, tmp_path):
     bench = load_bench("multiturn_rl")
-    recipe = bench.Recipe(warmup_chats=200, sft_steps=20, rl_steps=4)
-    result = bench.run_seed(stack.address("scheduler"), SEED, tmp_path, recipe, window=2, api_key=stack.api_key)
-    assert len(result.rewards) == len(result.accuracies) == recipe.rl_steps
-    assert all(0.0 <= r <= 1.5 for r in result.rewards)  # 1 for the secret plus shaping (1.2 at most on 1..4)
+    games = load_bench("_multiturn_games")
+    recipe = bench.quick_recipe()
+    result = bench.run_seed(stack.address("scheduler"), games.nim(recipe.eval_episodes), SEED, tmp_path, recipe,
+                            window=2, api_key=stack.api_key)
+    assert len(result.rewards) == recipe.rl_steps
+    assert all(-1.0 <= r <= 1.0 for r in result.rewards)  # +1 win, -1 loss or illegal move
+    assert 0.0 <= result.eval_before <= 1.0 and 0.0 <= result.eval_after <= 1.0
     assert {name: len(values) for name, values in result.diagnostics.items()} == \
         {name: recipe.rl_steps for name in bench.DIAGNOSTICS}
+    assert result.max_truncated < 1.0
