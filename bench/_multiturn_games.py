@@ -35,7 +35,7 @@ class BenchGame:
 
 def nim(eval_size: int = 64) -> BenchGame:
     config = {"min_stones": 7, "max_stones": 15, "max_take": 3, "eval_size": eval_size}
-    return BenchGame(name="nim", config=config, max_turns=8, rl_steps=150, target_gain=0.2, what="greedy win rate",
+    return BenchGame(name="nim", config=config, max_turns=8, rl_steps=120, target_gain=0.2, what="greedy win rate",
                      warmup=lambda seed, count: nim_transcripts(config, seed, count))
 
 

@@ -79,7 +79,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--scheduler", default="127.0.0.1:50051")
-    parser.add_argument("--rl-steps", type=int, default=150)
+    parser.add_argument("--rl-steps", type=int, default=120)
     args = parser.parse_args()
     client = ServiceClient(args.scheduler)
     data = Path(tempfile.mkdtemp()) / "nim-warmup.jsonl"
