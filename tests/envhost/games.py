@@ -202,7 +202,8 @@ class Tally(AbstractGame):
     """Adds up the numbers it is told: reset(start=n) starts the total at n, step("k") adds k and
     answers the total. Deterministic, so a session replayed elsewhere ends where it was. Actions
     that misbehave: "crash" (os._exit(3)), "spin" (a busy loop), "hang" (sleeps an hour),
-    "nap:<seconds>" (sleeps that long, then adds nothing). With `moody` every reset starts from
+    "nap:<seconds>" (sleeps that long, then adds nothing), "doom:<seconds>" (sleeps that long, then
+    os._exit(3)). With `moody` every reset starts from
     a random total (a game replay cannot restore)."""
 
     multi_turn = True
@@ -228,6 +229,9 @@ class Tally(AbstractGame):
                 pass
         if action == "hang":
             time.sleep(3600)
+        if action.startswith("doom:"):
+            time.sleep(float(action.removeprefix("doom:")))
+            os._exit(3)
         if action.startswith("nap:"):
             time.sleep(float(action.removeprefix("nap:")))
         else:

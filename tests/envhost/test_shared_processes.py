@@ -128,6 +128,27 @@ def test_a_game_that_dies_fails_only_its_session_and_the_others_go_on_where_they
     loop.run_until_complete(scenario())
 
 
+def test_a_session_moved_into_a_process_that_another_game_then_ends_moves_again(loop, manager, stepping) -> None:
+    """The first process dies under one session's call (a call of another session held back
+    behind it moves); the process it moves to dies under a third session's call while the moved
+    session's episode is replayed there: it moves once more and goes on where it was."""
+    async def scenario() -> None:
+        who = owner()
+        first = await tallies(manager, 4, who)
+        second = await tallies(manager, 3, who)
+        assert len({pid(s) for s in first}) == 1 and len({pid(s) for s in second}) == 1 != pid(first[0])
+        doomed_first = asyncio.ensure_future(step_all(manager, {first[0]: "doom:0.2", second[0]: "doom:0.6"}, stepping))
+        await asyncio.sleep(0.05)  # both dooms are running: the next call waits behind the first's
+        moved = (await step_all(manager, {first[1]: "7"}, stepping))[first[1]]
+        doomed = await doomed_first
+        assert all(isinstance(doomed[s], EnvironmentCrashed) for s in (first[0], second[0]))
+        assert moved == "total 107", moved
+        again = await step_all(manager, {s: "1" for s in (*first[1:], *second[1:])}, stepping)
+        assert list(again.values()) == ["total 108", "total 201", "total 301", "total 101", "total 201"]
+        await close_all(manager, [*first, *second])
+    loop.run_until_complete(scenario())
+
+
 def test_a_game_that_hangs_times_out_alone(loop, impatient, stepping) -> None:
     async def scenario() -> None:
         sessions = await tallies(impatient, 3, owner())

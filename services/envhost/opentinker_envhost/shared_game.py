@@ -228,10 +228,10 @@ class SharedGame:
                     raise self._unrestorable(what, "its game's process was lost again and again")
                 private = private or lost.blame is Blame.SUSPECT
             worker = self.worker
-            if (worker is None or worker.gone or self.slot in worker.moving
-                    or (not worker.private and (private or self.placement.is_slow(self.key)))):
-                await self._rebuild(what, private=private)
             try:
+                if (worker is None or worker.gone or self.slot in worker.moving
+                        or (not worker.private and (private or self.placement.is_slow(self.key)))):
+                    await self._rebuild(what, private=private)
                 reply = await self.worker.call(self.slot, request)  # type: ignore[union-attr]
             except CallLost as error:
                 lost = error
@@ -263,8 +263,10 @@ class SharedGame:
         self.worker, self.slot, self.last_pid = worker, slot, worker.pid
         try:
             replies = await worker.replay(slot, self.log.requests())
-        except CallLost:
-            raise self._unrestorable(what, "replaying its episode ended that process too") from None
+        except CallLost as lost:
+            if lost.blame is Blame.CULPRIT or private:  # the replay alone ended it: the episode did
+                raise self._unrestorable(what, "replaying its episode ended that process too") from None
+            raise  # another session's game ended it (or may have): the caller moves this one again
         expected = self.log.results()
         for reply, result in zip(replies, expected, strict=True):
             if not isinstance(reply, dict) or "ok" not in reply or reply["ok"] != result:
