@@ -252,7 +252,7 @@ def run_ours(config: BenchConfig, stack: Stack, max_staleness: int = 0) -> dict:
         print(f"ours k={max_staleness}: job {job.job_id} on {stack.scheduler}", file=sys.stderr)
         final = client.wait(job.job_id, on_event=on_event)
     if final.state != job_pb2.Job.STATE_SUCCEEDED:
-        raise SystemExit(f"ours: job {job.job_id} ended {final.state}: {final.status_message}")
+        raise SystemExit(f"ours: job {job.job_id} ended {job_pb2.Job.State.Name(final.state)}: {final.status_message}")
     cpu_per_step = ({name: (cpu[1][name] - cpu[0][name]) / config.steps for name in cpu[0]}
                     if len(cpu) == 2 else {})
     return {"job_id": job.job_id, "max_staleness": max_staleness, "steps": steps,

@@ -62,6 +62,12 @@ def test_untrusted_info_keys_cannot_flood_or_garble_the_metrics():
     assert metrics["env/k0"] == 0.0
 
 
+def test_the_keys_that_name_the_episode_are_not_metrics():
+    metrics = episode_metrics([with_info({"index": 7, "split": "train", "seed": 3, "win": True}),
+                               with_info({"index": 9, "seed": 4, "win": False})])
+    assert {key for key in metrics if key.startswith("env/")} == {"env/win"}
+
+
 def test_eval_metrics_keep_the_env_prefix_under_eval():
     metrics = episode_metrics([with_info({"win": True})], prefix="eval/")
     assert metrics["eval/env/win"] == 1.0

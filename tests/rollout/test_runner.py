@@ -63,7 +63,7 @@ class CountingEnvironment:
         self.value = float(kwargs["value"])
         return ResetResult(system_prompt="s", observation=str(kwargs["value"]))
 
-    async def step(self, action: str) -> StepOutcome:
+    async def step(self, action: str, *, truncated: bool = False) -> StepOutcome:
         await asyncio.sleep(self.delay_s)
         return StepOutcome(reward=self.value, done=True)
 
@@ -131,7 +131,7 @@ def test_results_stream_in_completion_order():
     CountingEnvironment.resets = []
 
     class Timed(CountingEnvironment):
-        async def step(self, action: str) -> StepOutcome:
+        async def step(self, action: str, *, truncated: bool = False) -> StepOutcome:
             await asyncio.sleep(0.3 if self.value == 1 else 0.0)
             return StepOutcome(reward=self.value, done=True)
 

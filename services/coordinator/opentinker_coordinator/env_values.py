@@ -4,6 +4,8 @@ A game is user code: its keys and values are untrusted. Only top-level values th
 numbers or bools (as 0/1) count; a key must be a short metric-safe name (letters, digits and
 `_ . - /`, at most MAX_KEY_CHARS); a trajectory keeps at most MAX_KEYS keys (the first seen), a
 batch's metrics at most MAX_KEYS too (`env_metrics`), so a game cannot flood a job's metrics.
+The keys that name which episode was played (EPISODE_IDENTITY: `index`, `split`, `seed`) are not
+metrics: their means say nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ MAX_KEYS = 32
 MAX_KEY_CHARS = 64
 METRIC_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]*")
 PREFIX = "env/"
+EPISODE_IDENTITY = frozenset({"index", "split", "seed"})
 
 
 class HasEnvValues(Protocol):
@@ -59,4 +62,5 @@ def _number(value: Any) -> float | None:
 
 
 def _metric_key(key: Any) -> bool:
-    return isinstance(key, str) and len(key) <= MAX_KEY_CHARS and METRIC_KEY.fullmatch(key) is not None
+    return (isinstance(key, str) and len(key) <= MAX_KEY_CHARS and key not in EPISODE_IDENTITY
+            and METRIC_KEY.fullmatch(key) is not None)

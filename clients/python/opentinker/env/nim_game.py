@@ -32,8 +32,9 @@ other, and rambling never beats playing).
 Rewards: `win_reward` (1) when the model takes the last stone, `loss_reward` (-1) when the
 opponent does or the model's move is illegal, 0 for every other turn. The final step's info
 has "win", "illegal", "correct" (= win: the job's `accuracy` metric), "outcome" ("win" or
-"loss"), "stones" (the start), "split" and "index"; every step's info has "illegal" (0/1) and
-"stones_left", so `env/illegal` and `env/win` become job metrics.
+"loss"), "split" and "index"; every step's info has "illegal" (0/1) and "stones_left", so
+`env/illegal`, `env/win` and `env/stones_left` become job metrics (every numeric info value
+does, except the episode's identity: `index`, `split`, `seed`).
 
 Episodes are deterministic for a given (split, index, seed): the start comes from the random
 stream seeded "<seed>/<split>" at `index`, and the opponent's moves from one seeded
@@ -139,7 +140,7 @@ class NimGame(AbstractGame):
     def _end(self, *, win: bool, illegal: bool, observation: str) -> StepResult:
         self.playing = False
         info = {"illegal": illegal, "stones_left": self.stones, "win": win, "correct": win,
-                "outcome": "win" if win else "loss", "stones": self.start, "split": self.split, "index": self.index}
+                "outcome": "win" if win else "loss", "split": self.split, "index": self.index}
         return StepResult(observation=observation, reward=self.win_reward if win else self.loss_reward,
                           done=True, info=info)
 
