@@ -24,7 +24,9 @@ compared with the same turn of its group; normalised by the group's std), a KL a
 warm-up policy in the loss (k3, 0.1; `keep_reference`), gradient norm clipped at 1, lr 3e-4,
 sampling at temperature 1 with a 6-token reply budget, and cut-off replies judged by the game
 (the default `truncated_actions`: in nim a cut reply is an illegal move and loses), so rambling
-to the limit never beats playing.
+to the limit never beats playing. Each game tunes a few fields (BenchGame.tuned; a flag still
+wins): guess_number 300 steps; nim, whose episodes run up to 8 turns, 200 steps with the next
+batch's rollouts overlapping the update (`async.max_staleness: 1`) and lr 5e-4.
 
 PASS per game when, for at least `--need` seeds (default: all), the greedy success rose by at
 least the target, the RL job took at most `--max-rl-minutes` (10), and the share of episodes
@@ -60,8 +62,7 @@ class Recipe:
     warmup_chats: int = 3000
     sft_steps: int = 600
     sft_lr: float = 1e-3
-    rl_steps: int = 0
-    """0 = the game's own (BenchGame.rl_steps: what fits 10 minutes here)."""
+    rl_steps: int = 100
     lr: float = 3e-4
     kl_coef: float = 0.1
     max_grad_norm: float = 1.0
@@ -72,6 +73,14 @@ class Recipe:
     group_size: int = 8
     eval_episodes: int = 64
     checkpoint_every: int = 0
+    max_staleness: int = 0
+    """async.max_staleness of the RL job: 0 = synchronous; 1 = the next batch's rollouts overlap
+    the update."""
+
+
+def recipe_for(game: BenchGame, base: Recipe, explicit: dict[str, object]) -> Recipe:
+    """`base` with the game's tuned fields, then the fields given on the command line."""
+    return replace(base, **{**game.tuned, **explicit})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,7 +116,8 @@ def sft_spec(data_path: str, seed: int, recipe: Recipe, game: BenchGame) -> dict
 
 def rl_spec(checkpoint_id: str, seed: int, recipe: Recipe, game: BenchGame) -> dict:
     kl = {"kl_coef": recipe.kl_coef, "kl_placement": "LOSS"} if recipe.kl_coef else {}
-    return {"type": "RL", "display_name": f"{game.name}-rl-{seed}",
+    overlap = {"async": {"max_staleness": recipe.max_staleness}} if recipe.max_staleness else {}
+    return {"type": "RL", "display_name": f"{game.name}-rl-{seed}", **overlap,
             "environment": {"env_name": game.name, "config": {**game.config, "seed": seed}},
             "policy": {"model": {"checkpoint": {"checkpoint_id": checkpoint_id}},
                        "adaptation": {"full": {"keep_reference": bool(recipe.kl_coef)}},
@@ -116,7 +126,7 @@ def rl_spec(checkpoint_id: str, seed: int, recipe: Recipe, game: BenchGame) -> d
                                      "advantage": {"estimator": recipe.estimator, "normalize_by_std": True}},
                        "sampling": {"max_new_tokens": recipe.max_new_tokens, "temperature": 1.0},
                        "limits": {"max_turns": game.max_turns}},
-            "training": {"total_steps": recipe.rl_steps or game.rl_steps, "batch_size": recipe.batch_size,
+            "training": {"total_steps": recipe.rl_steps, "batch_size": recipe.batch_size,
                          "group_size": recipe.group_size, "eval_episodes": recipe.eval_episodes, "seed": seed,
                          "eval_every_steps": 0, "checkpoint_every_steps": recipe.checkpoint_every}}
 
@@ -162,8 +172,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "multiturn_rl")
     for item in fields(Recipe):
         default = getattr(Recipe(), item.name)
-        p.add_argument(f"--{item.name.replace('_', '-')}", type=type(default), default=default,
-                       help="recipe (default %(default)s)")
+        p.add_argument(f"--{item.name.replace('_', '-')}", type=type(default), default=None,
+                       help=f"recipe (default {default}, unless the game tunes it: _multiturn_games)")
     return p.parse_args(argv)
 
 
@@ -179,15 +189,17 @@ def print_table(results: list[RunResult], games: dict[str, BenchGame], max_rl_se
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    recipe = Recipe(**{item.name: getattr(args, item.name) for item in fields(Recipe)})
-    games = {name: GAMES[name](recipe.eval_episodes) for name in args.games}
+    explicit = {item.name: getattr(args, item.name) for item in fields(Recipe) if getattr(args, item.name) is not None}
+    base = replace(Recipe(), **explicit)
+    games = {name: GAMES[name](base.eval_episodes) for name in args.games}
+    recipes = {name: recipe_for(game, base, explicit) for name, game in games.items()}
     need = args.need or len(args.seeds)
     max_rl_seconds = args.max_rl_minutes * 60
     results = []
     with bench_stack(args.scheduler, args.base_port, args.out / "stack") as stack:
         for game in games.values():
             for seed in args.seeds:
-                result = run_seed(stack.scheduler, game, seed, args.out, recipe, window=args.window,
+                result = run_seed(stack.scheduler, game, seed, args.out, recipes[game.name], window=args.window,
                                   api_key=stack.api_key)
                 print(f"{game.name} seed {seed}: {game.what} {result.eval_before:.3f} -> {result.eval_after:.3f} "
                       f"in {result.rl_seconds:.0f} s of RL", file=sys.stderr, flush=True)
@@ -200,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {passing}/{len(args.seeds)} seeds raised the {game.what} by >= {game.target_gain} "
               f"within {args.max_rl_minutes:g} min of RL without collapsing (need {need}): {verdicts[name]}")
     (args.out / "results.json").write_text(json.dumps(
-        {"recipe": asdict(recipe), "games": {name: {"config": g.config, "target_gain": g.target_gain}
-                                             for name, g in games.items()},
+        {"games": {name: {"config": g.config, "target_gain": g.target_gain, "recipe": asdict(recipes[name])}
+                   for name, g in games.items()},
          "results": [asdict(r) | {"gain": r.gain, "max_truncated": r.max_truncated} for r in results],
          "verdicts": verdicts}, indent=2) + "\n")
     return 0 if all(v == "PASS" for v in verdicts.values()) else 1

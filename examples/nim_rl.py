@@ -12,7 +12,9 @@ other reply). The script:
    moves otherwise) and warms the built-in tiny-llama up on them with SFT: the model learns the
    format and to read the pile, and plays badly;
 2. runs RL from that checkpoint with the multi-turn recipe of the README: per-turn advantages
-   (DISCOUNTED_RETURN), a KL anchor to the warm-up policy, lr 3e-4, gradient norm clipped at 1;
+   (DISCOUNTED_RETURN), a KL anchor to the warm-up policy, gradient norm clipped at 1, and for
+   nim's longer episodes lr 5e-4 with the next batch's rollouts overlapping the update
+   (`asynchronous={"max_staleness": 1}`), 200 steps;
 3. prints, per step, the reward, the game's own `env/win` and the `truncated` share (a jump to 1
    would be a policy that stopped ending its replies), and the greedy win rate on 64 held-out
    games before and after RL.
@@ -61,7 +63,8 @@ def rl_arguments(checkpoint_id: str, seed: int, steps: int) -> dict:
         model={"checkpoint": {"checkpoint_id": checkpoint_id}}, name=f"nim-rl-{seed}",
         num_steps=steps, batch_size=4, group_size=8,
         adaptation={"full": {"keep_reference": True}},                       # the KL anchor's reference
-        algorithm={"optimizer": {"learning_rate": 3e-4, "max_grad_norm": 1.0},
+        asynchronous={"max_staleness": 1},              # rollouts of the next batch overlap the update
+        algorithm={"optimizer": {"learning_rate": 5e-4, "max_grad_norm": 1.0},
                    "loss": {"aggregation": "SEQUENCE_MEAN", "kl_coef": 0.1, "kl_placement": "LOSS"},
                    "advantage": {"estimator": "DISCOUNTED_RETURN", "normalize_by_std": True}},
         sampling={"max_new_tokens": 6, "temperature": 1.0},
@@ -79,7 +82,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--scheduler", default="127.0.0.1:50051")
-    parser.add_argument("--rl-steps", type=int, default=120)
+    parser.add_argument("--rl-steps", type=int, default=200)
     args = parser.parse_args()
     client = ServiceClient(args.scheduler)
     data = Path(tempfile.mkdtemp()) / "nim-warmup.jsonl"

@@ -38,3 +38,4 @@ def test_the_rl_job_is_valid_and_carries_the_recipe():
     assert abs(algorithm.loss.kl_coef - 0.1) < 1e-6 and message.policy.adaptation.full.keep_reference
     assert algorithm_pb2.AdvantageEstimator.Name(algorithm.advantage.estimator).endswith("DISCOUNTED_RETURN")
     assert message.policy.limits.max_turns == 8 and message.environment.env_name == "nim"
+    assert getattr(message, "async").max_staleness == 1

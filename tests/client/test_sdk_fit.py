@@ -68,8 +68,15 @@ def test_an_rl_fit_written_before_sft_existed_submits_the_same_spec() -> None:
         "training": {"total_steps": 20, "batch_size": 8, "group_size": 8}}
 
 
+def test_an_rl_fit_can_overlap_its_rollouts_with_the_update() -> None:
+    spec = fit_job_spec(env="math", model=MODEL, num_steps=5, asynchronous={"max_staleness": 1})
+    assert spec["async"] == {"max_staleness": 1}
+    assert job_spec_from_dict(spec).HasField("async")
+
+
 @pytest.mark.parametrize(("arguments", "words"), [
     ({}, "an RL job needs env="),
+    ({"dataset": "d.jsonl", "asynchronous": {"max_staleness": 1}}, "an SFT job (dataset=...) plays none"),
     ({"env": "math", "dataset": "d.jsonl"}, "give env= (an RL job) or dataset= (an SFT job), not both"),
     ({"dataset": "d.jsonl", "limits": {"max_turns": 2}}, "an SFT job (dataset=...) plays none"),
     ({"job_type": "SFT", "env": "math"}, "an SFT job needs dataset="),

@@ -57,9 +57,10 @@ def test_the_nim_warm_up_player_plays_legal_moves_by_a_losing_rule_and_by_chance
 def test_the_multi_turn_pipeline_warms_up_then_reports_every_rl_step(stack, tmp_path):
     bench = load_bench("multiturn_rl")
     games = load_bench("_multiturn_games")
-    recipe = bench.quick_recipe()
-    result = bench.run_seed(stack.address("scheduler"), games.nim(recipe.eval_episodes), SEED, tmp_path, recipe,
-                            window=2, api_key=stack.api_key)
+    nim = games.nim(8)
+    recipe = bench.recipe_for(nim, bench.quick_recipe(), {"rl_steps": 4})  # nim's own tuning (async k=1)
+    assert recipe.max_staleness == nim.tuned["max_staleness"] and recipe.warmup_chats == 200
+    result = bench.run_seed(stack.address("scheduler"), nim, SEED, tmp_path, recipe, window=2, api_key=stack.api_key)
     assert len(result.rewards) == recipe.rl_steps
     assert all(-1.0 <= r <= 1.0 for r in result.rewards)  # +1 win, -1 loss or illegal move
     assert 0.0 <= result.eval_before <= 1.0 and 0.0 <= result.eval_after <= 1.0

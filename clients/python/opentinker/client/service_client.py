@@ -63,7 +63,8 @@ JOB_TYPES = ("RL", "SFT")
 
 def rl_spec(*, env: str | dict, model: dict, num_steps: int, batch_size: int, group_size: int,
             adaptation: dict | None, algorithm: dict | None, sampling: dict | None,
-            training: dict | None, limits: dict | None = None, name: str = "") -> dict:
+            training: dict | None, limits: dict | None = None, name: str = "",
+            asynchronous: dict | None = None) -> dict:
     environment = {"env_name": env} if isinstance(env, str) else copy.deepcopy(env)
     training_spec = {"total_steps": num_steps, "batch_size": batch_size, "group_size": group_size} | (training or {})
     policy = _policy(model, adaptation, algorithm)
@@ -71,7 +72,10 @@ def rl_spec(*, env: str | dict, model: dict, num_steps: int, batch_size: int, gr
         policy["sampling"] = sampling
     if limits:
         policy["limits"] = limits
-    return _named({"type": "RL", "policy": policy, "environment": environment, "training": training_spec}, name)
+    spec = {"type": "RL", "policy": policy, "environment": environment, "training": training_spec}
+    if asynchronous:
+        spec["async"] = copy.deepcopy(asynchronous)
+    return _named(spec, name)
 
 
 def sft_spec(*, dataset: str | dict, model: dict, num_steps: int, batch_size: int, adaptation: dict | None,
@@ -94,24 +98,25 @@ def fit_job_spec(*, model: dict, env: str | dict | None = None, dataset: str | d
                  job_type: str | None = None, name: str = "", num_steps: int | None = None,
                  num_epochs: int | None = None, steps_per_epoch: int = 10, batch_size: int = 8, group_size: int = 8,
                  adaptation: dict | None = None, algorithm: dict | None = None, sampling: dict | None = None,
-                 limits: dict | None = None, training: dict | None = None) -> dict:
+                 limits: dict | None = None, training: dict | None = None, asynchronous: dict | None = None) -> dict:
     """The job spec `fit` submits (num_steps, or num_epochs x steps_per_epoch steps).
 
     RL on `env` (a name or an EnvironmentReference dict), or SFT on `dataset` (a JSONL path or a
     DatasetReference dict); `job_type` ("RL" or "SFT") is whichever of the two is given. `name` is
     the job's display name; `limits` the episode limits of an RL job (AgentLoopLimits: max_turns,
     max_new_tokens_per_turn, max_total_tokens, episode_timeout); `training` more TrainingConfig
-    fields. ValueError for arguments that do not make one job."""
+    fields; `asynchronous` the RL job's AsyncConfig (the spec's `async`, e.g. {"max_staleness": 1}:
+    the next batch's rollouts overlap the update). ValueError for arguments that do not make one job."""
     job_type = _job_type(job_type, env=env, dataset=dataset)
     steps = num_steps if num_steps is not None else (num_epochs or 1) * steps_per_epoch
     if job_type == "SFT":
-        if sampling or limits:
-            raise ValueError("sampling and limits shape RL episodes; an SFT job (dataset=...) plays none")
+        if sampling or limits or asynchronous:
+            raise ValueError("sampling, limits and asynchronous shape RL episodes; an SFT job (dataset=...) plays none")
         return sft_spec(dataset=dataset, model=model, num_steps=steps, batch_size=batch_size,
                         adaptation=adaptation, algorithm=algorithm, training=training, name=name)
     return rl_spec(env=env, model=model, num_steps=steps, batch_size=batch_size, group_size=group_size,
                    adaptation=adaptation, algorithm=algorithm, sampling=sampling, training=training,
-                   limits=limits, name=name)
+                   limits=limits, name=name, asynchronous=asynchronous)
 
 
 def _job_type(job_type: str | None, *, env: object, dataset: object) -> str:
@@ -171,14 +176,15 @@ class ServiceClient:
             job_type: str | None = None, name: str = "", num_steps: int | None = None,
             num_epochs: int | None = None, steps_per_epoch: int = 10, batch_size: int = 8, group_size: int = 8,
             adaptation: dict | None = None, algorithm: dict | None = None, sampling: dict | None = None,
-            limits: dict | None = None, training: dict | None = None,
+            limits: dict | None = None, training: dict | None = None, asynchronous: dict | None = None,
             on_metrics: MetricsCallback | None = None, on_event: EventCallback | None = None) -> FitResult:
         """Train a policy with RL on `env` or SFT on `dataset`; blocks until the job ends (see
         fit_job_spec for the arguments, FitResult for what comes back)."""
         spec = fit_job_spec(model=model, env=env, dataset=dataset, job_type=job_type, name=name,
                             num_steps=num_steps, num_epochs=num_epochs, steps_per_epoch=steps_per_epoch,
                             batch_size=batch_size, group_size=group_size, adaptation=adaptation,
-                            algorithm=algorithm, sampling=sampling, limits=limits, training=training)
+                            algorithm=algorithm, sampling=sampling, limits=limits, training=training,
+                            asynchronous=asynchronous)
         job = self.scheduler.submit_job(spec)
         return self.follow(job.job_id, on_metrics=on_metrics, on_event=on_event)
 
