@@ -3,6 +3,12 @@ cannot carry, exits, leaks memory and spins on the CPU in some of its episodes s
 The failed episodes are flagged (env_errors), left out of the update (fewer datums than
 episodes) and counted by kind on the EnvHost, which keeps SERVING.
 
+Errors reach the user through the job (the same stack also serves tests/e2e/_raising_game.py,
+a game that raises in step()): a misspelt env name is refused at submit, naming the known
+environments; a job whose every evaluation episode fails fails at its baseline evaluation, its
+status names the cause (the first error, with its kind), and `opentinker logs JOB` prints the
+game's traceback once (later repeats counted in a summary line).
+
 The stack's EnvHost (process isolation, the default) serves tests/chaos/_misbehaving_games.py
 with a CPU budget of 1 s per call and 128 MiB per game; the game misbehaves by train index
 (TRAIN_SCHEDULE), so each step's failures are known in advance.
@@ -22,15 +28,19 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.client import SchedulerClient
-from tests._stack import LocalStack
+from opentinker.client.credentials import API_KEY_ENV
+from opentinker.client.errors import InvalidArgument
+from tests._stack import LocalStack, run_cli
 from tests.chaos._misbehaving_games import FAILING_INDEXES, TRAIN_SCHEDULE
 
 pytestmark = pytest.mark.timeout(240)
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS, BATCH, GROUP = 2, 4, 2
+RAISING_GAME = "raising_game"
 ENVHOST_ENV = {
-    "OPENTINKER_ENVHOST_GAMES": "misbehaving=tests.chaos._misbehaving_games:Misbehaving",
+    "OPENTINKER_ENVHOST_GAMES": ("misbehaving=tests.chaos._misbehaving_games:Misbehaving,"
+                                 f"{RAISING_GAME}=tests.e2e._raising_game:RaisingGame"),
     "OPENTINKER_ENVHOST_CPU_SECONDS_PER_CALL": "1",
     "OPENTINKER_ENVHOST_MEMORY_LIMIT_MB": "128",
 }
@@ -38,7 +48,7 @@ ENVHOST_ENV = {
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    local = LocalStack(tmp_path_factory.mktemp("misbehaving-stack"))
+    local = LocalStack(tmp_path_factory.mktemp("misbehaving-stack"), dashboard=False)
     with pytest.MonkeyPatch.context() as patch:  # `opentinker up` passes its environment on
         for name, value in ENVHOST_ENV.items():
             patch.setenv(name, value)
@@ -96,3 +106,45 @@ def test_an_rl_job_survives_games_that_misbehave(stack: LocalStack) -> None:
     with grpc.insecure_channel(stack.address("envhost")) as channel:
         health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
     assert health.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def raising_spec(env_name: str) -> dict:
+    return {
+        "type": "RL", "display_name": "env-errors",
+        "policy": {"model": {"builtin": {"name": "tiny-qwen2", "seed": 3}}, "adaptation": {"full": {}},
+                   "algorithm": {"optimizer": {"learning_rate": 1e-3}},
+                   "sampling": {"max_new_tokens": 4, "temperature": 1.0}},
+        "environment": {"env_name": env_name},
+        "training": {"total_steps": 1, "batch_size": 1, "group_size": 2, "eval_episodes": 2, "seed": 3},
+    }
+
+
+def test_a_raising_games_traceback_reaches_opentinker_logs_and_the_status_names_the_cause(stack: LocalStack) -> None:
+    with SchedulerClient(stack.address("scheduler"), api_key=stack.api_key, timeout=30) as scheduler:
+        with pytest.raises(InvalidArgument) as refused:
+            scheduler.submit_job(raising_spec("raising_gam"))
+        assert ("spec.environment.env_name: no environment named 'raising_gam' on the registered EnvHosts "
+                f"(did you mean '{RAISING_GAME}'?); known: ") in str(refused.value)
+        job = scheduler.submit_job(raising_spec(RAISING_GAME))
+        final = scheduler.wait(job.job_id)
+    assert final.state == job_pb2.Job.STATE_FAILED, final.status_message
+    assert final.status_message.startswith(
+        "EnvironmentBroken: the evaluation at step 0: no usable episode with the environment up, 3 times "
+        "(2 of 2 episodes failed); giving up. Cause: the game raised in step: EnvHost "), final.status_message
+    assert "Step failed: INTERNAL: " in final.status_message
+    assert "KeyError: 'unscored reply'; the game's traceback is in the job's log" in final.status_message
+    logs = run_cli("logs", job.job_id, "--scheduler", stack.address("scheduler"),
+                   env={**os.environ, API_KEY_ENV: stack.api_key})
+    assert logs.returncode == 0, logs.stderr
+    lines = logs.stdout.splitlines()
+    first = [i for i, line in enumerate(lines) if "[environment]" in line and "an episode failed" in line]
+    assert len(first) == 1, logs.stdout  # told once, not once per episode
+    told = lines[first[0]:first[0] + 25]
+    assert " ERROR   [environment] the evaluation at step 0: an episode failed: the game raised in step: " in told[0]
+    traceback = [line.strip() for line in told[1:] if line.startswith(" " * 8)]
+    assert traceback[0] == "Traceback (most recent call last):", logs.stdout
+    assert any("_raising_game.py" in line and "in _score" in line for line in traceback), logs.stdout
+    assert "KeyError: 'unscored reply'" in traceback, logs.stdout
+    assert any("[environment] environment errors in this job, 6 episodes in all: 6 x the game raised in step"
+               in line for line in lines), logs.stdout
+    assert any("STATE   RUNNING -> FAILED: EnvironmentBroken: the evaluation at step 0" in line for line in lines)

@@ -1,4 +1,4 @@
-"""A game with a bug: its step() raises, in every episode (tests/e2e/test_env_errors_in_logs.py)."""
+"""A game with a bug: its step() raises, in every episode (tests/chaos/test_env_misbehaviour.py)."""
 
 from __future__ import annotations
 
