@@ -277,9 +277,51 @@ class AsyncStrict(AsyncAbstractGame):
         return StepResult(observation=f"cut after {len(action)} chars", reward=-1.0, done=True, info={"cut": True})
 
 
+class AsyncLingering(AsyncAbstractGame):
+    """Async: counts resets per game object and per class (what a kept process keeps); the step
+    action "leave:task" leaves a task running on the process's loop, "spawn" starts a task that
+    counts its turns, "wait" awaits inside `asyncio.timeout` (which needs the current task), and
+    the observation reports how many turns the spawned tasks have had."""
+
+    class_resets: ClassVar[int] = 0
+    kept: ClassVar[list[Any]] = []
+    turns: ClassVar[list[int]] = [0]
+
+    def __init__(self) -> None:
+        self.resets = 0
+
+    def get_system_prompt(self) -> str:
+        return "async lingering"
+
+    def get_initial_user_message(self) -> str:
+        return ""
+
+    async def reset(self, **kwargs: Any) -> str:
+        self.resets += 1
+        AsyncLingering.class_resets += 1
+        return f"object {self.resets} class {AsyncLingering.class_resets}"
+
+    async def step(self, action: str) -> StepResult:
+        if action == "leave:task":
+            AsyncLingering.kept.append(asyncio.get_running_loop().create_task(asyncio.sleep(3600)))
+        elif action == "spawn":
+            AsyncLingering.kept.append(asyncio.get_running_loop().create_task(self._count_turns()))
+        elif action == "wait":
+            async with asyncio.timeout(5):
+                await asyncio.sleep(0.05)
+        return StepResult(observation=f"turns {AsyncLingering.turns[0]}", reward=1.0, done=False)
+
+    @staticmethod
+    async def _count_turns() -> None:
+        for _ in range(1000):
+            AsyncLingering.turns[0] += 1
+            await asyncio.sleep(0.001)
+
+
 TEST_GAMES = {"echo": Echo, "strict": Strict, "async-strict": AsyncStrict, "tally": Tally, "explode": Explode, "sleepy": Sleepy, "async-sleepy": AsyncSleepy,
               "bad-returns": BadReturns, "seated": Seated, "alternating": Alternating,
-              "misbehaving": Misbehaving, "lingering": Lingering}
+              "misbehaving": Misbehaving, "lingering": Lingering,
+              "async-lingering": AsyncLingering}
 
 
 def catalog_with_test_games() -> GameCatalog:

@@ -161,6 +161,52 @@ def test_a_game_that_leaves_something_behind_is_not_kept(loop, manager, leave: s
     loop.run_until_complete(scenario())
 
 
+# -- async games: served from inside the process's event loop -------------------------------------
+
+def test_an_async_games_next_session_gets_the_same_process_and_a_new_game(loop, manager) -> None:
+    """The task that serves the calls is not a task the game left behind."""
+    async def scenario() -> None:
+        who = owner()
+        first, observation = await open_and_reset(manager, "async-lingering", **who)
+        assert observation == "object 1 class 1"
+        await manager.step(first.session_id, "wait")  # a call that suspends, under asyncio.timeout
+        await manager.close(first.session_id)
+        again, observation = await open_and_reset(manager, "async-lingering", **who)
+        assert pid(again) == pid(first), "a clean async game's process was not kept"
+        assert observation == "object 1 class 2"
+        await manager.close(again.session_id)
+    loop.run_until_complete(scenario())
+
+
+def test_an_async_game_that_leaves_a_task_running_is_not_kept(loop, manager) -> None:
+    async def scenario() -> None:
+        who = owner()
+        session, _ = await open_and_reset(manager, "async-lingering", **who)
+        await manager.step(session.session_id, "leave:task")
+        await manager.close(session.session_id)
+        assert not wait_until_gone({pid(session)}), "the process was kept"
+        again, observation = await open_and_reset(manager, "async-lingering", **who)
+        assert pid(again) != pid(session) and observation == "object 1 class 1"
+        await manager.close(again.session_id)
+    loop.run_until_complete(scenario())
+
+
+def test_an_async_games_tasks_run_while_its_calls_await_and_not_between_calls(loop, manager) -> None:
+    async def scenario() -> list[int]:
+        session, _ = await open_and_reset(manager, "async-lingering", **owner())
+        turns = []
+        for action in ("spawn", "hi", "hi", "wait", "hi"):
+            observation = (await manager.step(session.session_id, action)).observation
+            turns.append(int(observation.removeprefix("turns ")))
+            await asyncio.sleep(0.05)  # between calls the game's loop waits for the next one
+        await manager.close(session.session_id)
+        return turns
+    turns = loop.run_until_complete(scenario())
+    assert turns[0] <= 1 and turns[1] == turns[2] == turns[0], turns  # no awaiting call: no turns
+    assert turns[3] > turns[2] + 5, turns  # 50 ms awaited: the spawned task ran meanwhile
+    assert turns[4] == turns[3], turns
+
+
 def test_output_is_logged_under_the_session_that_printed_it_and_not_shown_to_the_next(loop, manager) -> None:
     async def scenario() -> tuple[list[dict[str, Any]], str, str, EnvironmentCrashed]:
         who = owner()
