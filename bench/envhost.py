@@ -2,7 +2,7 @@
 with games in processes (the default: the bench's sessions share a job, so 16 share a process)
 and in the EnvHost's threads.
 
-    .venv/bin/python bench/envhost.py            # 64 sessions, 3 rounds x 5 s per target (~1.5 min)
+    .venv/bin/python bench/envhost.py            # 64 sessions, 5 rounds x 3 s per target (~1.7 min)
     .venv/bin/python bench/envhost.py --quick    # 1 round x 1 s: a smoke run (~15 s)
 
 What runs, all on this machine:
@@ -41,9 +41,12 @@ once per session: in the first round (process mode: a fork per process) and in t
 (process mode: every session opens with the same job id, so it is built in a warm process the
 previous round's closed session left; see opentinker_envhost.sandbox_pool); and, after each
 round, the open + reset latency of a session opened alone (ONE_AT_A_TIME each: with the job id,
-so in a warm process; and without a job, so in a new process: a fork). ratio = median envhost
-steps/s / median echo steps/s; the target is >= 0.80 for the default (process) mode's sync game
-(the other ratios are shown too). `isolation` compares the two modes: process/thread steps/s, server CPU per step and
+so in a warm process; and without a job, so in a new process: a fork). ratio = the median over
+rounds of a target's steps/s over the echo's steps/s in the same round (a round measures the
+targets back to back, so each ratio pairs measurements seconds apart; this machine's speed drifts
+by up to a third between rounds, which a ratio of medians over the whole run would carry; that
+one is printed too); the target is >= 0.80 for the default (process) mode's sync game (the other
+ratios are shown too). `isolation` compares the two modes: process/thread steps/s, server CPU per step and
 p50 latency (the cost of the process boundary per step).
 
 All processes share this machine's cores: on a 2-core box client and server compete, so read
@@ -132,11 +135,11 @@ def parse_args(argv: list[str] | None) -> BenchConfig:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sessions", type=int, default=64, help="concurrent sessions (one Interact stream each)")
     p.add_argument("--seconds", type=float, default=None,
-                   help="measured seconds per round and target (default 5; 1 with --quick)")
+                   help="measured seconds per round and target (default 3; 1 with --quick)")
     p.add_argument("--warmup", type=float, default=None,
                    help="unmeasured seconds of play before each measurement (default 1; 0.3 with --quick)")
     p.add_argument("--rounds", type=int, default=None,
-                   help="rounds; each measures every target once (default 3; 1 with --quick)")
+                   help="rounds; each measures every target once (default 5; 1 with --quick)")
     p.add_argument("--channels", type=int, default=1,
                    help="grpc.aio channels per server the sessions share round-robin (default 1)")
     p.add_argument("--no-async", dest="include_async", action="store_false",
@@ -145,9 +148,9 @@ def parse_args(argv: list[str] | None) -> BenchConfig:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results file")
     p.add_argument("--label", default="", help="free text saved with the results (e.g. which code was measured)")
     a = p.parse_args(argv)
-    seconds = a.seconds if a.seconds is not None else (1.0 if a.quick else 5.0)
+    seconds = a.seconds if a.seconds is not None else (1.0 if a.quick else 3.0)
     warmup = a.warmup if a.warmup is not None else (0.3 if a.quick else 1.0)
-    rounds = a.rounds if a.rounds is not None else (1 if a.quick else 3)
+    rounds = a.rounds if a.rounds is not None else (1 if a.quick else 5)
     if a.sessions < 1 or rounds < 1 or a.channels < 1:
         p.error("--sessions, --rounds and --channels must be >= 1")
     if seconds <= 0 or warmup < 0:
@@ -523,7 +526,22 @@ def summarize(runs: list[dict[str, Any]], config: BenchConfig) -> dict[str, Any]
     return summary
 
 
-def ratios(summary: dict[str, Any]) -> dict[str, float | None]:
+def ratios(runs: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Each target's ratio to the echo: the median over rounds of its steps/s over the echo's in
+    the same round (the nearest baseline in time: this machine's speed drifts between rounds)."""
+    return {target: median(by_round) if (by_round := round_ratios(runs, target)) else None
+            for target in (ENVHOST, ENVHOST_THREAD, ENVHOST_ASYNC) if any(r["target"] == target for r in runs)}
+
+
+def round_ratios(runs: list[dict[str, Any]], target: str) -> list[float]:
+    """`target`'s steps/s over the echo's, round by round."""
+    echo = {r["round"]: r["steps_per_s"] for r in runs if r["target"] == ECHO}
+    return [r["steps_per_s"] / echo[r["round"]] for r in runs
+            if r["target"] == target and echo.get(r["round"])]
+
+
+def ratios_of_medians(summary: dict[str, Any]) -> dict[str, float | None]:
+    """Median steps/s over the echo's median steps/s (shown beside the paired ratio)."""
     echo = summary[ECHO]["steps_per_s"]
     return {target: (summary[target]["steps_per_s"] / echo if echo else None)
             for target in (ENVHOST, ENVHOST_THREAD, ENVHOST_ASYNC) if target in summary}
@@ -582,7 +600,9 @@ def print_report(results: dict[str, Any], config: BenchConfig) -> None:
     print("steps/s by round: " + "; ".join(
         f"{t} " + ", ".join(f"{v:,.0f}" for v in s["steps_per_s_by_round"]) for t, s in summary.items()))
     for target, ratio in results["ratios"].items():
-        print(f"ratio {target}/echo: {fmt(ratio, 3)}")
+        by_round = ", ".join(f"{v:.3f}" for v in results["round_ratios"][target])
+        print(f"ratio {target}/echo: {fmt(ratio, 3)} (median of rounds: {by_round}; "
+              f"median over median: {fmt(results['ratios_of_medians'][target], 3)})")
     cost = results["isolation"]
     print(f"isolation process/thread: steps/s {fmt(cost['steps_per_s_process_over_thread'], 3)}, server CPU "
           f"per step {fmt(cost['server_cpu_us_per_step_process'], 1)} vs "
@@ -646,7 +666,9 @@ def main(argv: list[str] | None = None) -> int:
     results["load_after"] = load_note()
     results["runs"] = runs
     results["summary"] = summary = summarize(runs, config)
-    results["ratios"] = ratios(summary)
+    results["ratios"] = ratios(runs)
+    results["round_ratios"] = {target: round_ratios(runs, target) for target in results["ratios"]}
+    results["ratios_of_medians"] = ratios_of_medians(summary)
     results["isolation"] = isolation_cost(summary)
     results["ratio"] = ratio = results["ratios"][ENVHOST]
     results["target"] = {"description": f"EnvHost (sync game, process isolation) steps/s >= {TARGET_RATIO:.0%} "

@@ -46,6 +46,11 @@ def test_quick_bench_answers_every_step_on_both_servers(tmp_path: Path) -> None:
     for target in targets:
         assert result["summary"][target]["steps_per_s"] > 0
     assert result["ratio"] > 0 and result["ratio"] == result["ratios"]["envhost"]
+    # one round: the paired ratio is that round's envhost steps/s over its echo's
+    by_target = {run["target"]: run["steps_per_s"] for run in result["runs"]}
+    for target in targets - {"echo"}:
+        assert result["round_ratios"][target] == [pytest.approx(by_target[target] / by_target["echo"])]
+        assert result["ratios"][target] == pytest.approx(by_target[target] / by_target["echo"])
     isolation = result["isolation"]
     assert isolation["steps_per_s_process_over_thread"] == pytest.approx(
         result["summary"]["envhost"]["steps_per_s"] / result["summary"]["envhost-thread"]["steps_per_s"])
