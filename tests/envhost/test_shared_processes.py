@@ -105,6 +105,25 @@ def test_concurrent_steps_reach_the_process_in_batches_and_each_session_keeps_it
     loop.run_until_complete(scenario())
 
 
+def test_an_async_games_sessions_share_a_process_and_its_calls_may_suspend(loop, manager, stepping) -> None:
+    """An async game's process serves a batch from inside its event loop: a call that awaits
+    (under asyncio.timeout) and calls that do not, in one batch, each answered."""
+    async def scenario() -> None:
+        who = owner()
+        sessions = [await manager.open("async-lingering", {}, **who) for _ in range(4)]
+        for session in sessions:
+            await manager.reset(session.session_id, {})
+        assert len({pid(s) for s in sessions}) == 1
+        worker = sessions[0].game.worker  # type: ignore[attr-defined]
+        before = worker.batches
+        for _ in range(3):
+            results = await step_all(manager, dict(zip(sessions, ["wait", "hi", "hi", "wait"], strict=True)), stepping)
+            assert all(str(results[s]).startswith("turns ") for s in sessions), results
+        assert worker.batches - before <= 6  # 12 calls in at most 2 batches per round
+        await close_all(manager, sessions)
+    loop.run_until_complete(scenario())
+
+
 @pytest.mark.parametrize("action, message", [
     ("crash", "the game's process exited with code 3"),
     ("spin", "the game's process exceeded its CPU-time limit of 1s per call"),
