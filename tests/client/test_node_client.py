@@ -212,7 +212,7 @@ def test_run_watches_the_tiny_job_to_succeeded_with_metrics_lines(finished_run: 
         assert re.search(r" reward/mean=-?\d+(\.\d+)?(e-?\d+)?( |$)", metrics), events
         assert re.search(r" loss=-?\d+(\.\d+)?(e-?\d+)?( |$)", metrics), events
     # the reason is the final evaluation's score when the game judged any episode ("finished" otherwise)
-    assert re.fullmatch(r"state RUNNING -> SUCCEEDED: (finished|eval accuracy \d\.\d{3})",
+    assert re.fullmatch(r"state RUNNING -> SUCCEEDED: (finished|eval accuracy \d\.\d{3} over \d+ episodes(; .+)?)",
                         [line.split(" ", 1)[1] for line in events if " state " in line][-1]), events
     with SchedulerClient(stack.address("scheduler"), api_key=stack.api_key) as scheduler:
         job = scheduler.get_job(finished_run.job_id)

@@ -37,7 +37,7 @@ def test_rl_driver_runs_every_phase_in_order_and_reports_metrics():
     assert step_metrics[1]["reward/mean"] == 0.5 and step_metrics[3]["reward/mean"] == 1.0
     assert {"loss", "grad_norm", "tokens_per_second", "time/rollout_s", "time/update_s", "policy_version"} <= set(step_metrics[2])
     assert ("step-2", False) in ports.trainer.checkpoints and ports.trainer.checkpoints[-1] == ("final", True)
-    assert ports.reporter.finished == (True, "eval accuracy 1.000")
+    assert ports.reporter.finished == (True, "eval accuracy 1.000 over 5 episodes")
 
 
 def test_rl_driver_stops_at_a_phase_boundary():
@@ -95,7 +95,7 @@ def test_inference_driver_writes_one_line_per_episode(tmp_path):
     lines = [json.loads(line) for line in output.read_text().splitlines()]
     assert [line["group_id"] for line in lines] == ["eval-0", "eval-1", "eval-2", "eval-3"]
     assert {"prompt", "transcript", "reward", "stop_reason", "correct"} <= set(lines[0])
-    assert reporter.finished[0] is True and "accuracy 1.000" in reporter.finished[1]
+    assert reporter.finished[0] is True and reporter.finished[1].endswith("; accuracy 1.000 over 4 episodes")
 
 
 def test_inference_lines_follow_request_order_when_episodes_finish_out_of_order():

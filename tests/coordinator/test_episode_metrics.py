@@ -18,8 +18,19 @@ def test_metrics_count_truncations_failures_and_verdicts():
     assert metrics["eval/truncated"] == pytest.approx(2 / 5)
     assert metrics["eval/env_errors"] == 1.0
     assert metrics["eval/reward/mean"] == pytest.approx(1.5 / 4)  # failures are left out
-    assert metrics["eval/accuracy"] == pytest.approx(0.5)
+    # over the 4 episodes the environment did not fail: the 2 cut off were never judged, so wrong
+    assert metrics["eval/accuracy"] == pytest.approx(1 / 4)
+    assert metrics["eval/judged"] == pytest.approx(2 / 4)
     assert metrics["eval/response_tokens/mean"] == 2.0
+
+
+def test_cutting_replies_off_cannot_raise_accuracy():
+    judged = [episode(1.0, StopReason.DONE, True), episode(0.0, StopReason.DONE, False)]
+    cut = [episode(0.0, StopReason.MAX_TURN_TOKENS) for _ in range(6)]
+    assert episode_metrics(judged)["accuracy"] == pytest.approx(0.5)
+    with_cut = episode_metrics([*judged, *cut])
+    assert with_cut["accuracy"] == pytest.approx(1 / 8) and with_cut["truncated"] == pytest.approx(6 / 8)
+    assert with_cut["judged"] == pytest.approx(2 / 8)
 
 
 def test_a_batch_without_verdicts_reports_no_accuracy():
@@ -89,3 +100,13 @@ def test_the_rollouts_trajectory_message_carries_cut_turns_and_info_values():
     trajectory = trajectory_from_message(message)
     assert trajectory.truncated_turns == 1
     assert trajectory.env_values == {"illegal": [1.0, 0.0], "score": [2.0]}
+
+
+def test_the_final_message_says_what_was_measured():
+    from opentinker_coordinator.driver.episode_metrics import accuracy_summary
+    batch = [episode(1.0, StopReason.DONE, True), episode(0.0, StopReason.MAX_TURN_TOKENS),
+             episode(0.0, StopReason.ENV_ERROR), episode(0.0, StopReason.DONE, False)]
+    assert accuracy_summary(episode_metrics(batch, prefix="eval/")) == (
+        "accuracy 0.333 over 3 episodes; 1 cut off by a token limit, counted wrong; "
+        "1 failed by the environment, left out")
+    assert accuracy_summary(episode_metrics([episode(0.0, StopReason.MAX_TURN_TOKENS)], prefix="eval/")) is None

@@ -70,6 +70,10 @@ def test_easy_train_covers_all_non_eval_problems() -> None:
     ("\\boxed{3} and answer: 4", "3"),            # boxed wins over 'answer:'
     ("I think 5. Answer: 6", "6"),                # 'answer:' wins over the last number
     ("answer is 8, since 4+4=8 and 9", "8"),
+    ("The answer is 8+5 = 13.", "13"),           # the answer given with its working
+    ("Answer: 12 * 3 = 36", "36"),
+    ("The answer is $2 x 3 = $6", "6"),
+    ("answer is 7 (3+4=7)", "7"),                 # a number first: that number
     ("Answer: seven", "seven"),
     ("3+4 gives 7", "7"),                         # last number
     ("1,024", "1,024"),

@@ -2,8 +2,9 @@
 
 `extract_answer` tries, in this order, and returns the first that matches:
   1. the last `\\boxed{...}` (its content);
-  2. the last "answer: X" / "answer is X" (case-insensitive): the number X starts with, else
-     the rest of that line;
+  2. the last "answer: X" / "answer is X" (case-insensitive): when X starts with a worked
+     equation ("8+5 = 13"), the number after its "="; else the number X starts with; else the
+     rest of that line;
   3. the last number anywhere in the text (e.g. "-12", "1,024", "3.5").
 It returns None when the text has none of these.
 """
@@ -18,6 +19,8 @@ BOXED_RE = re.compile(r"\\boxed\{([^{}]*)\}")
 ANSWER_RE = re.compile(r"answer\s*(?:is\s*:?|:)\s*([^\n]*)", re.IGNORECASE)
 NUMBER_RE = re.compile(NUMBER)
 LEADING_NUMBER_RE = re.compile(rf"^\$?\s*({NUMBER})")
+WORKED_EQUATION_RE = re.compile(rf"^\$?\s*[-+*/x×÷^().,\d\s]*?\d[-+*/x×÷^().,\d\s]*?=\s*\$?\s*({NUMBER})")
+"""An answer given as its working: digits and operators, "=", then the result."""
 
 
 def extract_answer(text: str) -> str | None:
@@ -33,7 +36,7 @@ def extract_answer(text: str) -> str | None:
 
 
 def _leading_number_or_text(text: str) -> str:
-    match = LEADING_NUMBER_RE.match(text)
+    match = WORKED_EQUATION_RE.match(text) or LEADING_NUMBER_RE.match(text)
     return match.group(1) if match else text.rstrip(".")
 
 

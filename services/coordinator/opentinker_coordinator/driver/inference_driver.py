@@ -13,7 +13,7 @@ from pathlib import Path
 from opentinker_coordinator.driver import episodes
 from opentinker_coordinator.driver.env_errors import job_digest
 from opentinker_coordinator.driver.env_outages import EnvironmentBroken
-from opentinker_coordinator.driver.episode_metrics import episode_metrics
+from opentinker_coordinator.driver.episode_metrics import accuracy_summary, episode_metrics
 from opentinker_coordinator.driver.plans import InferencePlan
 from opentinker_coordinator.driver.ports import ReporterPort, RolloutPort
 from opentinker_coordinator.driver.pipeline import StopRequested
@@ -81,9 +81,9 @@ async def run_inference(plan: InferencePlan, ports: InferencePorts) -> None:
     metrics = episode_metrics(trajectories, prefix="eval/")
     await ports.reporter.metrics(1, metrics)
     await ports.reporter.progress(phase="FINISHED", step=1, total_steps=1, metrics=metrics)
-    accuracy = metrics.get("eval/accuracy")
+    measured = accuracy_summary(metrics)
     summary = f"wrote {len(trajectories)} episodes to {output}"
-    await ports.reporter.finish(succeeded=True, message=summary + (f"; accuracy {accuracy:.3f}" if accuracy is not None else ""))
+    await ports.reporter.finish(succeeded=True, message=summary + (f"; {measured}" if measured is not None else ""))
 
 
 async def _check_environment(trajectories: list[Trajectory], ports: InferencePorts) -> None:

@@ -28,7 +28,7 @@ from opentinker_coordinator.driver.env_outages import (
     evaluate_or_fail,
     trainable,
 )
-from opentinker_coordinator.driver.episode_metrics import episode_metrics
+from opentinker_coordinator.driver.episode_metrics import accuracy_summary, episode_metrics
 from opentinker_coordinator.driver.pipeline import (
     AgentPipeline,
     Collected,
@@ -187,5 +187,5 @@ async def _final_evaluation(team: SoloTeam, ports: RlPorts, step: int) -> dict[s
 
 
 def _summary(final: dict) -> str:
-    accuracy = final.get("eval/accuracy")
-    return f"eval accuracy {accuracy:.3f}" if accuracy is not None else "finished"
+    measured = accuracy_summary(final)
+    return f"eval {measured}" if measured is not None else "finished"
