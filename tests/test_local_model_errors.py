@@ -18,12 +18,14 @@ from tests.trainer.test_servicer import ServerThread, create_request
 
 
 def not_models(tmp_path: Path) -> list[Path]:
-    """A directory that holds no model, one whose config.json names no architecture, a missing one."""
-    empty, unknown = tmp_path / "empty", tmp_path / "unknown"
-    empty.mkdir()
-    unknown.mkdir()
+    """A directory that holds no model, one whose config.json names no architecture, one with only a
+    GGUF file (what llama.cpp users have), a missing one."""
+    empty, unknown, gguf = tmp_path / "empty", tmp_path / "unknown", tmp_path / "gguf"
+    for directory in (empty, unknown, gguf):
+        directory.mkdir()
     (unknown / "config.json").write_text("{}")
-    return [empty, unknown, tmp_path / "missing"]
+    (gguf / "model-Q8_0.gguf").write_bytes(b"GGUF" + bytes(60))
+    return [empty, unknown, gguf, tmp_path / "missing"]
 
 
 def local(path: Path) -> model_pb2.ModelReference:
@@ -34,7 +36,8 @@ def same_answer(errors: list[tuple[grpc.StatusCode, str]], paths: list[Path], fi
     answers = {(code, details.replace(str(path), "PATH")) for (code, details), path in zip(errors, paths, strict=True)}
     assert answers == {(grpc.StatusCode.INVALID_ARGUMENT,
                         f"{field}PATH is not a model directory on this worker (config.json, weights and "
-                        "tokenizer files it can read)")}, answers
+                        "tokenizer files it can read; a GGUF file is not one: convert it first, e.g. "
+                        "transformers' from_pretrained(dir, gguf_file=...) then save_pretrained)")}, answers
 
 
 def test_the_rollout_answers_invalid_argument_alike(tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ checkpoints, LoRA, precision and the reported ModelInfo."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -128,3 +130,10 @@ def test_checkpoint_sources_load_full_and_adapter_checkpoints(tmp_path) -> None:
         restored = load_model(ModelSource.checkpoint(checkpoint_id), tmp_path)
         assert torch.allclose(logits(restored.model), expected, atol=1e-5), checkpoint_id
         assert restored.info.architecture == "Qwen2ForCausalLM"
+
+
+def test_the_protos_name_every_builtin_model() -> None:
+    """The job spec's reference (docs/job_spec.md, from the protos) lists what a worker builds."""
+    proto = (Path(__file__).resolve().parents[2] / "protos/opentinker/common/v1/model.proto").read_text()
+    comment = proto.split("message BuiltinModel {", 1)[1].split("string name", 1)[0]
+    assert sorted(re.findall(r'"([a-z0-9-]+)"', comment)) == sorted(BUILTIN_MODELS)

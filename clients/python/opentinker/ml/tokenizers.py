@@ -29,7 +29,8 @@ def load_tokenizer(source: ModelSource, checkpoint_root: Path | None = None) -> 
 def not_a_model_directory(field: str, directory: Path) -> ModelSourceError:
     """The one answer for a model or tokenizer directory that is missing, unreadable or holds no model."""
     return ModelSourceError(field, f"{directory} is not a model directory on this worker (config.json, weights "
-                                   "and tokenizer files it can read)")
+                                   "and tokenizer files it can read; a GGUF file is not one: convert it first, "
+                                   "e.g. transformers' from_pretrained(dir, gguf_file=...) then save_pretrained)")
 
 
 def load_directory_tokenizer(directory: Path, field: str) -> PreTrainedTokenizerBase:
