@@ -150,3 +150,28 @@ def test_a_pipe_gets_one_line_per_event_and_the_table_at_the_end():
     lines = out.getvalue().splitlines()
     assert "\x1b" not in out.getvalue() and len(lines) == 4
     assert lines[2].split()[0] == "metric" and lines[3].split()[:4] == ["reward/mean", "0.6", "0.2", "0.6"]
+
+
+@pytest.mark.parametrize("flag", ["--tensorboard", "--wandb"])
+def test_run_with_a_logger_it_cannot_start_submits_nothing(flag, tmp_path, monkeypatch, capsys):
+    """The logger starts before the job is submitted: the unreachable scheduler is never called."""
+    monkeypatch.setitem(sys.modules, "tensorboard.summary.writer.event_file_writer", None)
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    spec = tmp_path / "job.yaml"
+    spec.write_text("type: RL\ntraining: {total_steps: 2}\n")
+    assert main(["run", str(spec), flag, str(tmp_path / "tb"), "--scheduler", NOBODY]) == exit_codes.BAD_INPUT
+    err = capsys.readouterr().err
+    assert "pip install" in err and "nothing was submitted" in err and "cannot reach" not in err
+
+
+def test_a_wandb_login_that_fails_submits_nothing(tmp_path, monkeypatch, capsys):
+    import types
+
+    def failing_init(**kwargs):
+        raise RuntimeError("api_key not configured (no-tty)")
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=failing_init))
+    spec = tmp_path / "job.yaml"
+    spec.write_text("type: RL\ntraining: {total_steps: 2}\n")
+    assert main(["run", str(spec), "--wandb", "p", "--scheduler", NOBODY]) == exit_codes.BAD_INPUT
+    err = capsys.readouterr().err
+    assert "RuntimeError: api_key not configured" in err and "nothing was submitted" in err

@@ -13,7 +13,8 @@ import pytest
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.client import metrics_export
 from opentinker.client.loggers import (
-    MissingLoggerPackage, TensorBoardLogger, WandbLogger, agent_metrics_callback, fan_out,
+    MissingLoggerPackage, TensorBoardLogger, WandbLogger, agent_metrics_callback, fan_out, job_config,
+    require_logger_packages,
 )
 
 
@@ -63,9 +64,70 @@ def test_without_the_packages_the_loggers_say_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # import fails as if not installed
     with pytest.raises(MissingLoggerPackage, match="pip install wandb"):
         WandbLogger(project="p")
-    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    with pytest.raises(MissingLoggerPackage, match="pip install wandb"):
+        require_logger_packages(wandb=True)
+    monkeypatch.setitem(sys.modules, "tensorboard.summary.writer.event_file_writer", None)
     with pytest.raises(MissingLoggerPackage, match="pip install tensorboard"):
         TensorBoardLogger("runs/tb")
+    with pytest.raises(MissingLoggerPackage, match="pip install tensorboard"):
+        require_logger_packages(tensorboard=True)
+    require_logger_packages()  # nothing asked: nothing needed
+
+
+def fake_tensorboard(monkeypatch, written: list) -> None:
+    """tensorboard's event-file writer and protos as the logger uses them (modules stubbed)."""
+    class Summary:
+        def __init__(self, value): self.value = value  # noqa: E704
+        class Value:  # noqa: E301
+            def __init__(self, tag, simple_value): self.tag, self.simple_value = tag, simple_value  # noqa: E704
+
+    class Event:
+        def __init__(self, wall_time, step, summary): self.step, self.summary = step, summary  # noqa: E704
+
+    class EventFileWriter:
+        def __init__(self, log_dir): written.append(("open", log_dir))  # noqa: E704
+        def add_event(self, event):  # noqa: E301
+            written.append((event.step, {v.tag: v.simple_value for v in event.summary.value}))
+        def flush(self): pass  # noqa: E301, E704
+        def close(self): written.append("closed")  # noqa: E301, E704
+
+    for name, attrs in {"tensorboard.summary.writer.event_file_writer": {"EventFileWriter": EventFileWriter},
+                        "tensorboard.compat.proto.event_pb2": {"Event": Event},
+                        "tensorboard.compat.proto.summary_pb2": {"Summary": Summary}}.items():
+        module = types.ModuleType(name)
+        module.__dict__.update(attrs)
+        monkeypatch.setitem(sys.modules, name, module)
+
+
+def test_the_tensorboard_logger_writes_each_steps_scalars_without_torch(monkeypatch):
+    written: list = []
+    fake_tensorboard(monkeypatch, written)
+    monkeypatch.setitem(sys.modules, "torch", None)  # a client without torch
+    with TensorBoardLogger("runs/tb") as tb:
+        on_event = agent_metrics_callback(tb)
+        for event in EVENTS:
+            on_event(event)
+    assert written[0] == ("open", "runs/tb") and written[-1] == "closed"
+    assert written[1] == (1, {"reward/mean": pytest.approx(0.1), "loss": 1.0})
+    assert (1, {"alpha/elo": 1010.0}) in written
+
+
+def test_the_tensorboard_logger_writes_event_files_tensorboard_reads(tmp_path):
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    with TensorBoardLogger(str(tmp_path)) as tb:
+        tb(1, {"reward/mean": 0.25})
+        tb(2, {"reward/mean": 0.5})
+    read = accumulator.EventAccumulator(str(tmp_path))
+    read.Reload()
+    assert [(e.step, e.value) for e in read.Scalars("reward/mean")] == [(1, 0.25), (2, 0.5)]
+
+
+def test_a_wandb_run_gets_the_job_spec_as_config():
+    spec = job_pb2.JobSpec(type=job_pb2.JOB_TYPE_RL, display_name="math-rl")
+    spec.training.total_steps = 40
+    config = job_config(spec)
+    assert config["display_name"] == "math-rl" and config["training"]["total_steps"] == 40
+    assert config["type"] == "JOB_TYPE_RL"
 
 
 def test_wandb_logger_logs_each_step_and_agents_are_prefixed(monkeypatch):

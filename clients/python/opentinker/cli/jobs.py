@@ -90,25 +90,48 @@ def _job_exit_code(job: job_pb2.Job) -> int:
     return exit_codes.OK if job.state == job_pb2.Job.STATE_SUCCEEDED else exit_codes.FAILED
 
 
-def _metric_loggers(args: argparse.Namespace) -> list:
-    from opentinker.client.loggers import TensorBoardLogger, WandbLogger
+def _metric_loggers(args: argparse.Namespace, spec: job_pb2.JobSpec, name: str) -> list:
+    """The loggers asked for: a W&B run named after the job, its spec as the run's config."""
+    from opentinker.client.loggers import TensorBoardLogger, WandbLogger, job_config
 
-    loggers = []
-    if getattr(args, "wandb", None):
-        loggers.append(WandbLogger(project=args.wandb, name=getattr(args, "job_id", None)))
-    if getattr(args, "tensorboard", None):
-        loggers.append(TensorBoardLogger(args.tensorboard))
+    loggers: list = []
+    try:
+        if getattr(args, "wandb", None):
+            loggers.append(WandbLogger(project=args.wandb, name=name or None, config=job_config(spec)))
+        if getattr(args, "tensorboard", None):
+            loggers.append(TensorBoardLogger(args.tensorboard))
+    except BaseException:
+        for logger in loggers:
+            logger.close()
+        raise
     return loggers
 
 
-def _follow(client: SchedulerClient, job_id: str, args: argparse.Namespace) -> int:
-    from opentinker.client.loggers import MissingLoggerPackage, agent_metrics_callback, fan_out
+class LoggerUnavailable(Exception):
+    """A logger asked for cannot start (its package is missing, or it failed to start)."""
+
+
+def _start_loggers(args: argparse.Namespace, spec: job_pb2.JobSpec, name: str) -> list:
+    from opentinker.client.loggers import MissingLoggerPackage
 
     try:
-        loggers = _metric_loggers(args)
+        return _metric_loggers(args, spec, name)
     except MissingLoggerPackage as error:
-        print(f"error: {error}", file=sys.stderr)
-        return exit_codes.BAD_INPUT
+        raise LoggerUnavailable(str(error)) from None
+    except Exception as error:  # noqa: BLE001 - e.g. a W&B login that failed: say so, submit nothing
+        raise LoggerUnavailable(f"the metrics logger could not start: {type(error).__name__}: {error}") from None
+
+
+def _follow(client: SchedulerClient, job_id: str, args: argparse.Namespace, loggers: list | None = None) -> int:
+    from opentinker.client.loggers import agent_metrics_callback, fan_out
+
+    if loggers is None:
+        job = client.get_job(job_id)
+        try:
+            loggers = _start_loggers(args, job.spec, job.spec.display_name or job_id)
+        except LoggerUnavailable as error:
+            print(f"error: {error}", file=sys.stderr)
+            return exit_codes.BAD_INPUT
     view = None if args.json else JobProgressView()
     to_loggers = agent_metrics_callback(fan_out(*loggers)) if loggers else None
 
@@ -132,8 +155,8 @@ def _follow(client: SchedulerClient, job_id: str, args: argparse.Namespace) -> i
     return _job_exit_code(job)
 
 
-def _submit(client: SchedulerClient, spec_path: Path) -> job_pb2.Job:
-    spec = load_job_spec(spec_path)
+def _submit(client: SchedulerClient, spec_path: Path, spec: job_pb2.JobSpec | None = None) -> job_pb2.Job:
+    spec = spec if spec is not None else load_job_spec(spec_path)
     try:
         return client.submit_job(spec)
     except InvalidArgument as error:
@@ -150,11 +173,27 @@ def _at_spec_line(error: InvalidArgument, spec_path: Path) -> Exception:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """Submit, then follow; the loggers start first, so a missing package or a failed W&B login
+    submits nothing."""
+    spec = load_job_spec(args.spec)
+    try:
+        loggers = _start_loggers(args, spec, spec.display_name)
+    except LoggerUnavailable as error:
+        print(f"error: {error} (nothing was submitted)", file=sys.stderr)
+        return exit_codes.BAD_INPUT
     with scheduler_client(args) as client:
-        job = _submit(client, args.spec)
+        try:
+            job = _submit(client, args.spec, spec)
+        except BaseException:
+            for logger in loggers:
+                logger.close()
+            raise
         if not args.json:
             print(f"submitted job {job.job_id}", file=sys.stderr)
-        return _follow(client, job.job_id, args)
+        for logger in loggers:
+            if hasattr(logger, "name_run"):
+                logger.name_run(spec.display_name or job.job_id)
+        return _follow(client, job.job_id, args, loggers)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

@@ -4,15 +4,22 @@
         ServiceClient(url).follow(job_id, on_metrics=fan_out(wandb_log, tb))
 
 Neither package is a dependency: constructing a logger without it raises MissingLoggerPackage
-naming what to install. A multi-agent job's metrics are logged under "<agent>/<name>" when
-passed through `agent_metrics_callback`.
+naming what to install (`require_logger_packages` checks before anything is submitted). The
+TensorBoard logger writes event files with tensorboard's own writer: no torch on the client. A
+multi-agent job's metrics are logged under "<agent>/<name>" when passed through
+`agent_metrics_callback`; `job_config` turns a job's spec into a W&B run's config.
 """
 
 from __future__ import annotations
 
 import importlib
+import time
 from collections.abc import Callable
 from types import ModuleType
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from opentinker.api.scheduler.v1 import job_pb2
 
@@ -21,6 +28,45 @@ MetricsCallback = Callable[[int, dict[str, float]], None]
 
 class MissingLoggerPackage(ImportError):
     """The logger's package is not installed."""
+
+
+TENSORBOARD_WRITER = "tensorboard.summary.writer.event_file_writer"
+
+
+def require_logger_packages(*, wandb: bool = False, tensorboard: bool = False) -> None:
+    """MissingLoggerPackage now, before a job is submitted, when a requested logger's package is
+    not installed."""
+    if wandb:
+        _import("wandb", "wandb")
+    if tensorboard:
+        _import(TENSORBOARD_WRITER, "tensorboard")
+
+
+def job_config(spec: job_pb2.JobSpec) -> dict[str, Any]:
+    """A job's spec as a W&B run's config: its hyperparameters, as the spec names them (64-bit
+    integers as numbers, not the JSON mapping's strings)."""
+    return _int64_as_numbers(json_format.MessageToDict(spec, preserving_proto_field_name=True), spec.DESCRIPTOR)
+
+
+_INT64 = {FieldDescriptor.CPPTYPE_INT64, FieldDescriptor.CPPTYPE_UINT64}
+
+
+def _int64_as_numbers(data: dict[str, Any], message: Descriptor) -> dict[str, Any]:
+    for name, value in data.items():
+        field = message.fields_by_name.get(name)
+        if field is None:
+            continue
+        if field.cpp_type in _INT64:
+            data[name] = [int(v) for v in value] if isinstance(value, list) else int(value)
+        elif field.message_type is not None and field.message_type.full_name.startswith("opentinker."):
+            items = value.values() if field.message_type.GetOptions().map_entry else (
+                value if isinstance(value, list) else [value])
+            entry = field.message_type.fields_by_name.get("value") if field.message_type.GetOptions().map_entry else None
+            target = entry.message_type if entry is not None else field.message_type
+            for item in items:
+                if isinstance(item, dict) and target is not None:
+                    _int64_as_numbers(item, target)
+    return data
 
 
 def _import(module: str, install: str) -> ModuleType:
@@ -37,6 +83,11 @@ class WandbLogger:
         wandb = _import("wandb", "wandb")
         self.run = wandb.init(**init_kwargs)
 
+    def name_run(self, name: str) -> None:
+        """Name a run started before its job had an id (a spec without a display name)."""
+        if getattr(self.run, "name", None) != name:
+            self.run.name = name
+
     def __call__(self, step: int, values: dict[str, float]) -> None:
         self.run.log(dict(values), step=step)
 
@@ -51,15 +102,18 @@ class WandbLogger:
 
 
 class TensorBoardLogger:
-    """Writes each metric as a scalar to a TensorBoard log directory."""
+    """Writes each step's metrics as scalars to a TensorBoard log directory (tensorboard's own
+    event-file writer: no torch needed)."""
 
     def __init__(self, log_dir: str) -> None:
-        module = _import("torch.utils.tensorboard", "tensorboard")
-        self.writer = module.SummaryWriter(log_dir=log_dir)
+        writer = _import(TENSORBOARD_WRITER, "tensorboard")
+        self._event = _import("tensorboard.compat.proto.event_pb2", "tensorboard").Event
+        self._summary = _import("tensorboard.compat.proto.summary_pb2", "tensorboard").Summary
+        self.writer = writer.EventFileWriter(str(log_dir))
 
     def __call__(self, step: int, values: dict[str, float]) -> None:
-        for name, value in values.items():
-            self.writer.add_scalar(name, value, global_step=step)
+        scalars = [self._summary.Value(tag=name, simple_value=float(value)) for name, value in values.items()]
+        self.writer.add_event(self._event(wall_time=time.time(), step=step, summary=self._summary(value=scalars)))
         self.writer.flush()
 
     def close(self) -> None:
