@@ -65,6 +65,27 @@ def test_run_watches_to_the_end_then_metrics_export_in_every_format(opentinker, 
     assert [line["step"] for line in lines] == [0, 1, 2, 3] and all("reward/mean" in line for line in lines[1:])
 
 
+def test_watch_sends_a_finished_jobs_metrics_to_a_wandb_run_named_after_it(opentinker, tmp_path, monkeypatch):
+    import sys
+    import types
+
+    code, out, _ = opentinker("submit", write_spec(tmp_path, tiny_rl_spec(total_steps=2)))
+    job_id = out.strip()
+    runs: list[dict] = []
+
+    def init(**kwargs):
+        runs.append({"init": kwargs, "logged": [], "finished": False})
+        return types.SimpleNamespace(name=kwargs.get("name"), log=lambda values, step: runs[-1]["logged"].append(step),
+                                     finish=lambda: runs[-1].update(finished=True))
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init))
+    code, _, err = opentinker("watch", job_id, "--wandb", "proj")
+    assert code == exit_codes.OK, err
+    [run] = runs
+    assert run["init"]["project"] == "proj" and run["init"]["name"] == "e2e"  # the spec's display name
+    assert run["init"]["config"]["training"]["total_steps"] == 2 and run["init"]["config"]["type"] == "JOB_TYPE_RL"
+    assert sorted(set(run["logged"])) == [0, 1, 2] and run["finished"]
+
+
 def test_submit_get_list_logs_and_watch_json(opentinker, tmp_path):
     code, out, _ = opentinker("submit", write_spec(tmp_path, tiny_rl_spec(total_steps=1)))
     job_id = out.strip()

@@ -122,13 +122,20 @@ def _start_loggers(args: argparse.Namespace, spec: job_pb2.JobSpec, name: str) -
         raise LoggerUnavailable(f"the metrics logger could not start: {type(error).__name__}: {error}") from None
 
 
+def _loggers_of(client: SchedulerClient, job_id: str, args: argparse.Namespace) -> list:
+    """`watch`'s loggers, for a job submitted before (its spec read back for the W&B config)."""
+    if not (getattr(args, "wandb", None) or getattr(args, "tensorboard", None)):
+        return []
+    job = client.get_job(job_id)
+    return _start_loggers(args, job.spec, job.spec.display_name or job_id)
+
+
 def _follow(client: SchedulerClient, job_id: str, args: argparse.Namespace, loggers: list | None = None) -> int:
     from opentinker.client.loggers import agent_metrics_callback, fan_out
 
     if loggers is None:
-        job = client.get_job(job_id)
         try:
-            loggers = _start_loggers(args, job.spec, job.spec.display_name or job_id)
+            loggers = _loggers_of(client, job_id, args)
         except LoggerUnavailable as error:
             print(f"error: {error}", file=sys.stderr)
             return exit_codes.BAD_INPUT
