@@ -109,8 +109,14 @@ def test_submit_get_list_logs_and_watch_json(opentinker, tmp_path):
     states = [line.split("STATE", 1)[1].strip() for line in out.splitlines() if " STATE " in line]
     assert code == 0 and states[0] == "QUEUED: submitted" and states[1].startswith("QUEUED -> ALLOCATING")
     assert states[-1].startswith("RUNNING -> SUCCEEDED")
+    steps = [line.split("METRICS ", 1)[1] for line in out.splitlines() if " METRICS " in line]
+    assert [line.split(":")[0] for line in steps] == ["step 0", "step 1", "step 1"]  # eval, the step, the final eval
+    assert "reward/mean=" in steps[1] and "loss=" in steps[1] and "eval/reward/mean=" in steps[0]
+    assert any(" CKPT    step 1: " in line and line.endswith("-final") for line in out.splitlines())
     code, out, _ = opentinker("logs", job_id, "--json")
-    assert all("state_changed" in json.loads(line) or "log" in json.loads(line) for line in out.splitlines())
+    kinds = [next(iter(set(json.loads(line)) & {"state_changed", "log", "metrics", "checkpoint", "worker_lost"}))
+             for line in out.splitlines()]
+    assert "progress" not in out and {"state_changed", "metrics", "checkpoint"} <= set(kinds)
 
     code, _, err = opentinker("jobs", "cancel", job_id)  # it already succeeded
     assert code == exit_codes.CONFLICT and "FAILED_PRECONDITION" in err and "already ended" in err

@@ -1,7 +1,8 @@
 """`opentinker logs`: a job's log lines (from its event stream), or a local service's log file.
 
-    opentinker logs JOB              # the job's log lines and state changes so far (an
-                                     # environment error's traceback indented under it)
+    opentinker logs JOB              # the job's log lines, state changes, each step's headline
+                                     # metrics and checkpoints so far (an environment error's
+                                     # traceback indented under it)
     opentinker logs JOB -f           # ... and follow until the job ends
     opentinker logs --service trainer [-n 50] [-f] [--state-dir .opentinker]
 """
@@ -50,9 +51,16 @@ def cmd_logs(args: argparse.Namespace) -> int:
     return exit_codes.OK
 
 
+SHOWN = ("log", "state_changed", "worker_lost", "metrics", "checkpoint")
+"""What a job's log shows of its events (progress events, a phase each, are left out)."""
+HEADLINE = ("reward/mean", "accuracy", "eval/reward/mean", "eval/accuracy", "truncated", "eval/truncated", "loss",
+            "kl", "grad_norm", "match/win_rate", "env_errors", "eval/env_errors")
+"""The metrics a step's line shows, in this order, when the step reported them (all: --json)."""
+
+
 def _print_event(event: job_pb2.JobEvent, as_json: bool) -> None:
     kind = event.WhichOneof("payload")
-    if kind not in ("log", "state_changed", "worker_lost"):
+    if kind not in SHOWN:
         return
     if as_json:
         print(json.dumps(message_json(event)), flush=True)
@@ -68,9 +76,24 @@ def _print_event(event: job_pb2.JobEvent, as_json: bool) -> None:
         reason = f": {change.reason}" if change.reason else ""
         before = f"{state_name(change.from_state)} -> " if change.from_state else ""
         print(f"{when} STATE   {before}{state_name(change.to_state)}{reason}", flush=True)
+    elif kind == "metrics":
+        print(f"{when} METRICS {_metrics_line(event.metrics)}", flush=True)
+    elif kind == "checkpoint":
+        saved = event.checkpoint
+        agents = f" (agents: {', '.join(sorted(saved.agent_checkpoint_ids))})" if saved.agent_checkpoint_ids else ""
+        print(f"{when} CKPT    step {saved.step}: {saved.checkpoint_id}{agents}", flush=True)
     else:
         lost = event.worker_lost
         print(f"{when} WORKER  lost {lost.worker_id}: {lost.reason}", flush=True)
+
+
+def _metrics_line(metrics: job_pb2.MetricsReported) -> str:
+    """"step 3: reward/mean=0.25 loss=0.81" (the HEADLINE metrics it has, else its first few)."""
+    values = dict(metrics.values)
+    names = [name for name in HEADLINE if name in values] or sorted(values)[:6]
+    agent = f" [{metrics.agent_id}]" if metrics.agent_id else ""
+    shown = " ".join(f"{name}={values[name]:.4g}" for name in names)
+    return f"step {metrics.step}{agent}: {shown}" + (f" (+{len(values) - len(names)} more)" if len(values) > len(names) else "")
 
 
 def _service_log(args: argparse.Namespace) -> int:
