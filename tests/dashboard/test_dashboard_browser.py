@@ -173,6 +173,14 @@ def cancel_through_the_confirmation_dialog(browser, screenshot, scheduler: Sched
     screenshot("06-job-cancelled")
     assert scheduler.get_job(job_id).state == job_pb2.Job.STATE_CANCELLED
 
+    browser.refresh()  # a finished job's page still shows what happened last
+    wait_for(browser, lambda b: page_job_state(b) == "CANCELLED", message="the reloaded page lost the state")
+    kinds = wait_for(browser, lambda b: attributes(b, "#event-log li", "data-kind"),
+                     message="a finished job's page shows no recent events")
+    assert "state_changed" in kinds and "metrics" in kinds, kinds
+    assert "CANCELLED" in find(browser, "#event-log").text
+    screenshot("07-finished-job-recent-events")
+
 
 def test_an_unknown_job_shows_the_404_page(browser, screenshot, dashboard: DashboardProcess):  # noqa: ANN001
     browser.get(dashboard.url + "/jobs/job-does-not-exist")

@@ -29,8 +29,9 @@ export function drawChart(container, name, points) {
     chart.append(svg("line", {x1: left, x2: width - right, y1: y(value), y2: y(value), class: "grid"}));
     chart.append(svg("text", {x: left - 6, y: y(value) + 4, "text-anchor": "end", class: "tick", text: label}));
   }
-  for (const step of [x0, x1]) {
-    chart.append(svg("text", {x: x(step), y: height - bottom + 18, "text-anchor": "middle", class: "tick",
+  // the first label starts at the axis and the last ends at it: neither is clipped by the frame
+  for (const [step, anchor] of [[x0, "start"], [x1, "end"]]) {
+    chart.append(svg("text", {x: x(step), y: height - bottom + 18, "text-anchor": anchor, class: "tick",
       text: `step ${fmt(step)}`}));
   }
   const line = valid.map(([step, value]) => `${x(step).toFixed(1)},${y(value).toFixed(1)}`).join(" ");

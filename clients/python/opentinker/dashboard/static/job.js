@@ -7,6 +7,7 @@ import {el, fmt, fmtTime, mount, progressBar, stateBadge} from "./dom.js";
 
 export const DEFAULT_METRIC = "reward/mean";
 const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
+const RECENT_EVENTS = 40;
 
 function notFoundView(what, message) {
   mount("not-found", el("section", {id: "not-found", "data-testid": "not-found", class: "panel"},
@@ -43,7 +44,10 @@ class JobPage {
       showNotice("");
       this.series = metrics.series;
       this.render(job);
-      this.feed = new EventFeed(`${path}/events`, metrics.last_sequence, {
+      // the stream starts RECENT_EVENTS back, so the log shows what happened last (a finished
+      // job's too); replayed metrics and progress land where they already are
+      const from = Math.max(0, (metrics.last_sequence || 0) - RECENT_EVENTS);
+      this.feed = new EventFeed(`${path}/events`, from, {
         job: ({job: fresh}) => this.renderJob(fresh),
         message: (event) => this.onEvent(event),
         end: ({job: final}) => { this.renderJob(final); this.setStream("ended"); },
@@ -160,7 +164,7 @@ class JobPage {
     if (!summary) return;
     this.log.prepend(el("li", {"data-kind": event.kind},
       el("span", {class: "muted", text: `#${event.sequence} `}), summary(event[event.kind])));
-    while (this.log.children.length > 40) this.log.lastChild.remove();
+    while (this.log.children.length > RECENT_EVENTS) this.log.lastChild.remove();
   }
 
   setStream(status) {
