@@ -135,6 +135,13 @@ def test_a_running_job_updates_live_shows_its_leases_and_cancels_after_confirmat
         assert grown > first
         assert int(attribute(browser, "#job-step", "data-step")) >= 1
         screenshot("03-reward-curve-grew")
+        # the small panels side by side: reward, loss and the truncated share of an RL step at least
+        panels = wait_for(browser, lambda b: {"reward/mean", "loss", "truncated"} <= set(
+            attributes(b, "[data-testid=metric-panel]", "data-metric")) and attributes(
+            b, "[data-testid=metric-panel]", "data-metric"), message="the metric panels are missing")
+        assert len(panels) == len(set(panels)) >= 3
+        assert all(int(points) >= 1 for points in attributes(browser, "[data-testid=metric-panel-chart]", "data-points"))
+        assert len(browser.find_elements("css selector", "#metric-chart")) == 1  # the panels take no id
 
         see_the_job_leases_in_the_workers_view(browser, screenshot, job_id)
         cancel_through_the_confirmation_dialog(browser, screenshot, scheduler, job_id)

@@ -4,10 +4,13 @@ import {fmt, svg} from "./dom.js";
 
 const MARKED_POINTS = 100;  // a curve with at most this many points marks each one
 
-export function drawChart(container, name, points) {
-  const width = 720, height = 280, left = 64, right = 16, top = 16, bottom = 36;
+// size: {width, height} of the drawing (the page scales it); id: the svg's id ("" for none, as in
+// the small panels, which are many on a page).
+export function drawChart(container, name, points, {width = 720, height = 280, id = "metric-chart",
+  testid = "metric-chart"} = {}) {
+  const left = 64, right = 16, top = 16, bottom = 36;
   const valid = points.filter(([, value]) => value !== null);
-  const chart = svg("svg", {id: "metric-chart", "data-testid": "metric-chart", "data-metric": name,
+  const chart = svg("svg", {...(id ? {id} : {}), "data-testid": testid, "data-metric": name,
     "data-points": valid.length, viewBox: `0 0 ${width} ${height}`, class: "chart", role: "img",
     "aria-label": `${name} by step`});
   chart.append(svg("rect", {x: left, y: top, width: width - left - right, height: height - top - bottom,

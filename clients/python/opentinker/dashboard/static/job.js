@@ -8,6 +8,10 @@ import {el, fmt, fmtTime, mount, progressBar, stateBadge} from "./dom.js";
 export const DEFAULT_METRIC = "reward/mean";
 const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
 const RECENT_EVENTS = 40;
+// The small panels side by side: per panel, the first of its metrics the job reports.
+const PANELS = [["reward/mean", "eval/reward/mean"], ["accuracy", "eval/accuracy", "match/win_rate"],
+  ["loss"], ["kl", "kl_reward/kl"], ["truncated", "eval/truncated"]];
+const PANEL_SIZE = {width: 400, height: 220, id: "", testid: "metric-panel-chart"};
 
 function notFoundView(what, message) {
   mount("not-found", el("section", {id: "not-found", "data-testid": "not-found", class: "panel"},
@@ -68,6 +72,7 @@ class JobPage {
       onchange: () => { this.chosenMetric = this.metric = this.select.value; this.drawChart(); }});
     this.chart = el("div", {id: "chart-container"});
     this.latest = el("span", {id: "metric-latest", class: "number"});
+    this.panels = el("div", {id: "metric-panels", class: "metric-panels"});
     this.log = el("ol", {id: "event-log", class: "event-log"});
     this.cancelButton = el("button", {id: "cancel-button", "data-testid": "cancel-button", class: "danger",
       text: "Cancel job…", onclick: () => this.askCancel()});
@@ -77,6 +82,7 @@ class JobPage {
       el("div", {class: "toolbar"}, this.cancelButton,
         el("span", {class: "muted"}, "stream: ", el("span", {id: "stream-status", text: "connecting"}))),
       this.details,
+      this.panels,
       el("section", {class: "panel"},
         el("div", {class: "chart-title"}, el("label", {for: "metric-select", text: "Metric "}), this.select,
           el("span", {class: "muted"}, " latest: ", this.latest)),
@@ -145,7 +151,20 @@ class JobPage {
     this.select.value = this.metric;
   }
 
+  drawPanels() {
+    const shown = PANELS.map((names) => names.find((name) => this.series[name]?.length)).filter(Boolean);
+    this.panels.replaceChildren(...shown.map((name) => {
+      const points = this.series[name];
+      const plot = el("div", {class: "panel-chart"});
+      drawChart(plot, name, points, PANEL_SIZE);
+      return el("figure", {class: "panel metric-panel", "data-testid": "metric-panel", "data-metric": name},
+        el("figcaption", {}, el("strong", {text: name}), " ",
+          el("span", {class: "muted number", text: `latest ${fmt(points[points.length - 1][1])}`})), plot);
+    }));
+  }
+
   drawChart() {
+    this.drawPanels();
     const points = this.series[this.metric] || [];
     drawChart(this.chart, this.metric, points);
     this.latest.textContent = points.length ? fmt(points[points.length - 1][1]) : "–";
