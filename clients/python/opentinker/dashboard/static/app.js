@@ -108,6 +108,14 @@ function tenantRow({tenant_id: id, display_name: name, usage, quota, create_time
     usageCell(usage.queued_jobs, quota.max_queued_jobs), el("td", {class: "muted", text: fmtTime(created)}));
 }
 
+// What an empty Tenants page means, and how to get a row in it.
+const NO_TENANTS = () => el("section", {class: "panel", "data-testid": "tenants-empty"},
+  el("p", {text: "No tenants yet. Jobs submitted with the admin key run as the built-in \"system\" " +
+    "tenant, which is not listed here."}),
+  el("p", {}, "Create a tenant and a key for it with ", el("code", {text: "opentinker admin tenants create NAME"}),
+    " and ", el("code", {text: "opentinker admin keys create NAME"}),
+    "; its jobs, devices and queue then show here against its quota."));
+
 function tenantsView() {
   const body = el("tbody", {id: "tenants-body"});
   const table = el("table", {id: "tenants-table", "data-testid": "tenants-table"},
@@ -118,8 +126,8 @@ function tenantsView() {
     try {
       const {tenants} = await api("/api/tenants");
       showNotice("");
-      holder.replaceChildren(table);
       body.replaceChildren(...tenants.map(tenantRow));
+      holder.replaceChildren(...(tenants.length ? [table] : [NO_TENANTS()]));
     } catch (error) {
       if (error instanceof ApiError && error.status === 403) {
         holder.replaceChildren(deniedPanel("tenants-denied", ADMIN_ONLY.tenants, error));
