@@ -102,7 +102,9 @@ def page_job_state(browser) -> str | None:  # noqa: ANN001
 CHART_POINTS_SCRIPT = """
 const chart = document.getElementById("metric-chart");
 const line = chart && chart.querySelector("polyline");
-return chart ? [Number(chart.dataset.points), line ? line.getAttribute("points").trim().split(/\\s+/).length : 0] : [0, 0];
+const single = chart && chart.querySelector("[data-testid=single-value]");  // one point: shown as its value
+const drawn = line ? line.getAttribute("points").trim().split(/\\s+/).length : (single ? 1 : 0);
+return chart ? [Number(chart.dataset.points), drawn] : [0, 0];
 """
 
 
@@ -187,6 +189,12 @@ def cancel_through_the_confirmation_dialog(browser, screenshot, scheduler: Sched
     assert "state_changed" in kinds and "metrics" in kinds, kinds
     assert "CANCELLED" in find(browser, "#event-log").text
     screenshot("07-finished-job-recent-events")
+    # the evaluation ran only before step 1 (no final one for a cancelled job): one point, shown as its value
+    browser.execute_script("const s = document.querySelector('#metric-select'); s.value = 'eval/reward/mean';"
+                           "s.dispatchEvent(new Event('change'));")
+    wait_for(browser, lambda b: attribute(b, "#metric-chart", "data-metric") == "eval/reward/mean")
+    assert attribute(browser, "#metric-chart", "data-points") == "1"
+    assert find(browser, "#metric-chart [data-testid=single-value]") is not None
 
 
 def test_an_unknown_job_shows_the_404_page(browser, screenshot, dashboard: DashboardProcess):  # noqa: ANN001

@@ -21,6 +21,15 @@ export function drawChart(container, name, points, {width = 720, height = 280, i
     container.replaceChildren(chart);
     return;
   }
+  if (valid.length === 1) {  // one measurement (an inference job's accuracy): its value, not an axis
+    const [[step, value]] = valid;
+    chart.append(svg("text", {x: width / 2, y: height / 2, class: "single", "text-anchor": "middle",
+      "data-testid": "single-value", text: fmt(value)}));
+    chart.append(svg("text", {x: width / 2, y: height / 2 + 28, class: "tick", "text-anchor": "middle",
+      text: `at step ${fmt(step)}: one measurement so far`}));
+    container.replaceChildren(chart);
+    return;
+  }
   const steps = valid.map(([step]) => step), values = valid.map(([, value]) => value);
   let [x0, x1] = [Math.min(...steps), Math.max(...steps)];
   let [y0, y1] = [Math.min(...values), Math.max(...values)];
