@@ -51,6 +51,11 @@ def test_rl_job_walks_from_submit_to_succeeded_with_an_ordered_event_stream(sche
     assert len(checkpoints) == 2 and checkpoints[-1].endswith("final")
     final = scheduler.get_job(job.job_id)
     assert final.state == S.STATE_SUCCEEDED and final.last_event_sequence == events[-1].sequence
+    # progress events say where the job is, not its metrics again; the job keeps their latest values
+    progress = [e.progress.progress for e in events if e.WhichOneof("payload") == "progress"]
+    assert len(progress) >= 3 * 3 and not any(p.latest_metrics for p in progress)
+    assert final.progress.latest_metrics["reward/mean"] == step_metrics[3]["reward/mean"]
+    assert final.progress.latest_metrics["policy_version"] == 3.0
 
 
 @pytest.mark.parametrize("in_flight", ["IN_FLIGHT_FINISH_ON_OLD_WEIGHTS", "IN_FLIGHT_SWAP_WEIGHTS"])

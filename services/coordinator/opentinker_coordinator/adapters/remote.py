@@ -356,9 +356,11 @@ class SchedulerReporter:
     async def progress(self, *, phase: str, step: int, total_steps: int,
                        metrics: dict[str, float] | None = None) -> None:
         self.run_state.record_progress(phase=phase, step=step, total_steps=total_steps)
+        # no latest_metrics: the Scheduler keeps a job's latest values from its metrics events, so
+        # a progress event (three per RL step) need not repeat them all
         progress = progress_pb2.JobProgress(
             phase=progress_pb2.Phase.Value(f"PHASE_{phase}"), step=step, total_steps=total_steps,
-            latest_metrics=self.run_state.latest_metrics, last_checkpoint_id=self.run_state.last_checkpoint_id)
+            last_checkpoint_id=self.run_state.last_checkpoint_id)
         await self._report(job_pb2.JobEvent(progress=job_pb2.ProgressUpdated(progress=progress)))
 
     async def log(self, level: str, message: str, *, source: str = "coordinator") -> None:
