@@ -14,7 +14,6 @@ from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.client import metrics_export
 from opentinker.client.loggers import (
     MissingLoggerPackage, TensorBoardLogger, WandbLogger, agent_metrics_callback, fan_out, job_config,
-    require_logger_packages,
 )
 
 
@@ -64,14 +63,9 @@ def test_without_the_packages_the_loggers_say_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # import fails as if not installed
     with pytest.raises(MissingLoggerPackage, match="pip install wandb"):
         WandbLogger(project="p")
-    with pytest.raises(MissingLoggerPackage, match="pip install wandb"):
-        require_logger_packages(wandb=True)
     monkeypatch.setitem(sys.modules, "tensorboard.summary.writer.event_file_writer", None)
     with pytest.raises(MissingLoggerPackage, match="pip install tensorboard"):
         TensorBoardLogger("runs/tb")
-    with pytest.raises(MissingLoggerPackage, match="pip install tensorboard"):
-        require_logger_packages(tensorboard=True)
-    require_logger_packages()  # nothing asked: nothing needed
 
 
 def fake_tensorboard(monkeypatch, written: list) -> None:

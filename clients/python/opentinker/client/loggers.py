@@ -4,7 +4,7 @@
         ServiceClient(url).follow(job_id, on_metrics=fan_out(wandb_log, tb))
 
 Neither package is a dependency: constructing a logger without it raises MissingLoggerPackage
-naming what to install (`require_logger_packages` checks before anything is submitted). The
+naming what to install (`opentinker run` builds its loggers before it submits). The
 TensorBoard logger writes event files with tensorboard's own writer: no torch on the client. A
 multi-agent job's metrics are logged under "<agent>/<name>" when passed through
 `agent_metrics_callback`; `job_config` turns a job's spec into a W&B run's config.
@@ -33,15 +33,6 @@ class MissingLoggerPackage(ImportError):
 TENSORBOARD_WRITER = "tensorboard.summary.writer.event_file_writer"
 
 
-def require_logger_packages(*, wandb: bool = False, tensorboard: bool = False) -> None:
-    """MissingLoggerPackage now, before a job is submitted, when a requested logger's package is
-    not installed."""
-    if wandb:
-        _import("wandb", "wandb")
-    if tensorboard:
-        _import(TENSORBOARD_WRITER, "tensorboard")
-
-
 def job_config(spec: job_pb2.JobSpec) -> dict[str, Any]:
     """A job's spec as a W&B run's config: its hyperparameters, as the spec names them (64-bit
     integers as numbers, not the JSON mapping's strings)."""
@@ -58,15 +49,22 @@ def _int64_as_numbers(data: dict[str, Any], message: Descriptor) -> dict[str, An
             continue
         if field.cpp_type in _INT64:
             data[name] = [int(v) for v in value] if isinstance(value, list) else int(value)
-        elif field.message_type is not None and field.message_type.full_name.startswith("opentinker."):
-            items = value.values() if field.message_type.GetOptions().map_entry else (
-                value if isinstance(value, list) else [value])
-            entry = field.message_type.fields_by_name.get("value") if field.message_type.GetOptions().map_entry else None
-            target = entry.message_type if entry is not None else field.message_type
-            for item in items:
-                if isinstance(item, dict) and target is not None:
-                    _int64_as_numbers(item, target)
+        elif field.message_type is not None:
+            for item, kind in _nested(field, value):
+                _int64_as_numbers(item, kind)
     return data
+
+
+def _nested(field: FieldDescriptor, value: Any) -> list[tuple[dict[str, Any], Descriptor]]:
+    """The messages of our own API inside a field's JSON value (one, a list, a map's values)."""
+    kind = field.message_type
+    if kind.GetOptions().map_entry:
+        kind, items = kind.fields_by_name["value"].message_type, list(value.values())
+    else:
+        items = value if isinstance(value, list) else [value]
+    if kind is None or not kind.full_name.startswith("opentinker."):
+        return []  # scalars, or a well-known type (a Struct's JSON is already plain)
+    return [(item, kind) for item in items if isinstance(item, dict)]
 
 
 def _import(module: str, install: str) -> ModuleType:
