@@ -20,6 +20,9 @@ from opentinker.core.embedded_redis import EmbeddedRedis, free_port
 from tests._services import SERVICES, ServiceCase, ServiceProcess, reflected_services
 
 GRACE_SECONDS = 2.0
+EXIT_WAIT_S = 60
+"""How long a refused start may take to exit: the Trainer and Rollout import torch and
+transformers first (~12 s alone on 2 cores, and a clean-clone CI run once took over 15 s)."""
 SCHEDULER = SERVICES[0]
 
 
@@ -119,7 +122,7 @@ def test_taken_port_exits_2_quickly_naming_port_and_env_var(case: ServiceCase, t
         port = squatter.getsockname()[1]
         process = ServiceProcess(case, port=port, log_path=tmp_path / "log")
         try:
-            exit_code = process.process.wait(timeout=15)
+            exit_code = process.process.wait(timeout=EXIT_WAIT_S)
         finally:
             process.kill()
     log = process.log_text()
@@ -135,7 +138,7 @@ def test_taken_port_exits_2_quickly_naming_port_and_env_var(case: ServiceCase, t
 def test_bad_setting_exits_2_with_a_message_naming_the_variable(tmp_path: Path) -> None:
     process = ServiceProcess(SERVICES[1], port=free_port(), log_path=tmp_path / "log",
                              OPENTINKER_TRAINER_LOG_LEVL="debug")
-    exit_code = process.process.wait(timeout=15)
+    exit_code = process.process.wait(timeout=EXIT_WAIT_S)
     log = process.log_text()
     assert exit_code == 2, log
     assert "OPENTINKER_TRAINER_LOG_LEVL is not a known setting" in log
