@@ -107,6 +107,10 @@ def test_the_final_message_says_what_was_measured():
     batch = [episode(1.0, StopReason.DONE, True), episode(0.0, StopReason.MAX_TURN_TOKENS),
              episode(0.0, StopReason.ENV_ERROR), episode(0.0, StopReason.DONE, False)]
     assert accuracy_summary(episode_metrics(batch, prefix="eval/")) == (
-        "accuracy 0.333 over 3 episodes; 1 cut off by a token limit, counted wrong; "
+        "accuracy 0.333 over 3 episodes; 1 cut off by a token limit; 1 not judged, counted wrong; "
         "1 failed by the environment, left out")
+    judged_cut = Trajectory(group_id="g", token_ids=[1, 2], loss_mask=[0, 1], sampling_logprobs=[0.0] * 2,
+                            total_reward=0.0, stop_reason=StopReason.DONE, truncated_turns=1, correct=False)
+    assert accuracy_summary(episode_metrics([episode(1.0, StopReason.DONE, True), judged_cut], prefix="eval/")) == (
+        "accuracy 0.500 over 2 episodes; 1 cut off by a token limit")  # the game judged the cut reply
     assert accuracy_summary(episode_metrics([episode(0.0, StopReason.MAX_TURN_TOKENS)], prefix="eval/")) is None

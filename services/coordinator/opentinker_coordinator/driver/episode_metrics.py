@@ -46,16 +46,20 @@ def _cut(trajectory: Trajectory) -> bool:
 
 def accuracy_summary(metrics: dict[str, float], prefix: str = "eval/") -> str | None:
     """What an evaluation measured, for a job's final status message ("accuracy 0.250 over 64
-    episodes; 6 cut off by a token limit, counted wrong"); None when the game judged nothing."""
+    episodes; 6 cut off by a token limit; 4 not judged, counted wrong"); None when the game
+    judged nothing. A cut-off reply the game judged (`on_truncated`) counts by its verdict."""
     accuracy = metrics.get(f"{prefix}accuracy")
     if accuracy is None:
         return None
     episodes = round(metrics.get(f"{prefix}episodes", 0.0))
     failed = round(metrics.get(f"{prefix}env_errors", 0.0))
     cut = round(metrics.get(f"{prefix}truncated", 0.0) * episodes)
+    unjudged = round((1.0 - metrics.get(f"{prefix}judged", 1.0)) * (episodes - failed))
     parts = [f"accuracy {accuracy:.3f} over {episodes - failed} episodes"]
     if cut:
-        parts.append(f"{cut} cut off by a token limit, counted wrong")
+        parts.append(f"{cut} cut off by a token limit")
+    if unjudged:
+        parts.append(f"{unjudged} not judged, counted wrong")
     if failed:
         parts.append(f"{failed} failed by the environment, left out")
     return "; ".join(parts)
