@@ -85,5 +85,8 @@ class RecordingReporter:
     async def checkpoint(self, ref):
         self.events.append(("checkpoint", ref.checkpoint_id, ref.step))
 
+    async def samples(self, step, split, trajectories, *, agent_id=""):
+        self.events.append(("samples", step, split, len(trajectories)))
+
     async def finish(self, *, succeeded, message):
         self.finished = (succeeded, message)

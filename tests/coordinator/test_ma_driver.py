@@ -127,6 +127,7 @@ class Reporter:
     def __init__(self) -> None:
         self.reported, self.checkpoints, self.logs, self.finished = [], [], [], None
         self.environment_logs: list[tuple[str, str]] = []
+        self.samples_seen: list[tuple] = []
 
     async def metrics(self, step, values, *, agent_id=""):
         self.reported.append((step, agent_id, dict(values)))
@@ -142,6 +143,9 @@ class Reporter:
 
     async def checkpoint(self, ref, *, agents=None, driver_state=None):
         self.checkpoints.append((ref.step, dict(agents or {}), dict(driver_state or {})))
+
+    async def samples(self, step, split, trajectories, *, agent_id=""):
+        self.samples_seen.append((step, split, agent_id, len(trajectories)))
 
     async def finish(self, *, succeeded, message):
         self.finished = (succeeded, message)

@@ -40,8 +40,6 @@ class LaunchConfig:
     trainer_address: str
     """Used when the job's assignments name no trainer address."""
     rollout_address: str
-    output_dir: str
-    """Where INFERENCE jobs without an output_path write their JSONL."""
     checkpoint_dir: Path
     """Shared checkpoint root (tokenizers of checkpoint models for SFT data)."""
     api_key: str = ""
@@ -122,6 +120,7 @@ class JobLauncher:
             run.end(RunStatus.FAILED, message)
 
     async def _drive(self, job: job_pb2.Job, run: RunState, reporter: SchedulerReporter) -> None:
+        shown_output = job.spec.inference.output_path or f"{job.job_id}.jsonl"  # as its tenant knows it
         job = confine_job_paths(job, self.config.tenant_areas)  # before anything opens a path
         kind = job.spec.type
         if kind == job_pb2.JOB_TYPE_RL and job.spec.agents:
@@ -147,7 +146,7 @@ class JobLauncher:
                     await run_sft(job_plans.sft_plan(job), SftPorts(trainer=trainer, reporter=reporter, stop=run.stop),
                                   examples)
                 elif kind == job_pb2.JOB_TYPE_INFERENCE:
-                    plan = job_plans.inference_plan(job, self.config.output_dir)
+                    plan = dataclasses.replace(job_plans.inference_plan(job), shown_output=shown_output)
                     await run_inference(plan, InferencePorts(rollout=rollout, reporter=reporter, stop=run.stop))
                 else:
                     raise job_plans.UnsupportedJob(f"job type {job.spec.type} cannot be driven")

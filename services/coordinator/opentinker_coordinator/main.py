@@ -43,7 +43,7 @@ async def build_plan(settings: CoordinatorSettings) -> ServerPlan:
     launcher = JobLauncher(LaunchConfig(
         tenant_areas=TenantAreas(root=settings.tenant_data_dir, shared_model_dir=shared_model_dir(settings.shared_model_dir)),
         scheduler_address=settings.scheduler_address, trainer_address=settings.trainer_address,
-        rollout_address=settings.rollout_address, output_dir=settings.output_dir,
+        rollout_address=settings.rollout_address,
         checkpoint_dir=settings.checkpoint_dir, api_key=settings.api_key,
         coordinator_address=settings.reachable_address,
         worker_retry=RetryBudget(seconds=settings.worker_retry_seconds),

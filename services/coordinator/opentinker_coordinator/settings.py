@@ -25,8 +25,6 @@ class CoordinatorSettings(ServiceSettings):
         "127.0.0.1:50053", "Rollout used when a job's assignment names none.")
     envhost_address: str = address_setting(
         "127.0.0.1:50054", "EnvHost that hosts multi-agent matches whose environment names none.")
-    output_dir: str = setting(
-        ".opentinker/outputs", "Directory for INFERENCE job results that name no output_path.")
     worker_retry_seconds: float = setting(
         30.0, "How long a call to a Trainer or Rollout is retried through UNAVAILABLE (a dropped "
         "connection, a restart) before the worker counts as lost.", positive=True)

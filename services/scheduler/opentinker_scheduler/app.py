@@ -9,6 +9,8 @@ import redis.asyncio
 from opentinker.core.auth import ApiKeyStore
 from opentinker.core.redis_store import Keys
 from opentinker_scheduler.allocator import Allocator
+from opentinker_scheduler.artifact_service import ArtifactService, metrics_source
+from opentinker_scheduler.artifacts import ArtifactStore
 from opentinker_scheduler.clock import Clock, SystemClock
 from opentinker_scheduler.config import SchedulerConfig
 from opentinker_scheduler.event_log import EventLog
@@ -35,6 +37,7 @@ class Scheduler:
     allocator: Allocator
     tenant_admin: TenantAdmin
     tokens: JobTokenIssuer
+    artifacts: ArtifactService
 
 
 def build_scheduler(client: redis.asyncio.Redis, blocking_client: redis.asyncio.Redis, *,
@@ -65,5 +68,8 @@ def build_scheduler(client: redis.asyncio.Redis, blocking_client: redis.asyncio.
     jobs = JobService(config=config, store=store, events=events, leases=leases, lifecycle=lifecycle,
                       envhosts=directory, on_queued=allocator.queued, admissions=allocator)
     admin = TenantAdmin(tenants=tenants, api_keys=ApiKeyStore(client=client, keys=keys))
+    artifacts = ArtifactService(jobs=jobs, store=ArtifactStore(
+        checkpoint_root=config.checkpoint_root, tenant_data_dir=config.tenant_data_dir,
+        metrics_of=metrics_source(events)))
     return Scheduler(config=config, jobs=jobs, pool=pool, allocator=allocator, tenant_admin=admin,
-                     tokens=tokens)
+                     tokens=tokens, artifacts=artifacts)

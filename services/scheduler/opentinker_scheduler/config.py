@@ -12,6 +12,10 @@ class SchedulerConfig:
 
     shared_model_dir: Path | None = None
     """Where tenant keys may name local models by absolute path (None: nowhere)."""
+    checkpoint_root: Path | None = None
+    """The Trainer's checkpoint directory, where a job's checkpoints are listed (None: none are)."""
+    tenant_data_dir: Path | None = None
+    """Root of the tenant areas, where INFERENCE outputs are found (None: none are)."""
 
     heartbeat_interval_ms: int = 2_000
     worker_ttl_ms: int = 10_000

@@ -18,6 +18,7 @@ from google.protobuf.message import Message
 from opentinker.api.common.v1 import algorithm_pb2, environment_pb2, progress_pb2, resources_pb2
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker_scheduler.convert_common import enum_from_proto, enum_to_proto, milliseconds_from_proto, timestamp
+from opentinker_scheduler.convert_samples import samples_from_proto, samples_to_proto
 from opentinker_scheduler.convert_workers import assignment_to_proto, role_from_proto, role_to_proto
 from opentinker_scheduler.errors import InvalidArgument
 from opentinker_scheduler import convert_spec_paths as spec_paths
@@ -28,6 +29,7 @@ from opentinker_scheduler.events import (
     MetricsReported,
     Payload,
     ProgressUpdated,
+    SamplesReported,
     StateChanged,
     WorkerLost,
 )
@@ -84,6 +86,13 @@ def facts_from_spec(spec: job_pb2.JobSpec) -> JobSpecFacts:
 def stored_spec_facts(blob: bytes) -> JobSpecFacts:
     """The facts of a stored job's spec (`Job.spec_blob`, valid when it was submitted)."""
     return facts_from_spec(job_pb2.JobSpec.FromString(blob))
+
+
+def inference_output_of(job: Job) -> str | None:
+    """An INFERENCE job's spec.inference.output_path ("" = the default name); None for other jobs."""
+    if job.type is not JobType.INFERENCE:
+        return None
+    return job_pb2.JobSpec.FromString(job.spec_blob).inference.output_path
 
 
 ENVIRONMENT_REFERENCE = environment_pb2.EnvironmentReference.DESCRIPTOR.full_name
@@ -290,6 +299,8 @@ def _set_payload(message: job_pb2.JobEvent, payload: Payload) -> None:
                                                             driver_state=payload.driver_state,
                                                             checkpoint_id=payload.checkpoint_id,
                                                             step=payload.step))
+    elif isinstance(payload, SamplesReported):
+        message.samples.CopyFrom(samples_to_proto(payload))
     else:
         message.worker_lost.CopyFrom(job_pb2.WorkerLost(worker_id=payload.worker_id,
                                                         role=role_to_proto(payload.role), reason=payload.reason))
@@ -315,6 +326,8 @@ def payload_from_proto(event: job_pb2.JobEvent, *, field: str) -> Payload | None
     if kind == "worker_lost":
         return WorkerLost(worker_id=event.worker_lost.worker_id, reason=event.worker_lost.reason,
                           role=role_from_proto(event.worker_lost.role, field=f"{field}.worker_lost.role"))
+    if kind == "samples":
+        return samples_from_proto(event.samples)
     if kind == "state_changed":
         return StateChanged(from_state=state_from_proto(event.state_changed.from_state, field=field),
                             to_state=state_from_proto(event.state_changed.to_state, field=field))

@@ -44,6 +44,16 @@ class EventLog:
                                            count=count)
         return [decode_entry(job_id, entry_id, fields) for entry_id, fields in entries]
 
+    async def newest_first(self, job_id: str) -> AsyncIterator[JobEvent]:
+        """Every stored event, the newest first (read in batches, so a caller may stop early)."""
+        top = "+"
+        while entries := await self.client.xrevrange(self.keys.job_events(job_id), max=top, count=REPLAY_BATCH):
+            for entry_id, fields in entries:
+                yield decode_entry(job_id, entry_id, fields)
+            if len(entries) < REPLAY_BATCH:
+                return
+            top = f"({entries[-1][0].decode()}"
+
     def replay(self, job_id: str, sequence: int) -> AsyncIterator[JobEvent]:
         """Every stored event after `sequence`."""
         return self._stored_after(job_id, sequence)

@@ -57,10 +57,39 @@ class WorkerLost:
     reason: str = ""
 
 
-Payload = StateChanged | MetricsReported | LogLine | ProgressUpdated | CheckpointSaved | WorkerLost
+@dataclass(frozen=True, kw_only=True)
+class SampleTurn:
+    action: str = ""
+    observation: str = ""
+    reward: float = 0.0
+    truncated: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpisodeSample:
+    group_id: str = ""
+    prompt: str = ""
+    turns: tuple[SampleTurn, ...] = ()
+    reward: float = 0.0
+    stop_reason: str = "UNSPECIFIED"  # common.v1.StopReason names without prefix
+    correct: bool | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamplesReported:
+    """A few episodes of a step as text (train, eval or inference)."""
+
+    step: int = 0
+    split: str = ""
+    agent_id: str = ""
+    samples: tuple[EpisodeSample, ...] = ()
+
+
+Payload = StateChanged | MetricsReported | LogLine | ProgressUpdated | CheckpointSaved | WorkerLost | SamplesReported
 PAYLOAD_KINDS: dict[str, type] = {
     "state_changed": StateChanged, "metrics": MetricsReported, "log": LogLine,
     "progress": ProgressUpdated, "checkpoint": CheckpointSaved, "worker_lost": WorkerLost,
+    "samples": SamplesReported,
 }
 KIND_OF = {cls: kind for kind, cls in PAYLOAD_KINDS.items()}
 
@@ -94,7 +123,15 @@ def decode_payload(text: str | bytes) -> Payload:
         return ProgressUpdated(progress=Progress(**data["progress"]))
     if cls is WorkerLost:
         return WorkerLost(worker_id=data["worker_id"], role=Role(data["role"]), reason=data["reason"])
+    if cls is SamplesReported:
+        return _decode_samples(data)
     return cls(**data)
+
+
+def _decode_samples(data: dict[str, Any]) -> SamplesReported:
+    samples = tuple(EpisodeSample(**{**sample, "turns": tuple(SampleTurn(**turn) for turn in sample["turns"])})
+                    for sample in data["samples"])
+    return SamplesReported(step=data["step"], split=data["split"], agent_id=data["agent_id"], samples=samples)
 
 
 def decode_entry(job_id: str, entry_id: bytes, fields: dict[bytes, bytes]) -> JobEvent:

@@ -14,13 +14,13 @@ from opentinker_scheduler.config import SchedulerConfig
 from opentinker_scheduler.envhosts import EnvHostDirectory, check_addresses
 from opentinker_scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, OutOfRange, QuotaExceeded, StaleLease
 from opentinker_scheduler.event_log import REPLAY_BATCH, EventLog
-from opentinker_scheduler.events import CheckpointSaved, JobEvent, LogLine, Payload
+from opentinker_scheduler.events import CheckpointSaved, JobEvent, LogLine, Payload, SamplesReported
 from opentinker_scheduler.job_store import AppendStatus, Created, JobStore, Start, StartResult, SubmitRefused
 from opentinker_scheduler.leases import LeaseTable
 from opentinker_scheduler.lifecycle import Lifecycle
 from opentinker_scheduler.model import Caller, Job, JobSpecFacts, JobState, JobType, LeaseContext, Page, QueuedJob
 from opentinker_scheduler.paging import decode_token, encode_token, page_size
-from opentinker_scheduler.reports import build_report
+from opentinker_scheduler.reports import build_report, check_samples_query
 from opentinker_scheduler.spec_paths import CheckpointOwners, check_tenant_paths
 from opentinker_scheduler.validation import default_resources, effective_priority, retries_allowed, validate_spec
 
@@ -228,6 +228,21 @@ class JobService:
                 yield event
                 if event.is_terminal and not follow_after_end:
                     return
+
+    async def samples(self, job_id: str, caller: Caller, *, step: int | None = None, split: str = "",
+                      page_size: int = 0) -> list[SamplesReported]:
+        """The job's SamplesReported events, newest first, filtered by step and split."""
+        await self.require_visible(job_id, caller)
+        limit = check_samples_query(step=step, split=split, page_size=page_size)
+        found: list[SamplesReported] = []
+        async for event in self.events.newest_first(job_id):
+            payload = event.payload
+            if isinstance(payload, SamplesReported) and (step is None or payload.step == step) \
+                    and (not split or payload.split == split):
+                found.append(payload)
+                if len(found) == limit:
+                    break
+        return found
 
     async def report(self, lease: LeaseContext, payloads: Sequence[Payload | None], *,
                      caller: Caller, request_id: str) -> int:

@@ -7,11 +7,21 @@ import json
 from collections.abc import Sequence
 
 from opentinker_scheduler.errors import InvalidArgument
-from opentinker_scheduler.events import CheckpointSaved, MetricsReported, Payload, ProgressUpdated, StateChanged, encode_progress
+from opentinker_scheduler.events import (
+    CheckpointSaved,
+    MetricsReported,
+    Payload,
+    ProgressUpdated,
+    SamplesReported,
+    StateChanged,
+    encode_progress,
+)
 from opentinker_scheduler.job_store import Report
 from opentinker_scheduler.model import LeaseContext
 
 MAX_EVENTS_PER_REPORT = 1000
+SAMPLE_SPLITS = ("train", "eval", "inference")
+MAX_SAMPLES_PER_EVENT, MAX_TURNS_PER_SAMPLE, MAX_SAMPLE_TEXT_CHARS = 16, 64, 8_000
 
 
 def build_report(payloads: Sequence[Payload | None], *, lease: LeaseContext, request_id: str,
@@ -42,8 +52,43 @@ def build_report(payloads: Sequence[Payload | None], *, lease: LeaseContext, req
 def _checked(index: int, payload: Payload | None) -> Payload:
     if payload is None:
         raise InvalidArgument(f"events[{index}]", "has no payload (set metrics, log, progress, "
-                              "checkpoint or worker_lost)")
+                              "checkpoint, worker_lost or samples)")
     if isinstance(payload, StateChanged):
         raise InvalidArgument(f"events[{index}].state_changed", "only the scheduler changes a "
                               "job's state; end a job with FinishJob")
+    if isinstance(payload, SamplesReported):
+        _check_samples(f"events[{index}].samples", payload)
     return payload
+
+
+def _check_samples(field: str, payload: SamplesReported) -> None:
+    """Samples are for reading: a few short episodes, never a copy of a whole batch."""
+    if payload.split not in SAMPLE_SPLITS:
+        raise InvalidArgument(f"{field}.split", f"must be one of {', '.join(SAMPLE_SPLITS)}, got {payload.split!r}")
+    if payload.step < 0:
+        raise InvalidArgument(f"{field}.step", f"must be >= 0, got {payload.step}")
+    if len(payload.samples) > MAX_SAMPLES_PER_EVENT:
+        raise InvalidArgument(f"{field}.samples", f"at most {MAX_SAMPLES_PER_EVENT} per event")
+    for index, sample in enumerate(payload.samples):
+        where = f"{field}.samples[{index}]"
+        if len(sample.turns) > MAX_TURNS_PER_SAMPLE:
+            raise InvalidArgument(f"{where}.turns", f"at most {MAX_TURNS_PER_SAMPLE} per sample")
+        texts = {"prompt": sample.prompt, **{f"turns[{i}].{name}": getattr(turn, name) for i, turn in
+                                             enumerate(sample.turns) for name in ("action", "observation")}}
+        for name, text in texts.items():
+            if len(text) > MAX_SAMPLE_TEXT_CHARS:
+                raise InvalidArgument(f"{where}.{name}", f"at most {MAX_SAMPLE_TEXT_CHARS} characters")
+
+
+DEFAULT_SAMPLES_PAGE, MAX_SAMPLES_PAGE = 20, 200
+
+
+def check_samples_query(*, step: int | None, split: str, page_size: int) -> int:
+    """ListJobSamples' filters checked; the number of events to return."""
+    if step is not None and step < 0:
+        raise InvalidArgument("step", f"must be >= 0, got {step}")
+    if split and split not in SAMPLE_SPLITS:
+        raise InvalidArgument("split", f"must be empty or one of {', '.join(SAMPLE_SPLITS)}, got {split!r}")
+    if page_size < 0:
+        raise InvalidArgument("page_size", f"must be >= 0, got {page_size}")
+    return min(page_size or DEFAULT_SAMPLES_PAGE, MAX_SAMPLES_PAGE)

@@ -21,7 +21,9 @@ from opentinker.core.server import ServiceBinding
 from opentinker.core.unimplemented import unimplemented_servicer
 from opentinker_scheduler import grpc_errors
 from opentinker_scheduler.app import Scheduler
+from opentinker_scheduler.convert_artifacts import artifact_file_to_proto, artifact_to_proto
 from opentinker_scheduler.convert_common import duration
+from opentinker_scheduler.convert_samples import samples_to_proto
 from opentinker_scheduler.convert_jobs import (
     event_to_proto,
     facts_from_spec,
@@ -55,6 +57,7 @@ class SchedulerServicer(_Base):  # type: ignore[misc, valid-type]
         self.pool = scheduler.pool
         self.admin = scheduler.tenant_admin
         self.tokens = scheduler.tokens
+        self.artifacts = scheduler.artifacts
         self.interval = duration(scheduler.config.heartbeat_interval_ms)
 
     @grpc_errors.unary
@@ -91,6 +94,28 @@ class SchedulerServicer(_Base):  # type: ignore[misc, valid-type]
         async with aclosing(events):  # a cancelled call gives its stream's place back at once
             async for event in events:
                 yield pb.WatchJobResponse(event=event_to_proto(event))
+
+    @grpc_errors.unary
+    async def ListJobSamples(self, request: pb.ListJobSamplesRequest, context: Context) -> pb.ListJobSamplesResponse:
+        found = await self.jobs.samples(request.job_id, caller(),
+                                        step=request.step if request.HasField("step") else None,
+                                        split=request.split, page_size=request.page_size)
+        return pb.ListJobSamplesResponse(samples=[samples_to_proto(s) for s in found])
+
+    @grpc_errors.unary
+    async def ListArtifacts(self, request: pb.ListArtifactsRequest, context: Context) -> pb.ListArtifactsResponse:
+        artifacts = await self.artifacts.list(request.job_id, caller())
+        return pb.ListArtifactsResponse(artifacts=[artifact_to_proto(a) for a in artifacts])
+
+    @grpc_errors.streaming
+    async def DownloadArtifact(self, request: pb.DownloadArtifactRequest,
+                               context: Context) -> AsyncIterator[pb.DownloadArtifactResponse]:
+        artifact, files = await self.artifacts.open(request.artifact_id, request.path_prefix, caller())
+        async for file, chunk in self.artifacts.download(artifact, files):
+            if file is not None:
+                yield pb.DownloadArtifactResponse(file=artifact_file_to_proto(file))
+            else:
+                yield pb.DownloadArtifactResponse(data=chunk)
 
     @grpc_errors.unary
     async def RegisterWorker(self, request: pb.RegisterWorkerRequest,

@@ -1,11 +1,13 @@
 """Settings of the Scheduler service, read from OPENTINKER_SCHEDULER_* and OPENTINKER_REDIS_URL."""
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from opentinker.core.errors import SettingsError
 from opentinker.core.settings import ServiceSettings, port_setting, redis_url_setting, setting
-from opentinker.core.tenant_paths import shared_model_dir, shared_model_dir_setting
+from opentinker.core.tenant_paths import shared_model_dir, shared_model_dir_setting, tenant_data_dir_setting
+from opentinker.ml.checkpoints import checkpoint_dir_setting
 from opentinker_scheduler.config import SchedulerConfig
 
 
@@ -63,6 +65,10 @@ class SchedulerSettings(ServiceSettings):
         2.0, "How long a call waits for a free Redis connection when all are in use; then it fails "
         "UNAVAILABLE saying the scheduler is busy (retryable), never that Redis is down.", positive=True)
     shared_model_dir: str = shared_model_dir_setting()
+    checkpoint_dir: Path = checkpoint_dir_setting(
+        "Directory of checkpoints the Trainer writes, shared with it read-only: the Scheduler lists a "
+        "job's checkpoints there and streams them to their tenant (ListArtifacts, DownloadArtifact).")
+    tenant_data_dir: Path = tenant_data_dir_setting()
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -85,7 +91,8 @@ class SchedulerSettings(ServiceSettings):
             max_events_per_job=self.max_events_per_job,
             max_watch_streams_per_tenant=self.max_watch_streams_per_tenant,
             max_admin_watch_streams=self.max_admin_watch_streams,
-            shared_model_dir=shared_model_dir(self.shared_model_dir))
+            shared_model_dir=shared_model_dir(self.shared_model_dir),
+            checkpoint_root=Path(self.checkpoint_dir).resolve(), tenant_data_dir=Path(self.tenant_data_dir).resolve())
 
 
 def _ms(seconds: float) -> int:

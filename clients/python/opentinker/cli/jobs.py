@@ -7,6 +7,8 @@
     opentinker jobs get JOB
     opentinker jobs cancel JOB [--reason TEXT]
     opentinker jobs metrics JOB [--format table|csv|jsonl] [-o FILE] [--plot curves.png]
+    opentinker jobs samples JOB [--step N]      # what the model answered (cli/results.py)
+    opentinker jobs artifacts JOB               # checkpoints and outputs to download
 
 A spec is checked locally before anything is sent; errors point at the file's line. The
 Scheduler's own INVALID_ARGUMENT (it names the field) is pointed at the line too.
@@ -19,7 +21,7 @@ import sys
 from pathlib import Path
 
 from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.cli import exit_codes
+from opentinker.cli import exit_codes, results
 from opentinker.cli.api import add_api_flags, message_json, print_json, scheduler_client
 from opentinker.cli.checkpoint_hint import checkpoint_lines
 from opentinker.cli.progress import JobProgressView
@@ -46,7 +48,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         add_api_flags(parser)
         parser.set_defaults(handler=handler)
 
-    jobs = commands.add_parser("jobs", help="list, inspect, cancel jobs; export their metrics")
+    jobs = commands.add_parser("jobs", help="list, inspect, cancel jobs; their metrics, samples and artifacts")
     actions = jobs.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", help="jobs, newest first")
     listing.add_argument("--state", action="append", choices=STATES, metavar="STATE",
@@ -70,6 +72,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     for parser, handler in ((listing, cmd_list), (get, cmd_get), (cancel, cmd_cancel), (metrics, cmd_metrics)):
         add_api_flags(parser, json_output=parser is not metrics)
         parser.set_defaults(handler=handler)
+    results.register_job_actions(actions)
 
 
 def _add_logger_flags(parser: argparse.ArgumentParser) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import structlog
 
-from opentinker.cli import admin, completion, dashboard, envhost, jobs, logs, stack, state, workers
+from opentinker.cli import admin, completion, dashboard, envhost, jobs, logs, results, stack, state, workers
 from opentinker.cli.api import run_api_command
 from opentinker.cli.errors import StackError, StartFailed
 from opentinker.cli.health_probe import SERVING
@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     down.add_argument("--timeout", type=float, default=10.0,
                       help="seconds to wait after SIGTERM before SIGKILL (default 10)")
     jobs.register(commands)
+    results.register(commands)
     logs.register(commands)
     workers.register(commands)
     admin.register(commands)

@@ -91,9 +91,9 @@ def connect_host(bind_host: str) -> str:
     return "127.0.0.1" if bind_host in ("", "0.0.0.0", "::", "[::]") else bind_host
 
 
-CHECKPOINT_USERS = ("trainer", "rollout", "coordinator")
+CHECKPOINT_USERS = ("trainer", "rollout", "coordinator", "scheduler")
 """Services that share the checkpoint directory (OPENTINKER_CHECKPOINT_DIR)."""
-TENANT_AREA_USERS = ("coordinator",)
+TENANT_AREA_USERS = ("coordinator", "scheduler")
 """Services that resolve job paths in the tenant areas (OPENTINKER_TENANT_DATA_DIR)."""
 
 

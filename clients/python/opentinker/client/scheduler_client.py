@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import grpc
 
@@ -23,6 +24,7 @@ from opentinker.api.scheduler.v1 import job_pb2, tenant_pb2, worker_pb2
 from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from opentinker.client import scheduler_requests as requests
+from opentinker.client.artifacts import save_stream
 from opentinker.client.credentials import resolve_api_key
 from opentinker.client.errors import from_rpc_error
 from opentinker.client.retry import RetryPolicy, call_with_retry
@@ -123,6 +125,32 @@ class SchedulerClient:
             if on_event:
                 on_event(event)
         return requests.ended(self.get_job(job_id))
+
+    # Results: samples and artifacts
+
+    def list_samples(self, job_id: str, *, step: int | None = None, split: str = "",
+                     page_size: int = 0) -> list[job_pb2.SamplesReported]:
+        """The episodes the job showed as samples (newest step first), optionally of one step or split."""
+        request = pb.ListJobSamplesRequest(job_id=job_id, split=split, page_size=page_size)
+        if step is not None:
+            request.step = step
+        return list(self._call(self.stub.ListJobSamples, request).samples)
+
+    def list_artifacts(self, job_id: str) -> list[pb.Artifact]:
+        """The job's checkpoints (by step) and outputs, with sizes and SHA-256 sums."""
+        return list(self._call(self.stub.ListArtifacts, pb.ListArtifactsRequest(job_id=job_id)).artifacts)
+
+    def download_artifact(self, artifact_id: str, destination: str | Path, *, path_prefix: str = "") -> list[Path]:
+        """Write the artifact's files (those under `path_prefix`, placed without it) into
+        `destination`, each checked against its SHA-256; the paths written."""
+        request = pb.DownloadArtifactRequest(artifact_id=artifact_id, path_prefix=path_prefix)
+        call = self.stub.DownloadArtifact(request, metadata=self.metadata)
+        try:
+            return save_stream(call, Path(destination), path_prefix)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        finally:
+            call.cancel()
 
     # Workers
 

@@ -25,6 +25,8 @@ def confine_job_paths(job: job_pb2.Job, areas: TenantAreas) -> job_pb2.Job:
     confined = job_pb2.Job()
     confined.CopyFrom(job)
     spec, tenant = confined.spec, job.tenant_id
+    if spec.type == job_pb2.JOB_TYPE_INFERENCE and not spec.inference.output_path:
+        spec.inference.output_path = f"{job.job_id}.jsonl"  # beside the tenant's other outputs, listed as an artifact
     if spec.inference.output_path and not spec.inference.output_path.startswith("/"):
         spec.inference.output_path = str(areas.output(tenant, spec.inference.output_path,
                                                       "spec.inference.output_path"))

@@ -26,6 +26,7 @@ from opentinker.api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
 from opentinker.core.errors import reason_from_metadata
 from opentinker_coordinator.adapters.retries import CallGuard
+from opentinker_coordinator.adapters.samples_proto import samples_message
 from opentinker_coordinator.env_values import numeric_info_values
 from opentinker_coordinator.types import CheckpointRef, Datum, EpisodeRequest, SeatRequest, StopReason, Trajectory
 
@@ -197,7 +198,7 @@ def trajectory_from_message(message: trajectory_pb2.Trajectory) -> Trajectory:
         truncated_turns=sum(1 for turn in message.turns if turn.truncated),
         env_values=numeric_info_values(json_format.MessageToDict(turn.info) for turn in message.turns),
         transcript=[{"action": t.action_text, "observation": t.observation_text, "reward": t.reward,
-                     "policy_version": t.policy_version}
+                     "policy_version": t.policy_version, "truncated": t.truncated}
                     for t in message.turns])
 
 
@@ -374,6 +375,11 @@ class SchedulerReporter:
         await self._report(job_pb2.JobEvent(checkpoint=job_pb2.CheckpointSaved(
             checkpoint_id=ref.checkpoint_id, step=ref.step, agent_checkpoint_ids=agents or {},
             driver_state=driver_state or {})))
+
+    async def samples(self, step: int, split: str, trajectories: Sequence[Trajectory], *,
+                      agent_id: str = "") -> None:
+        if trajectories:
+            await self._report(job_pb2.JobEvent(samples=samples_message(step, split, trajectories, agent_id)))
 
     async def finish(self, *, succeeded: bool, message: str) -> None:
         state = job_pb2.Job.STATE_SUCCEEDED if succeeded else job_pb2.Job.STATE_FAILED

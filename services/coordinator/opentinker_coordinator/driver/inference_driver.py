@@ -16,6 +16,7 @@ from opentinker_coordinator.driver.env_outages import EnvironmentBroken
 from opentinker_coordinator.driver.episode_metrics import accuracy_summary, episode_metrics
 from opentinker_coordinator.driver.plans import InferencePlan
 from opentinker_coordinator.driver.ports import ReporterPort, RolloutPort
+from opentinker_coordinator.driver.samples import pick_samples
 from opentinker_coordinator.driver.pipeline import StopRequested
 from opentinker_coordinator.types import Trajectory
 
@@ -78,11 +79,12 @@ async def run_inference(plan: InferencePlan, ports: InferencePorts) -> None:
             in_order.add(trajectory)
             trajectories.append(trajectory)
     await _check_environment(trajectories, ports)
+    await ports.reporter.samples(0, "inference", pick_samples(trajectories))
     metrics = episode_metrics(trajectories, prefix="eval/")
     await ports.reporter.metrics(1, metrics)
     await ports.reporter.progress(phase="FINISHED", step=1, total_steps=1, metrics=metrics)
     measured = accuracy_summary(metrics)
-    summary = f"wrote {len(trajectories)} episodes to {output}"
+    summary = f"wrote {len(trajectories)} episodes to {plan.shown_output or output}"
     await ports.reporter.finish(succeeded=True, message=summary + (f"; {measured}" if measured is not None else ""))
 
 

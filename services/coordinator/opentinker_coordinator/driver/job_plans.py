@@ -120,8 +120,8 @@ def resume_point(job: job_pb2.Job) -> CheckpointRef | None:
     return CheckpointRef(checkpoint_id=job.resume_from.checkpoint_id, step=job.resume_from.step)
 
 
-def inference_plan(job: job_pb2.Job, default_output_dir: str) -> InferencePlan:
+def inference_plan(job: job_pb2.Job) -> InferencePlan:
+    """`job` with its paths confined (`confine_job_paths`): its output path is set and absolute."""
     inference = job.spec.inference
-    output = inference.output_path or f"{default_output_dir}/{job.job_id}.jsonl"
     return InferencePlan(job_id=job.job_id, num_episodes=inference.num_episodes or DEFAULT_INFERENCE_EPISODES,
-                         output_path=output, seed=job.spec.training.seed)
+                         output_path=inference.output_path, seed=job.spec.training.seed)

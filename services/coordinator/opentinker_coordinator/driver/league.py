@@ -23,6 +23,7 @@ from opentinker_coordinator.driver.match_metrics import MatchRecord, agent_match
 from opentinker_coordinator.driver.pairings import PlannedMatch, lineups, step_matches
 from opentinker_coordinator.driver.pipeline import Collected, StopRequested
 from opentinker_coordinator.driver.plans import MultiAgentPlan
+from opentinker_coordinator.driver.samples import pick_samples
 from opentinker_coordinator.driver.ports import TrainerPort, WeightSyncPort
 from opentinker_coordinator.metrics import observe_phase
 from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
@@ -51,6 +52,9 @@ class MultiAgentReporter(Protocol):
 
     async def checkpoint(self, ref: CheckpointRef, *, agents: dict[str, str] | None = None,
                          driver_state: dict[str, float] | None = None) -> None: ...
+
+    async def samples(self, step: int, split: str, trajectories: Sequence[Trajectory], *,
+                      agent_id: str = "") -> None: ...
 
     async def finish(self, *, succeeded: bool, message: str) -> None: ...
 
@@ -159,6 +163,7 @@ class League:
         rollout = self.ports.agents[agent_id].rollout
         trajectories = await collect_stream(rollout.play_seats(seats, evaluation=False))
         await self.env_errors.note(trajectories, what=f"step {step + 1}'s matches (agent {agent_id!r})")
+        await self.ports.reporter.samples(step, "train", pick_samples(trajectories), agent_id=agent_id)
         seconds = time.perf_counter() - started
         observe_phase("rollout", seconds)
         sampled = sum(t.sampled_tokens for t in trajectories)
@@ -227,4 +232,5 @@ async def evaluate_alone(plan: MultiAgentPlan, ports: MultiAgentPorts, agent_id:
         digest=digest or job_digest(ports.reporter.log))
     seconds = time.perf_counter() - started
     observe_phase("eval", seconds)
+    await ports.reporter.samples(step, "eval", pick_samples(trajectories), agent_id=agent_id)
     return episode_metrics(trajectories, prefix="eval/") | {"time/eval_s": seconds}

@@ -57,6 +57,8 @@ class InferencePlan:
     output_path: str
     """JSONL written by the coordinator: one line per episode."""
     seed: int = 0
+    shown_output: str = ""
+    """How the job's messages name the output (its path as the spec gave it); empty: output_path."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -59,4 +59,7 @@ class ReporterPort(Protocol):
 
     async def checkpoint(self, ref: CheckpointRef) -> None: ...
 
+    async def samples(self, step: int, split: str, trajectories: Sequence[Trajectory]) -> None:
+        """A few episodes as text for a person to read (`split`: train, eval or inference)."""
+
     async def finish(self, *, succeeded: bool, message: str) -> None: ...

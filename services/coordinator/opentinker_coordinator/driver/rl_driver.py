@@ -40,6 +40,7 @@ from opentinker_coordinator.driver.pipeline import (
 from opentinker_coordinator.driver.plans import AgentPlan, RlPlan
 from opentinker_coordinator.driver.ports import ReporterPort, RolloutPort, TrainerPort, WeightSyncPort
 from opentinker_coordinator.driver.resume import resume_step
+from opentinker_coordinator.driver.samples import pick_samples
 from opentinker_coordinator.driver.staleness import AsyncSettings, PolicyClock
 from opentinker_coordinator.metrics import observe_phase
 from opentinker_coordinator.types import CheckpointRef, Trajectory
@@ -86,6 +87,7 @@ class SoloTeam:
         trajectories = collected.trajectories
         seconds = time.perf_counter() - started
         observe_phase("rollout", seconds)
+        await self.ports.reporter.samples(step, "train", pick_samples(trajectories))
         sampled = sum(t.sampled_tokens for t in trajectories)
         metrics = episode_metrics(trajectories) | {
             "time/rollout_s": seconds, "tokens_per_second": sampled / seconds if seconds > 0 else 0.0}
@@ -107,6 +109,7 @@ class SoloTeam:
             budget=self.plan.env_outage, tell=self.ports.reporter.log, pause=self._pause, digest=self.env_errors)
         seconds = time.perf_counter() - started
         observe_phase("eval", seconds)
+        await self.ports.reporter.samples(step, "eval", pick_samples(trajectories))
         return episode_metrics(trajectories, prefix="eval/") | {"time/eval_s": seconds}
 
     async def barrier(self, agent_id: str, phase: str, step: int) -> None:

@@ -31,9 +31,10 @@ from opentinker.api.common.v1 import model_pb2 as opentinker_dot_common_dot_v1_d
 from opentinker.api.common.v1 import progress_pb2 as opentinker_dot_common_dot_v1_dot_progress__pb2
 from opentinker.api.common.v1 import resources_pb2 as opentinker_dot_common_dot_v1_dot_resources__pb2
 from opentinker.api.common.v1 import sampling_pb2 as opentinker_dot_common_dot_v1_dot_sampling__pb2
+from opentinker.api.common.v1 import trajectory_pb2 as opentinker_dot_common_dot_v1_dot_trajectory__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!opentinker/scheduler/v1/job.proto\x12\x17opentinker.scheduler.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a$opentinker/common/v1/algorithm.proto\x1a&opentinker/common/v1/environment.proto\x1a opentinker/common/v1/model.proto\x1a#opentinker/common/v1/progress.proto\x1a$opentinker/common/v1/resources.proto\x1a#opentinker/common/v1/sampling.proto\"\xda\x05\n\x07JobSpec\x12.\n\x04type\x18\x01 \x01(\x0e\x32 .opentinker.scheduler.v1.JobType\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x32\n\x06policy\x18\x03 \x01(\x0b\x32\".opentinker.scheduler.v1.AgentSpec\x12\x32\n\x06\x61gents\x18\x04 \x03(\x0b\x32\".opentinker.scheduler.v1.AgentSpec\x12?\n\x0b\x65nvironment\x18\x05 \x01(\x0b\x32*.opentinker.common.v1.EnvironmentReference\x12\x39\n\x08training\x18\x06 \x01(\x0b\x32\'.opentinker.scheduler.v1.TrainingConfig\x12\x38\n\tresources\x18\x07 \x03(\x0b\x32%.opentinker.common.v1.ResourceRequest\x12\x10\n\x08priority\x18\x08 \x01(\x05\x12:\n\x07\x64\x61taset\x18\t \x01(\x0b\x32).opentinker.scheduler.v1.DatasetReference\x12;\n\tinference\x18\n \x01(\x0b\x32(.opentinker.scheduler.v1.InferenceConfig\x12<\n\x06labels\x18\x0b \x03(\x0b\x32,.opentinker.scheduler.v1.JobSpec.LabelsEntry\x12>\n\x0bmulti_agent\x18\x0c \x01(\x0b\x32).opentinker.scheduler.v1.MultiAgentConfig\x12\x33\n\x05\x61sync\x18\r \x01(\x0b\x32$.opentinker.scheduler.v1.AsyncConfig\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xce\x01\n\x0b\x41syncConfig\x12\x15\n\rmax_staleness\x18\x01 \x01(\x05\x12@\n\tin_flight\x18\x02 \x01(\x0e\x32-.opentinker.scheduler.v1.AsyncConfig.InFlight\"f\n\x08InFlight\x12\x19\n\x15IN_FLIGHT_UNSPECIFIED\x10\x00\x12#\n\x1fIN_FLIGHT_FINISH_ON_OLD_WEIGHTS\x10\x01\x12\x1a\n\x16IN_FLIGHT_SWAP_WEIGHTS\x10\x02\"\xa2\x02\n\x10MultiAgentConfig\x12\x42\n\x07pairing\x18\x01 \x01(\x0e\x32\x31.opentinker.scheduler.v1.MultiAgentConfig.Pairing\x12\x44\n\x10\x65val_environment\x18\x02 \x01(\x0b\x32*.opentinker.common.v1.EnvironmentReference\x12\r\n\x05\x65lo_k\x18\x03 \x01(\x01\x12\x1f\n\x17\x62\x61rrier_timeout_seconds\x18\x04 \x01(\x01\"T\n\x07Pairing\x12\x17\n\x13PAIRING_UNSPECIFIED\x10\x00\x12\x17\n\x13PAIRING_FIXED_SEATS\x10\x01\x12\x17\n\x13PAIRING_ROUND_ROBIN\x10\x02\"\xbb\x02\n\tAgentSpec\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x33\n\x05model\x18\x02 \x01(\x0b\x32$.opentinker.common.v1.ModelReference\x12\x34\n\nadaptation\x18\x03 \x01(\x0b\x32 .opentinker.common.v1.Adaptation\x12\x32\n\talgorithm\x18\x04 \x01(\x0b\x32\x1f.opentinker.common.v1.Algorithm\x12\x36\n\x08sampling\x18\x05 \x01(\x0b\x32$.opentinker.common.v1.SamplingParams\x12\x35\n\x06limits\x18\x06 \x01(\x0b\x32%.opentinker.common.v1.AgentLoopLimits\x12\x0e\n\x06\x66rozen\x18\x07 \x01(\x08\"\xc0\x02\n\x0eTrainingConfig\x12\x13\n\x0btotal_steps\x18\x01 \x01(\x03\x12\x12\n\nbatch_size\x18\x02 \x01(\x05\x12\x12\n\ngroup_size\x18\x03 \x01(\x05\x12\"\n\x1amax_tokens_per_micro_batch\x18\x04 \x01(\x05\x12\x18\n\x10\x65val_every_steps\x18\x05 \x01(\x05\x12\x15\n\reval_episodes\x18\x06 \x01(\x05\x12\x1e\n\x16\x63heckpoint_every_steps\x18\x07 \x01(\x05\x12\x18\n\x0bmax_retries\x18\x08 \x01(\x05H\x00\x88\x01\x01\x12\x0c\n\x04seed\x18\t \x01(\x03\x12/\n\x0cmax_duration\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0btarget_loss\x18\x0b \x01(\x01\x42\x0e\n\x0c_max_retries\"b\n\x10\x44\x61tasetReference\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x16\n\x0emessages_field\x18\x02 \x01(\t\x12(\n\x07options\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\"<\n\x0fInferenceConfig\x12\x14\n\x0cnum_episodes\x18\x01 \x01(\x05\x12\x13\n\x0boutput_path\x18\x02 \x01(\t\"\x9f\x06\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\ttenant_id\x18\x02 \x01(\t\x12.\n\x04spec\x18\x03 \x01(\x0b\x32 .opentinker.scheduler.v1.JobSpec\x12\x31\n\x05state\x18\x04 \x01(\x0e\x32\".opentinker.scheduler.v1.Job.State\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstart_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x33\n\x08progress\x18\t \x01(\x0b\x32!.opentinker.common.v1.JobProgress\x12\x16\n\x0estatus_message\x18\n \x01(\t\x12\x16\n\x0equeue_position\x18\x0b \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x0c \x01(\x05\x12\x38\n\x0b\x61ssignments\x18\r \x03(\x0b\x32#.opentinker.scheduler.v1.Assignment\x12\x1b\n\x13last_event_sequence\x18\x0e \x01(\x03\x12\x18\n\x10\x63\x61ncel_requested\x18\x0f \x01(\x08\x12=\n\x0bresume_from\x18\x10 \x01(\x0b\x32(.opentinker.scheduler.v1.CheckpointSaved\x12\x14\n\x0cretries_left\x18\x11 \x01(\x05\"\x95\x01\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x10\n\x0cSTATE_QUEUED\x10\x01\x12\x14\n\x10STATE_ALLOCATING\x10\x02\x12\x11\n\rSTATE_RUNNING\x10\x03\x12\x13\n\x0fSTATE_SUCCEEDED\x10\x04\x12\x10\n\x0cSTATE_FAILED\x10\x05\x12\x13\n\x0fSTATE_CANCELLED\x10\x06\"\xb4\x01\n\nAssignment\x12(\n\x04role\x18\x01 \x01(\x0e\x32\x1a.opentinker.common.v1.Role\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x12\n\ndevice_ids\x18\x04 \x03(\t\x12\x31\n\x05lease\x18\x05 \x01(\x0b\x32\".opentinker.common.v1.LeaseContext\x12\x11\n\tjob_token\x18\x06 \x01(\t\"\xc9\x03\n\x08JobEvent\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12(\n\x04time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12>\n\rstate_changed\x18\x04 \x01(\x0b\x32%.opentinker.scheduler.v1.StateChangedH\x00\x12;\n\x07metrics\x18\x05 \x01(\x0b\x32(.opentinker.scheduler.v1.MetricsReportedH\x00\x12/\n\x03log\x18\x06 \x01(\x0b\x32 .opentinker.scheduler.v1.LogLineH\x00\x12<\n\x08progress\x18\x07 \x01(\x0b\x32(.opentinker.scheduler.v1.ProgressUpdatedH\x00\x12>\n\ncheckpoint\x18\x08 \x01(\x0b\x32(.opentinker.scheduler.v1.CheckpointSavedH\x00\x12:\n\x0bworker_lost\x18\t \x01(\x0b\x32#.opentinker.scheduler.v1.WorkerLostH\x00\x42\t\n\x07payload\"\x8c\x01\n\x0cStateChanged\x12\x36\n\nfrom_state\x18\x01 \x01(\x0e\x32\".opentinker.scheduler.v1.Job.State\x12\x34\n\x08to_state\x18\x02 \x01(\x0e\x32\".opentinker.scheduler.v1.Job.State\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xa6\x01\n\x0fMetricsReported\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\x12\x44\n\x06values\x18\x03 \x03(\x0b\x32\x34.opentinker.scheduler.v1.MetricsReported.ValuesEntry\x1a-\n\x0bValuesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xc6\x01\n\x07LogLine\x12\x35\n\x05level\x18\x01 \x01(\x0e\x32&.opentinker.scheduler.v1.LogLine.Level\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"c\n\x05Level\x12\x15\n\x11LEVEL_UNSPECIFIED\x10\x00\x12\x0f\n\x0bLEVEL_DEBUG\x10\x01\x12\x0e\n\nLEVEL_INFO\x10\x02\x12\x11\n\rLEVEL_WARNING\x10\x03\x12\x0f\n\x0bLEVEL_ERROR\x10\x04\"F\n\x0fProgressUpdated\x12\x33\n\x08progress\x18\x01 \x01(\x0b\x32!.opentinker.common.v1.JobProgress\"\xd6\x02\n\x0f\x43heckpointSaved\x12\x15\n\rcheckpoint_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12^\n\x14\x61gent_checkpoint_ids\x18\x03 \x03(\x0b\x32@.opentinker.scheduler.v1.CheckpointSaved.AgentCheckpointIdsEntry\x12O\n\x0c\x64river_state\x18\x04 \x03(\x0b\x32\x39.opentinker.scheduler.v1.CheckpointSaved.DriverStateEntry\x1a\x39\n\x17\x41gentCheckpointIdsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x44riverStateEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"Y\n\nWorkerLost\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12(\n\x04role\x18\x02 \x01(\x0e\x32\x1a.opentinker.common.v1.Role\x12\x0e\n\x06reason\x18\x03 \x01(\t*^\n\x07JobType\x12\x18\n\x14JOB_TYPE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bJOB_TYPE_RL\x10\x01\x12\x10\n\x0cJOB_TYPE_SFT\x10\x02\x12\x16\n\x12JOB_TYPE_INFERENCE\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!opentinker/scheduler/v1/job.proto\x12\x17opentinker.scheduler.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a$opentinker/common/v1/algorithm.proto\x1a&opentinker/common/v1/environment.proto\x1a opentinker/common/v1/model.proto\x1a#opentinker/common/v1/progress.proto\x1a$opentinker/common/v1/resources.proto\x1a#opentinker/common/v1/sampling.proto\x1a%opentinker/common/v1/trajectory.proto\"\xda\x05\n\x07JobSpec\x12.\n\x04type\x18\x01 \x01(\x0e\x32 .opentinker.scheduler.v1.JobType\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x32\n\x06policy\x18\x03 \x01(\x0b\x32\".opentinker.scheduler.v1.AgentSpec\x12\x32\n\x06\x61gents\x18\x04 \x03(\x0b\x32\".opentinker.scheduler.v1.AgentSpec\x12?\n\x0b\x65nvironment\x18\x05 \x01(\x0b\x32*.opentinker.common.v1.EnvironmentReference\x12\x39\n\x08training\x18\x06 \x01(\x0b\x32\'.opentinker.scheduler.v1.TrainingConfig\x12\x38\n\tresources\x18\x07 \x03(\x0b\x32%.opentinker.common.v1.ResourceRequest\x12\x10\n\x08priority\x18\x08 \x01(\x05\x12:\n\x07\x64\x61taset\x18\t \x01(\x0b\x32).opentinker.scheduler.v1.DatasetReference\x12;\n\tinference\x18\n \x01(\x0b\x32(.opentinker.scheduler.v1.InferenceConfig\x12<\n\x06labels\x18\x0b \x03(\x0b\x32,.opentinker.scheduler.v1.JobSpec.LabelsEntry\x12>\n\x0bmulti_agent\x18\x0c \x01(\x0b\x32).opentinker.scheduler.v1.MultiAgentConfig\x12\x33\n\x05\x61sync\x18\r \x01(\x0b\x32$.opentinker.scheduler.v1.AsyncConfig\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xce\x01\n\x0b\x41syncConfig\x12\x15\n\rmax_staleness\x18\x01 \x01(\x05\x12@\n\tin_flight\x18\x02 \x01(\x0e\x32-.opentinker.scheduler.v1.AsyncConfig.InFlight\"f\n\x08InFlight\x12\x19\n\x15IN_FLIGHT_UNSPECIFIED\x10\x00\x12#\n\x1fIN_FLIGHT_FINISH_ON_OLD_WEIGHTS\x10\x01\x12\x1a\n\x16IN_FLIGHT_SWAP_WEIGHTS\x10\x02\"\xa2\x02\n\x10MultiAgentConfig\x12\x42\n\x07pairing\x18\x01 \x01(\x0e\x32\x31.opentinker.scheduler.v1.MultiAgentConfig.Pairing\x12\x44\n\x10\x65val_environment\x18\x02 \x01(\x0b\x32*.opentinker.common.v1.EnvironmentReference\x12\r\n\x05\x65lo_k\x18\x03 \x01(\x01\x12\x1f\n\x17\x62\x61rrier_timeout_seconds\x18\x04 \x01(\x01\"T\n\x07Pairing\x12\x17\n\x13PAIRING_UNSPECIFIED\x10\x00\x12\x17\n\x13PAIRING_FIXED_SEATS\x10\x01\x12\x17\n\x13PAIRING_ROUND_ROBIN\x10\x02\"\xbb\x02\n\tAgentSpec\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x33\n\x05model\x18\x02 \x01(\x0b\x32$.opentinker.common.v1.ModelReference\x12\x34\n\nadaptation\x18\x03 \x01(\x0b\x32 .opentinker.common.v1.Adaptation\x12\x32\n\talgorithm\x18\x04 \x01(\x0b\x32\x1f.opentinker.common.v1.Algorithm\x12\x36\n\x08sampling\x18\x05 \x01(\x0b\x32$.opentinker.common.v1.SamplingParams\x12\x35\n\x06limits\x18\x06 \x01(\x0b\x32%.opentinker.common.v1.AgentLoopLimits\x12\x0e\n\x06\x66rozen\x18\x07 \x01(\x08\"\xc0\x02\n\x0eTrainingConfig\x12\x13\n\x0btotal_steps\x18\x01 \x01(\x03\x12\x12\n\nbatch_size\x18\x02 \x01(\x05\x12\x12\n\ngroup_size\x18\x03 \x01(\x05\x12\"\n\x1amax_tokens_per_micro_batch\x18\x04 \x01(\x05\x12\x18\n\x10\x65val_every_steps\x18\x05 \x01(\x05\x12\x15\n\reval_episodes\x18\x06 \x01(\x05\x12\x1e\n\x16\x63heckpoint_every_steps\x18\x07 \x01(\x05\x12\x18\n\x0bmax_retries\x18\x08 \x01(\x05H\x00\x88\x01\x01\x12\x0c\n\x04seed\x18\t \x01(\x03\x12/\n\x0cmax_duration\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0btarget_loss\x18\x0b \x01(\x01\x42\x0e\n\x0c_max_retries\"b\n\x10\x44\x61tasetReference\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x16\n\x0emessages_field\x18\x02 \x01(\t\x12(\n\x07options\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\"<\n\x0fInferenceConfig\x12\x14\n\x0cnum_episodes\x18\x01 \x01(\x05\x12\x13\n\x0boutput_path\x18\x02 \x01(\t\"\x9f\x06\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\ttenant_id\x18\x02 \x01(\t\x12.\n\x04spec\x18\x03 \x01(\x0b\x32 .opentinker.scheduler.v1.JobSpec\x12\x31\n\x05state\x18\x04 \x01(\x0e\x32\".opentinker.scheduler.v1.Job.State\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstart_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x33\n\x08progress\x18\t \x01(\x0b\x32!.opentinker.common.v1.JobProgress\x12\x16\n\x0estatus_message\x18\n \x01(\t\x12\x16\n\x0equeue_position\x18\x0b \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x0c \x01(\x05\x12\x38\n\x0b\x61ssignments\x18\r \x03(\x0b\x32#.opentinker.scheduler.v1.Assignment\x12\x1b\n\x13last_event_sequence\x18\x0e \x01(\x03\x12\x18\n\x10\x63\x61ncel_requested\x18\x0f \x01(\x08\x12=\n\x0bresume_from\x18\x10 \x01(\x0b\x32(.opentinker.scheduler.v1.CheckpointSaved\x12\x14\n\x0cretries_left\x18\x11 \x01(\x05\"\x95\x01\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x10\n\x0cSTATE_QUEUED\x10\x01\x12\x14\n\x10STATE_ALLOCATING\x10\x02\x12\x11\n\rSTATE_RUNNING\x10\x03\x12\x13\n\x0fSTATE_SUCCEEDED\x10\x04\x12\x10\n\x0cSTATE_FAILED\x10\x05\x12\x13\n\x0fSTATE_CANCELLED\x10\x06\"\xb4\x01\n\nAssignment\x12(\n\x04role\x18\x01 \x01(\x0e\x32\x1a.opentinker.common.v1.Role\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x12\n\ndevice_ids\x18\x04 \x03(\t\x12\x31\n\x05lease\x18\x05 \x01(\x0b\x32\".opentinker.common.v1.LeaseContext\x12\x11\n\tjob_token\x18\x06 \x01(\t\"\x86\x04\n\x08JobEvent\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12(\n\x04time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12>\n\rstate_changed\x18\x04 \x01(\x0b\x32%.opentinker.scheduler.v1.StateChangedH\x00\x12;\n\x07metrics\x18\x05 \x01(\x0b\x32(.opentinker.scheduler.v1.MetricsReportedH\x00\x12/\n\x03log\x18\x06 \x01(\x0b\x32 .opentinker.scheduler.v1.LogLineH\x00\x12<\n\x08progress\x18\x07 \x01(\x0b\x32(.opentinker.scheduler.v1.ProgressUpdatedH\x00\x12>\n\ncheckpoint\x18\x08 \x01(\x0b\x32(.opentinker.scheduler.v1.CheckpointSavedH\x00\x12:\n\x0bworker_lost\x18\t \x01(\x0b\x32#.opentinker.scheduler.v1.WorkerLostH\x00\x12;\n\x07samples\x18\n \x01(\x0b\x32(.opentinker.scheduler.v1.SamplesReportedH\x00\x42\t\n\x07payload\"\x8c\x01\n\x0cStateChanged\x12\x36\n\nfrom_state\x18\x01 \x01(\x0e\x32\".opentinker.scheduler.v1.Job.State\x12\x34\n\x08to_state\x18\x02 \x01(\x0e\x32\".opentinker.scheduler.v1.Job.State\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xa6\x01\n\x0fMetricsReported\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\x12\x44\n\x06values\x18\x03 \x03(\x0b\x32\x34.opentinker.scheduler.v1.MetricsReported.ValuesEntry\x1a-\n\x0bValuesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xc6\x01\n\x07LogLine\x12\x35\n\x05level\x18\x01 \x01(\x0e\x32&.opentinker.scheduler.v1.LogLine.Level\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"c\n\x05Level\x12\x15\n\x11LEVEL_UNSPECIFIED\x10\x00\x12\x0f\n\x0bLEVEL_DEBUG\x10\x01\x12\x0e\n\nLEVEL_INFO\x10\x02\x12\x11\n\rLEVEL_WARNING\x10\x03\x12\x0f\n\x0bLEVEL_ERROR\x10\x04\"F\n\x0fProgressUpdated\x12\x33\n\x08progress\x18\x01 \x01(\x0b\x32!.opentinker.common.v1.JobProgress\"\xd6\x02\n\x0f\x43heckpointSaved\x12\x15\n\rcheckpoint_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12^\n\x14\x61gent_checkpoint_ids\x18\x03 \x03(\x0b\x32@.opentinker.scheduler.v1.CheckpointSaved.AgentCheckpointIdsEntry\x12O\n\x0c\x64river_state\x18\x04 \x03(\x0b\x32\x39.opentinker.scheduler.v1.CheckpointSaved.DriverStateEntry\x1a\x39\n\x17\x41gentCheckpointIdsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x44riverStateEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"Y\n\nWorkerLost\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12(\n\x04role\x18\x02 \x01(\x0e\x32\x1a.opentinker.common.v1.Role\x12\x0e\n\x06reason\x18\x03 \x01(\t\"y\n\x0fSamplesReported\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\r\n\x05split\x18\x02 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\x12\x37\n\x07samples\x18\x04 \x03(\x0b\x32&.opentinker.scheduler.v1.EpisodeSample\"\xce\x01\n\rEpisodeSample\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x32\n\x05turns\x18\x03 \x03(\x0b\x32#.opentinker.scheduler.v1.SampleTurn\x12\x0e\n\x06reward\x18\x04 \x01(\x01\x12\x35\n\x0bstop_reason\x18\x05 \x01(\x0e\x32 .opentinker.common.v1.StopReason\x12\x14\n\x07\x63orrect\x18\x06 \x01(\x08H\x00\x88\x01\x01\x42\n\n\x08_correct\"T\n\nSampleTurn\x12\x0e\n\x06\x61\x63tion\x18\x01 \x01(\t\x12\x13\n\x0bobservation\x18\x02 \x01(\t\x12\x0e\n\x06reward\x18\x03 \x01(\x01\x12\x11\n\ttruncated\x18\x04 \x01(\x08*^\n\x07JobType\x12\x18\n\x14JOB_TYPE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bJOB_TYPE_RL\x10\x01\x12\x10\n\x0cJOB_TYPE_SFT\x10\x02\x12\x16\n\x12JOB_TYPE_INFERENCE\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -48,54 +49,60 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CHECKPOINTSAVED_AGENTCHECKPOINTIDSENTRY']._serialized_options = b'8\001'
   _globals['_CHECKPOINTSAVED_DRIVERSTATEENTRY']._loaded_options = None
   _globals['_CHECKPOINTSAVED_DRIVERSTATEENTRY']._serialized_options = b'8\001'
-  _globals['_JOBTYPE']._serialized_start=4885
-  _globals['_JOBTYPE']._serialized_end=4979
-  _globals['_JOBSPEC']._serialized_start=382
-  _globals['_JOBSPEC']._serialized_end=1112
-  _globals['_JOBSPEC_LABELSENTRY']._serialized_start=1067
-  _globals['_JOBSPEC_LABELSENTRY']._serialized_end=1112
-  _globals['_ASYNCCONFIG']._serialized_start=1115
-  _globals['_ASYNCCONFIG']._serialized_end=1321
-  _globals['_ASYNCCONFIG_INFLIGHT']._serialized_start=1219
-  _globals['_ASYNCCONFIG_INFLIGHT']._serialized_end=1321
-  _globals['_MULTIAGENTCONFIG']._serialized_start=1324
-  _globals['_MULTIAGENTCONFIG']._serialized_end=1614
-  _globals['_MULTIAGENTCONFIG_PAIRING']._serialized_start=1530
-  _globals['_MULTIAGENTCONFIG_PAIRING']._serialized_end=1614
-  _globals['_AGENTSPEC']._serialized_start=1617
-  _globals['_AGENTSPEC']._serialized_end=1932
-  _globals['_TRAININGCONFIG']._serialized_start=1935
-  _globals['_TRAININGCONFIG']._serialized_end=2255
-  _globals['_DATASETREFERENCE']._serialized_start=2257
-  _globals['_DATASETREFERENCE']._serialized_end=2355
-  _globals['_INFERENCECONFIG']._serialized_start=2357
-  _globals['_INFERENCECONFIG']._serialized_end=2417
-  _globals['_JOB']._serialized_start=2420
-  _globals['_JOB']._serialized_end=3219
-  _globals['_JOB_STATE']._serialized_start=3070
-  _globals['_JOB_STATE']._serialized_end=3219
-  _globals['_ASSIGNMENT']._serialized_start=3222
-  _globals['_ASSIGNMENT']._serialized_end=3402
-  _globals['_JOBEVENT']._serialized_start=3405
-  _globals['_JOBEVENT']._serialized_end=3862
-  _globals['_STATECHANGED']._serialized_start=3865
-  _globals['_STATECHANGED']._serialized_end=4005
-  _globals['_METRICSREPORTED']._serialized_start=4008
-  _globals['_METRICSREPORTED']._serialized_end=4174
-  _globals['_METRICSREPORTED_VALUESENTRY']._serialized_start=4129
-  _globals['_METRICSREPORTED_VALUESENTRY']._serialized_end=4174
-  _globals['_LOGLINE']._serialized_start=4177
-  _globals['_LOGLINE']._serialized_end=4375
-  _globals['_LOGLINE_LEVEL']._serialized_start=4276
-  _globals['_LOGLINE_LEVEL']._serialized_end=4375
-  _globals['_PROGRESSUPDATED']._serialized_start=4377
-  _globals['_PROGRESSUPDATED']._serialized_end=4447
-  _globals['_CHECKPOINTSAVED']._serialized_start=4450
-  _globals['_CHECKPOINTSAVED']._serialized_end=4792
-  _globals['_CHECKPOINTSAVED_AGENTCHECKPOINTIDSENTRY']._serialized_start=4683
-  _globals['_CHECKPOINTSAVED_AGENTCHECKPOINTIDSENTRY']._serialized_end=4740
-  _globals['_CHECKPOINTSAVED_DRIVERSTATEENTRY']._serialized_start=4742
-  _globals['_CHECKPOINTSAVED_DRIVERSTATEENTRY']._serialized_end=4792
-  _globals['_WORKERLOST']._serialized_start=4794
-  _globals['_WORKERLOST']._serialized_end=4883
+  _globals['_JOBTYPE']._serialized_start=5403
+  _globals['_JOBTYPE']._serialized_end=5497
+  _globals['_JOBSPEC']._serialized_start=421
+  _globals['_JOBSPEC']._serialized_end=1151
+  _globals['_JOBSPEC_LABELSENTRY']._serialized_start=1106
+  _globals['_JOBSPEC_LABELSENTRY']._serialized_end=1151
+  _globals['_ASYNCCONFIG']._serialized_start=1154
+  _globals['_ASYNCCONFIG']._serialized_end=1360
+  _globals['_ASYNCCONFIG_INFLIGHT']._serialized_start=1258
+  _globals['_ASYNCCONFIG_INFLIGHT']._serialized_end=1360
+  _globals['_MULTIAGENTCONFIG']._serialized_start=1363
+  _globals['_MULTIAGENTCONFIG']._serialized_end=1653
+  _globals['_MULTIAGENTCONFIG_PAIRING']._serialized_start=1569
+  _globals['_MULTIAGENTCONFIG_PAIRING']._serialized_end=1653
+  _globals['_AGENTSPEC']._serialized_start=1656
+  _globals['_AGENTSPEC']._serialized_end=1971
+  _globals['_TRAININGCONFIG']._serialized_start=1974
+  _globals['_TRAININGCONFIG']._serialized_end=2294
+  _globals['_DATASETREFERENCE']._serialized_start=2296
+  _globals['_DATASETREFERENCE']._serialized_end=2394
+  _globals['_INFERENCECONFIG']._serialized_start=2396
+  _globals['_INFERENCECONFIG']._serialized_end=2456
+  _globals['_JOB']._serialized_start=2459
+  _globals['_JOB']._serialized_end=3258
+  _globals['_JOB_STATE']._serialized_start=3109
+  _globals['_JOB_STATE']._serialized_end=3258
+  _globals['_ASSIGNMENT']._serialized_start=3261
+  _globals['_ASSIGNMENT']._serialized_end=3441
+  _globals['_JOBEVENT']._serialized_start=3444
+  _globals['_JOBEVENT']._serialized_end=3962
+  _globals['_STATECHANGED']._serialized_start=3965
+  _globals['_STATECHANGED']._serialized_end=4105
+  _globals['_METRICSREPORTED']._serialized_start=4108
+  _globals['_METRICSREPORTED']._serialized_end=4274
+  _globals['_METRICSREPORTED_VALUESENTRY']._serialized_start=4229
+  _globals['_METRICSREPORTED_VALUESENTRY']._serialized_end=4274
+  _globals['_LOGLINE']._serialized_start=4277
+  _globals['_LOGLINE']._serialized_end=4475
+  _globals['_LOGLINE_LEVEL']._serialized_start=4376
+  _globals['_LOGLINE_LEVEL']._serialized_end=4475
+  _globals['_PROGRESSUPDATED']._serialized_start=4477
+  _globals['_PROGRESSUPDATED']._serialized_end=4547
+  _globals['_CHECKPOINTSAVED']._serialized_start=4550
+  _globals['_CHECKPOINTSAVED']._serialized_end=4892
+  _globals['_CHECKPOINTSAVED_AGENTCHECKPOINTIDSENTRY']._serialized_start=4783
+  _globals['_CHECKPOINTSAVED_AGENTCHECKPOINTIDSENTRY']._serialized_end=4840
+  _globals['_CHECKPOINTSAVED_DRIVERSTATEENTRY']._serialized_start=4842
+  _globals['_CHECKPOINTSAVED_DRIVERSTATEENTRY']._serialized_end=4892
+  _globals['_WORKERLOST']._serialized_start=4894
+  _globals['_WORKERLOST']._serialized_end=4983
+  _globals['_SAMPLESREPORTED']._serialized_start=4985
+  _globals['_SAMPLESREPORTED']._serialized_end=5106
+  _globals['_EPISODESAMPLE']._serialized_start=5109
+  _globals['_EPISODESAMPLE']._serialized_end=5315
+  _globals['_SAMPLETURN']._serialized_start=5317
+  _globals['_SAMPLETURN']._serialized_end=5401
 # @@protoc_insertion_point(module_scope)

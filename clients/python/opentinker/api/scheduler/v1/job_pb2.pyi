@@ -9,6 +9,7 @@ from opentinker.api.common.v1 import model_pb2 as _model_pb2
 from opentinker.api.common.v1 import progress_pb2 as _progress_pb2
 from opentinker.api.common.v1 import resources_pb2 as _resources_pb2
 from opentinker.api.common.v1 import sampling_pb2 as _sampling_pb2
+from opentinker.api.common.v1 import trajectory_pb2 as _trajectory_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -234,7 +235,7 @@ class Assignment(_message.Message):
     def __init__(self, role: _Optional[_Union[_resources_pb2.Role, str]] = ..., worker_id: _Optional[str] = ..., address: _Optional[str] = ..., device_ids: _Optional[_Iterable[str]] = ..., lease: _Optional[_Union[_resources_pb2.LeaseContext, _Mapping]] = ..., job_token: _Optional[str] = ...) -> None: ...
 
 class JobEvent(_message.Message):
-    __slots__ = ("job_id", "sequence", "time", "state_changed", "metrics", "log", "progress", "checkpoint", "worker_lost")
+    __slots__ = ("job_id", "sequence", "time", "state_changed", "metrics", "log", "progress", "checkpoint", "worker_lost", "samples")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
@@ -244,6 +245,7 @@ class JobEvent(_message.Message):
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     WORKER_LOST_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     sequence: int
     time: _timestamp_pb2.Timestamp
@@ -253,7 +255,8 @@ class JobEvent(_message.Message):
     progress: ProgressUpdated
     checkpoint: CheckpointSaved
     worker_lost: WorkerLost
-    def __init__(self, job_id: _Optional[str] = ..., sequence: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state_changed: _Optional[_Union[StateChanged, _Mapping]] = ..., metrics: _Optional[_Union[MetricsReported, _Mapping]] = ..., log: _Optional[_Union[LogLine, _Mapping]] = ..., progress: _Optional[_Union[ProgressUpdated, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointSaved, _Mapping]] = ..., worker_lost: _Optional[_Union[WorkerLost, _Mapping]] = ...) -> None: ...
+    samples: SamplesReported
+    def __init__(self, job_id: _Optional[str] = ..., sequence: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state_changed: _Optional[_Union[StateChanged, _Mapping]] = ..., metrics: _Optional[_Union[MetricsReported, _Mapping]] = ..., log: _Optional[_Union[LogLine, _Mapping]] = ..., progress: _Optional[_Union[ProgressUpdated, _Mapping]] = ..., checkpoint: _Optional[_Union[CheckpointSaved, _Mapping]] = ..., worker_lost: _Optional[_Union[WorkerLost, _Mapping]] = ..., samples: _Optional[_Union[SamplesReported, _Mapping]] = ...) -> None: ...
 
 class StateChanged(_message.Message):
     __slots__ = ("from_state", "to_state", "reason")
@@ -345,3 +348,43 @@ class WorkerLost(_message.Message):
     role: _resources_pb2.Role
     reason: str
     def __init__(self, worker_id: _Optional[str] = ..., role: _Optional[_Union[_resources_pb2.Role, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class SamplesReported(_message.Message):
+    __slots__ = ("step", "split", "agent_id", "samples")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    split: str
+    agent_id: str
+    samples: _containers.RepeatedCompositeFieldContainer[EpisodeSample]
+    def __init__(self, step: _Optional[int] = ..., split: _Optional[str] = ..., agent_id: _Optional[str] = ..., samples: _Optional[_Iterable[_Union[EpisodeSample, _Mapping]]] = ...) -> None: ...
+
+class EpisodeSample(_message.Message):
+    __slots__ = ("group_id", "prompt", "turns", "reward", "stop_reason", "correct")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    STOP_REASON_FIELD_NUMBER: _ClassVar[int]
+    CORRECT_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    prompt: str
+    turns: _containers.RepeatedCompositeFieldContainer[SampleTurn]
+    reward: float
+    stop_reason: _trajectory_pb2.StopReason
+    correct: bool
+    def __init__(self, group_id: _Optional[str] = ..., prompt: _Optional[str] = ..., turns: _Optional[_Iterable[_Union[SampleTurn, _Mapping]]] = ..., reward: _Optional[float] = ..., stop_reason: _Optional[_Union[_trajectory_pb2.StopReason, str]] = ..., correct: _Optional[bool] = ...) -> None: ...
+
+class SampleTurn(_message.Message):
+    __slots__ = ("action", "observation", "reward", "truncated")
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    OBSERVATION_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    action: str
+    observation: str
+    reward: float
+    truncated: bool
+    def __init__(self, action: _Optional[str] = ..., observation: _Optional[str] = ..., reward: _Optional[float] = ..., truncated: _Optional[bool] = ...) -> None: ...

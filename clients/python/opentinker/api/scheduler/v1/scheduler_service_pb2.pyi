@@ -6,6 +6,7 @@ from opentinker.api.scheduler.v1 import job_pb2 as _job_pb2
 from opentinker.api.scheduler.v1 import tenant_pb2 as _tenant_pb2
 from opentinker.api.scheduler.v1 import worker_pb2 as _worker_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -94,6 +95,90 @@ class WatchJobResponse(_message.Message):
     EVENT_FIELD_NUMBER: _ClassVar[int]
     event: _job_pb2.JobEvent
     def __init__(self, event: _Optional[_Union[_job_pb2.JobEvent, _Mapping]] = ...) -> None: ...
+
+class ListJobSamplesRequest(_message.Message):
+    __slots__ = ("job_id", "step", "split", "page_size")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    step: int
+    split: str
+    page_size: int
+    def __init__(self, job_id: _Optional[str] = ..., step: _Optional[int] = ..., split: _Optional[str] = ..., page_size: _Optional[int] = ...) -> None: ...
+
+class ListJobSamplesResponse(_message.Message):
+    __slots__ = ("samples",)
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    samples: _containers.RepeatedCompositeFieldContainer[_job_pb2.SamplesReported]
+    def __init__(self, samples: _Optional[_Iterable[_Union[_job_pb2.SamplesReported, _Mapping]]] = ...) -> None: ...
+
+class ArtifactFile(_message.Message):
+    __slots__ = ("path", "size_bytes", "sha256")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    size_bytes: int
+    sha256: str
+    def __init__(self, path: _Optional[str] = ..., size_bytes: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
+
+class Artifact(_message.Message):
+    __slots__ = ("artifact_id", "job_id", "kind", "format", "step", "size_bytes", "files", "loadable_dirs")
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        KIND_UNSPECIFIED: _ClassVar[Artifact.Kind]
+        KIND_CHECKPOINT: _ClassVar[Artifact.Kind]
+        KIND_OUTPUT: _ClassVar[Artifact.Kind]
+    KIND_UNSPECIFIED: Artifact.Kind
+    KIND_CHECKPOINT: Artifact.Kind
+    KIND_OUTPUT: Artifact.Kind
+    ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    LOADABLE_DIRS_FIELD_NUMBER: _ClassVar[int]
+    artifact_id: str
+    job_id: str
+    kind: Artifact.Kind
+    format: str
+    step: int
+    size_bytes: int
+    files: _containers.RepeatedCompositeFieldContainer[ArtifactFile]
+    loadable_dirs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, artifact_id: _Optional[str] = ..., job_id: _Optional[str] = ..., kind: _Optional[_Union[Artifact.Kind, str]] = ..., format: _Optional[str] = ..., step: _Optional[int] = ..., size_bytes: _Optional[int] = ..., files: _Optional[_Iterable[_Union[ArtifactFile, _Mapping]]] = ..., loadable_dirs: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListArtifactsRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class ListArtifactsResponse(_message.Message):
+    __slots__ = ("artifacts",)
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    artifacts: _containers.RepeatedCompositeFieldContainer[Artifact]
+    def __init__(self, artifacts: _Optional[_Iterable[_Union[Artifact, _Mapping]]] = ...) -> None: ...
+
+class DownloadArtifactRequest(_message.Message):
+    __slots__ = ("artifact_id", "path_prefix")
+    ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    PATH_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    artifact_id: str
+    path_prefix: str
+    def __init__(self, artifact_id: _Optional[str] = ..., path_prefix: _Optional[str] = ...) -> None: ...
+
+class DownloadArtifactResponse(_message.Message):
+    __slots__ = ("file", "data")
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    file: ArtifactFile
+    data: bytes
+    def __init__(self, file: _Optional[_Union[ArtifactFile, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class RegisterWorkerRequest(_message.Message):
     __slots__ = ("request_id", "worker_id", "role", "address", "devices", "labels", "version", "name")

@@ -61,6 +61,21 @@ class SchedulerServiceStub:
                 request_serializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.WatchJobRequest.SerializeToString,
                 response_deserializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.WatchJobResponse.FromString,
                 _registered_method=True)
+        self.ListJobSamples = channel.unary_unary(
+                '/opentinker.scheduler.v1.SchedulerService/ListJobSamples',
+                request_serializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListJobSamplesRequest.SerializeToString,
+                response_deserializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListJobSamplesResponse.FromString,
+                _registered_method=True)
+        self.ListArtifacts = channel.unary_unary(
+                '/opentinker.scheduler.v1.SchedulerService/ListArtifacts',
+                request_serializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListArtifactsRequest.SerializeToString,
+                response_deserializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListArtifactsResponse.FromString,
+                _registered_method=True)
+        self.DownloadArtifact = channel.unary_stream(
+                '/opentinker.scheduler.v1.SchedulerService/DownloadArtifact',
+                request_serializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.DownloadArtifactRequest.SerializeToString,
+                response_deserializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.DownloadArtifactResponse.FromString,
+                _registered_method=True)
         self.RegisterWorker = channel.unary_unary(
                 '/opentinker.scheduler.v1.SchedulerService/RegisterWorker',
                 request_serializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.RegisterWorkerRequest.SerializeToString,
@@ -169,6 +184,30 @@ class SchedulerServiceServicer:
     def WatchJob(self, request, context):
         """Every event of a job from after_sequence on, then live events until the
         job ends (the stream then closes) or the client goes away.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListJobSamples(self, request, context):
+        """The episodes a job reported as samples (SamplesReported events), newest step first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListArtifacts(self, request, context):
+        """A job's artifacts: its checkpoints (training state, HF model, PEFT adapter) and its
+        outputs (an INFERENCE job's JSONL, the metrics of every step), with sizes and checksums.
+        Another tenant's job is NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DownloadArtifact(self, request, context):
+        """The files of one artifact as a stream: for each file a message with `file` set, then its
+        bytes in `data` chunks. Another tenant's artifact is NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -296,6 +335,21 @@ def add_SchedulerServiceServicer_to_server(servicer, server):
                     servicer.WatchJob,
                     request_deserializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.WatchJobRequest.FromString,
                     response_serializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.WatchJobResponse.SerializeToString,
+            ),
+            'ListJobSamples': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobSamples,
+                    request_deserializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListJobSamplesRequest.FromString,
+                    response_serializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListJobSamplesResponse.SerializeToString,
+            ),
+            'ListArtifacts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListArtifacts,
+                    request_deserializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListArtifactsRequest.FromString,
+                    response_serializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListArtifactsResponse.SerializeToString,
+            ),
+            'DownloadArtifact': grpc.unary_stream_rpc_method_handler(
+                    servicer.DownloadArtifact,
+                    request_deserializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.DownloadArtifactRequest.FromString,
+                    response_serializer=opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.DownloadArtifactResponse.SerializeToString,
             ),
             'RegisterWorker': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterWorker,
@@ -505,6 +559,87 @@ class SchedulerService:
             '/opentinker.scheduler.v1.SchedulerService/WatchJob',
             opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.WatchJobRequest.SerializeToString,
             opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.WatchJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListJobSamples(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opentinker.scheduler.v1.SchedulerService/ListJobSamples',
+            opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListJobSamplesRequest.SerializeToString,
+            opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListJobSamplesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListArtifacts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opentinker.scheduler.v1.SchedulerService/ListArtifacts',
+            opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListArtifactsRequest.SerializeToString,
+            opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.ListArtifactsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DownloadArtifact(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/opentinker.scheduler.v1.SchedulerService/DownloadArtifact',
+            opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.DownloadArtifactRequest.SerializeToString,
+            opentinker_dot_scheduler_dot_v1_dot_scheduler__service__pb2.DownloadArtifactResponse.FromString,
             options,
             channel_credentials,
             insecure,

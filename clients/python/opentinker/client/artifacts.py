@@ -1,0 +1,81 @@
+"""Writing a DownloadArtifact stream to a directory: each file checked against its SHA-256.
+
+A file is written beside its place under a temporary name and renamed into place once its bytes
+match the checksum the Scheduler listed; a mismatch raises ArtifactCorrupt and leaves nothing
+of that file. Paths are the artifact's own (relative, no '..'); with a `path_prefix` the files
+land under `destination` without it (`adapter/adapter_config.json` -> `DIR/adapter_config.json`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
+
+from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker.client.errors import OpenTinkerError
+
+
+class ArtifactCorrupt(OpenTinkerError):
+    """A downloaded file's bytes did not match its listed size or SHA-256."""
+
+
+def local_path(destination: Path, remote: str, path_prefix: str) -> Path:
+    """Where the artifact's file `remote` goes; ArtifactCorrupt for a path that would lead out."""
+    parts = PurePosixPath(remote).parts
+    if PurePosixPath(remote).is_absolute() or ".." in parts or not parts:
+        raise ArtifactCorrupt(f"refusing artifact file path {remote!r}: not a relative path inside the artifact")
+    prefix = PurePosixPath(path_prefix.strip("/")).parts
+    if prefix and parts[:len(prefix)] == prefix and len(parts) > len(prefix):
+        parts = parts[len(prefix):]
+    return destination.joinpath(*parts)
+
+
+class _FileWriter:
+    def __init__(self, header: pb.ArtifactFile, target: Path) -> None:
+        self.header, self.target = header, target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self.partial = target.with_name(f".{target.name}.partial")
+        self.handle = open(self.partial, "wb")
+        self.digest, self.size = hashlib.sha256(), 0
+
+    def write(self, data: bytes) -> None:
+        self.handle.write(data)
+        self.digest.update(data)
+        self.size += len(data)
+
+    def finish(self) -> Path:
+        self.handle.close()
+        if self.size != self.header.size_bytes or self.digest.hexdigest() != self.header.sha256:
+            self.partial.unlink(missing_ok=True)
+            raise ArtifactCorrupt(f"{self.header.path}: got {self.size} bytes with SHA-256 {self.digest.hexdigest()}, "
+                                  f"expected {self.header.size_bytes} bytes with {self.header.sha256}; download again")
+        os.replace(self.partial, self.target)
+        return self.target
+
+    def abandon(self) -> None:
+        self.handle.close()
+        self.partial.unlink(missing_ok=True)
+
+
+def save_stream(responses: Iterable[pb.DownloadArtifactResponse], destination: Path,
+                path_prefix: str = "") -> list[Path]:
+    """Write every file of the stream under `destination`; the paths written, in order."""
+    written: list[Path] = []
+    current: _FileWriter | None = None
+    try:
+        for response in responses:
+            if response.HasField("file"):
+                if current is not None:
+                    written.append(current.finish())
+                current = _FileWriter(response.file, local_path(destination, response.file.path, path_prefix))
+            elif current is not None:
+                current.write(response.data)
+        if current is not None:
+            written.append(current.finish())
+            current = None
+    finally:
+        if current is not None:
+            current.abandon()
+    return written
