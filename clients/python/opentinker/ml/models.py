@@ -57,6 +57,11 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
     "tiny-qwen2": BuiltinModel(config_cls=Qwen2Config, model_cls=Qwen2ForCausalLM, sizes={
         **_TINY, "hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2,
         "num_key_value_heads": 2}),
+    # ~30M parameters (hidden 512, 8 layers): big enough that a step's memory and time are
+    # those of a real model's, in proportion (bench/trainer.py's memory section).
+    "small-llama": BuiltinModel(config_cls=LlamaConfig, model_cls=LlamaForCausalLM, sizes={
+        "max_position_embeddings": 1024, "num_attention_heads": 8, "hidden_size": 512,
+        "intermediate_size": 1792, "num_hidden_layers": 8, "num_key_value_heads": 8}),
 }
 
 
