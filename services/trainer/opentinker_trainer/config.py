@@ -201,7 +201,7 @@ class SessionSpec:
     keep_reference: bool = False
     job_id: str = ""
     seed: int = 0
-    max_tokens_per_micro_batch: int = 0  # 0 = the whole batch at once
+    max_tokens_per_micro_batch: int = 0  # 0 = the Trainer's default (memory.session_micro_batch_tokens)
 
     def __post_init__(self) -> None:
         _require(self.max_tokens_per_micro_batch >= 0, "max_tokens_per_micro_batch", "must be >= 0")

@@ -130,7 +130,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
             lambda session: session.forward_backward(datums, loss),
             request=convert.request_key("ForwardBackward", request))
         return pb.ForwardBackwardResponse(
-            loss=result.loss, metrics=result.metrics, num_tokens=result.num_tokens,
+            loss=result.loss, metrics={**result.metrics, **result.memory}, num_tokens=result.num_tokens,
             logprobs=convert.token_logprobs_messages(result.logprobs))
 
     @maps_domain_errors
@@ -142,7 +142,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
             request=convert.request_key("OptimStep", request))
         return pb.OptimStepResponse(step=result.step, policy_version=result.policy_version,
                                     grad_norm=result.grad_norm, learning_rate=result.learning_rate,
-                                    metrics=result.metrics)
+                                    metrics={**result.metrics, **result.memory})
 
     @maps_domain_errors
     async def ComputeLogprobs(self, request: pb.ComputeLogprobsRequest,

@@ -6,6 +6,7 @@ session (the registry's lock) and run them off the event loop.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gc
 import hashlib
 import math
@@ -32,6 +33,8 @@ from opentinker_trainer.config import LossConfig, SessionSpec
 from opentinker_trainer.errors import (CheckpointNotFoundError, NoGradientsError, NoReferenceError,
                                        ValidationError)
 from opentinker_trainer.importance import needs_pre_pass, with_importance_keep
+from opentinker_trainer.memory import (MICRO_BATCH_TOKENS, PEAK_MEMORY, StepMemory,
+                                       release_step_memory, session_micro_batch_tokens)
 from opentinker_trainer.optim import build_optimizer, learning_rate_at, set_learning_rate
 from opentinker_trainer.replicas import (ReplicaError, ReplicaGroup, all_reduce_gradients,
                                          broadcast_parameters, rank_rng_state, shard_datums)
@@ -72,6 +75,8 @@ class OptimStepResult:
     grad_norm: float
     learning_rate: float
     metrics: dict[str, float]
+    memory: dict[str, float] = dataclasses.field(default_factory=dict)
+    """`memory.PEAK_MEMORY` of the step (not in `metrics`: it differs from run to run)."""
 
 
 class TrainingSession:
@@ -80,11 +85,14 @@ class TrainingSession:
     Data-parallel sessions (`replicas`) have one replica per device: this object is rank 0,
     the others live in worker processes (`opentinker_trainer.replicas`); `group` is the gloo
     group every rank sums gradients over (None on a single device).
+
+    `micro_batch_tokens` is the budget every pass splits its batch by: the spec's, or when
+    that is 0 the default `memory.session_micro_batch_tokens` picked at creation.
     """
 
     def __init__(self, *, session_id: str, spec: SessionSpec, model: Any, tokenizer: Any,
                  reference_model: Any | None, device: str, device_ids: tuple[str, ...],
-                 rank: int = 0, group: Any | None = None) -> None:
+                 rank: int = 0, group: Any | None = None, micro_batch_tokens: int = 0) -> None:
         self.session_id = session_id
         self.spec = spec
         self.model = model
@@ -102,6 +110,8 @@ class TrainingSession:
         self.policy_version = 0
         self.pending_datums = 0
         self.created_at = time.time()
+        self.micro_batch_tokens = micro_batch_tokens or spec.max_tokens_per_micro_batch
+        self.memory = StepMemory(device)
 
     @property
     def has_reference(self) -> bool:
@@ -119,17 +129,20 @@ class TrainingSession:
 
     def forward_backward(self, datums: Sequence[Datum], loss: LossConfig) -> ForwardBackwardResult:
         """Accumulate the gradients of `loss` over `datums` for the next optim_step."""
+        self.memory.start_call()
         with FORWARD_BACKWARD_SECONDS.time():
             result = self._forward_backward(datums, loss)
         count_forward_backward(len(datums), result.num_tokens)
-        return result
+        memory = {PEAK_MEMORY: self.memory.end_call(),
+                  MICRO_BATCH_TOKENS: float(self.micro_batch_tokens)}
+        return dataclasses.replace(result, memory=memory)
 
     def _forward_backward(self, datums: Sequence[Datum], loss: LossConfig) -> ForwardBackwardResult:
         validate_datums(datums, loss, vocab_size=self.info.vocab_size,
                         max_length=self.info.max_context_length)
         if loss.needs_reference and not all(d.reference_logprobs for d in datums):
             self._require_reference(f"loss.kl_coef > 0 with KL_PLACEMENT_{loss.kl_placement.upper()}")
-        max_tokens = self.spec.max_tokens_per_micro_batch
+        max_tokens = self.micro_batch_tokens
         pre_pass = needs_pre_pass(datums, loss, max_tokens=max_tokens, world_size=self.world_size)
         if pre_pass:
             datums = with_importance_keep(datums, loss, self.policy_logprobs,
@@ -157,7 +170,7 @@ class TrainingSession:
         self.model.train()
         with self._session_rng():
             return accumulate(self.model, datums, loss, norm,
-                              max_tokens=self.spec.max_tokens_per_micro_batch,
+                              max_tokens=self.micro_batch_tokens,
                               reference=self.reference_logprobs if self.has_reference else None,
                               device=self.device)
 
@@ -172,14 +185,18 @@ class TrainingSession:
             raise NoGradientsError("no gradients accumulated since the last OptimStep; call "
                                    "ForwardBackward first")
         rate = learning_rate if learning_rate > 0 else learning_rate_at(self.spec.optimizer, self.step)
+        self.memory.start_call()
         with OPTIM_STEP_SECONDS.time():
             grad_norm, applied = self._clip_and_apply(rate)
         count_optimizer_step(applied)
+        self.memory.end_call()
+        release_step_memory(self.device)
         metrics = {"grad_norm": grad_norm, "learning_rate": rate,
                    "datums": float(self.pending_datums), "skipped_nonfinite": float(not applied)}
         self.pending_datums = 0
         return OptimStepResult(step=self.step, policy_version=self.policy_version,
-                               grad_norm=grad_norm, learning_rate=rate, metrics=metrics)
+                               grad_norm=grad_norm, learning_rate=rate, metrics=metrics,
+                               memory={PEAK_MEMORY: self.memory.end_step()})
 
     def _clip_and_apply(self, rate: float) -> tuple[float, bool]:
         """Every rank applies the same update; (grad norm, applied) of rank 0."""
@@ -222,7 +239,7 @@ class TrainingSession:
         datums = [Datum(tokens=tuple(s), loss_mask=(0.0,) * len(s)) for s in sequences]
         results: list[list[float]] = [[] for _ in datums]
         for indices in plan_micro_batches([len(s) for s in sequences],
-                                          self.spec.max_tokens_per_micro_batch):
+                                          self.micro_batch_tokens):
             batch = pad_batch([datums[i] for i in indices], self.device)
             logprobs_B_T = self._logprobs(batch.tokens_B_T, batch.attention_mask_B_T,
                                           temperature, reference)
@@ -321,7 +338,9 @@ def create_session(session_id: str, spec: SessionSpec, *, checkpoint_root: Path,
     reference = _frozen_copy(model) if spec.lora is None and spec.keep_reference else None
     session = TrainingSession(session_id=session_id, spec=spec, model=model,
                               tokenizer=loaded.tokenizer, reference_model=reference,
-                              device=device, device_ids=device_ids, rank=rank, group=group)
+                              device=device, device_ids=device_ids, rank=rank, group=group,
+                              micro_batch_tokens=session_micro_batch_tokens(
+                                  spec.max_tokens_per_micro_batch, model, device))
     if rank == 0 and len(device_ids) > 1:
         _start_replicas(session, checkpoint_root)
     return session
@@ -329,7 +348,8 @@ def create_session(session_id: str, spec: SessionSpec, *, checkpoint_root: Path,
 
 def _start_replicas(session: TrainingSession, checkpoint_root: Path) -> None:
     devices = [replica_device(session.device, device_id) for device_id in session.device_ids]
-    session.replicas = ReplicaGroup(session.spec, devices=devices, checkpoint_root=checkpoint_root)
+    spec = dataclasses.replace(session.spec, max_tokens_per_micro_batch=session.micro_batch_tokens)
+    session.replicas = ReplicaGroup(spec, devices=devices, checkpoint_root=checkpoint_root)
     session.group = session.replicas.group
     try:
         broadcast_parameters(session.group, list(session.model.parameters()))

@@ -33,12 +33,15 @@ ReferenceFn = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
 
 @dataclass(frozen=True, kw_only=True)
 class ForwardBackwardResult:
-    """The batch loss, token-weighted metrics and each datum's logprobs (before the step)."""
+    """The batch loss, token-weighted metrics and each datum's logprobs (before the step);
+    `memory`: the call's peak memory and the micro-batch budget (`memory.PEAK_MEMORY`,
+    `memory.MICRO_BATCH_TOKENS`), apart from `metrics`, which are the same from run to run."""
 
     loss: float
     metrics: dict[str, float]
     num_tokens: int
     logprobs: list[list[float]]
+    memory: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
