@@ -201,6 +201,9 @@ class LiveTarget:
     def _examples_scheduler(self) -> dict[str, list[Request]]:
         ids, spec, job_lease = self.ids, queued_rl_spec(), lease(self.ids["job"])
         metrics = job_pb2.JobEvent(metrics=job_pb2.MetricsReported(step=1, values={"loss": 1.0}))
+        samples = job_pb2.JobEvent(samples=job_pb2.SamplesReported(step=1, split="train", samples=[
+            job_pb2.EpisodeSample(group_id="g", prompt="2+2=", reward=1.0, stop_reason=1, correct=True,
+                                  turns=[job_pb2.SampleTurn(action="4", observation="right", reward=1.0)])]))
         quota = tenant_pb2.Quota(max_devices=4, max_concurrent_jobs=2, max_queued_jobs=1000)
         return {
             "SubmitJob": [sc.SubmitJobRequest(spec=spec, validate_only=True), sc.SubmitJobRequest(spec=spec)],
@@ -209,12 +212,16 @@ class LiveTarget:
                                             type=job_pb2.JOB_TYPE_RL)],
             "CancelJob": [sc.CancelJobRequest(job_id=ids["job"], reason="fuzz")],
             "WatchJob": [sc.WatchJobRequest(job_id=ids["job"])],
+            "ListJobSamples": [sc.ListJobSamplesRequest(job_id=ids["job"], step=1, split="train", page_size=5)],
+            "ListArtifacts": [sc.ListArtifactsRequest(job_id=ids["job"])],
+            "DownloadArtifact": [sc.DownloadArtifactRequest(artifact_id=ids["job"] + "-final", path_prefix="adapter")],
             "RegisterWorker": [self._fake_worker("fuzz-worker")],
             "Heartbeat": [sc.HeartbeatRequest(worker_id="fuzz-worker", load={"gpu_memory_used_bytes": 1.0})],
             "DeregisterWorker": [sc.DeregisterWorkerRequest(worker_id="fuzz-worker-victim", drain=True)],
             "ListWorkers": [sc.ListWorkersRequest(page_size=5, role=resources_pb2.ROLE_TRAINER)],
             "CheckJobToken": [sc.CheckJobTokenRequest(job_id=ids["job"], job_token="otj_" + "x" * 43)],
-            "ReportJobEvents": [sc.ReportJobEventsRequest(lease=job_lease, events=[metrics], request_id="r")],
+            "ReportJobEvents": [sc.ReportJobEventsRequest(lease=job_lease, events=[metrics], request_id="r"),
+                                sc.ReportJobEventsRequest(lease=job_lease, events=[samples], request_id="s")],
             "FinishJob": [sc.FinishJobRequest(lease=job_lease, final_state=job_pb2.Job.STATE_FAILED, message="m")],
             "CreateTenant": [sc.CreateTenantRequest(tenant_id="fuzz-other", display_name="x", quota=quota)],
             "GetTenant": [sc.GetTenantRequest(tenant_id="fuzz-tenant")],

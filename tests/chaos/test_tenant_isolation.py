@@ -82,6 +82,9 @@ SCHEDULER_ROWS: dict[str, tuple[Expect, Request]] = {
     "ListJobs": (Expect.OWN, lambda w: pb.ListJobsRequest(page_size=100)),
     "CancelJob": (Expect.NOT_FOUND, lambda w: pb.CancelJobRequest(job_id=w.a_job.job_id)),
     "WatchJob": (Expect.NOT_FOUND, lambda w: pb.WatchJobRequest(job_id=w.a_job.job_id)),
+    "ListJobSamples": (Expect.NOT_FOUND, lambda w: pb.ListJobSamplesRequest(job_id=w.a_job.job_id)),
+    "ListArtifacts": (Expect.NOT_FOUND, lambda w: pb.ListArtifactsRequest(job_id=w.a_job.job_id)),
+    "DownloadArtifact": (Expect.NOT_FOUND, lambda w: pb.DownloadArtifactRequest(artifact_id=f"{w.a_job.job_id}-final")),
     "RegisterWorker": (Expect.DENIED, lambda w: pb.RegisterWorkerRequest(
         worker_id=w.a_worker(resources_pb2.ROLE_TRAINER), role=resources_pb2.ROLE_TRAINER, address="127.0.0.1:1")),
     "Heartbeat": (Expect.NOT_FOUND, lambda w: pb.HeartbeatRequest(
@@ -120,6 +123,8 @@ DASHBOARD_ROWS: dict[str, tuple[str, Callable[[World], str], int]] = {
     "get_job": ("GET", lambda w: f"/api/jobs/{w.a_job.job_id}", 404),
     "job_metrics": ("GET", lambda w: f"/api/jobs/{w.a_job.job_id}/metrics", 404),
     "job_events": ("GET", lambda w: f"/api/jobs/{w.a_job.job_id}/events", 404),
+    "job_samples": ("GET", lambda w: f"/api/jobs/{w.a_job.job_id}/samples", 404),
+    "job_artifacts": ("GET", lambda w: f"/api/jobs/{w.a_job.job_id}/artifacts", 404),
     "cancel_job": ("POST", lambda w: f"/api/jobs/{w.a_job.job_id}/cancel", 404),
     "list_workers": ("GET", lambda w: "/api/workers", 200),  # B's own EnvHosts only
     "list_tenants": ("GET", lambda w: "/api/tenants", 403),

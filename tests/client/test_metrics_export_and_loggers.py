@@ -13,7 +13,8 @@ import pytest
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.client import metrics_export
 from opentinker.client.loggers import (
-    MissingLoggerPackage, TensorBoardLogger, WandbLogger, agent_metrics_callback, fan_out, job_config,
+    SAMPLE_COLUMNS, MissingLoggerPackage, TensorBoardLogger, WandbLogger, agent_metrics_callback, fan_out,
+    job_config, samples_callback,
 )
 
 
@@ -144,3 +145,41 @@ def test_wandb_logger_logs_each_step_and_agents_are_prefixed(monkeypatch):
 def test_the_default_panels_show_the_truncated_share_where_a_job_reports_it():
     rows = [{"step": 1, "agent": "", "reward/mean": 0.1, "truncated": 0.5, "loss": 1.0, "grad_norm": 2.0}]
     assert metrics_export.pick_curves(rows) == ["reward/mean", "truncated", "loss"]
+
+
+def samples_report() -> job_pb2.SamplesReported:
+    report = job_pb2.SamplesReported(step=3, split="train")
+    sample = report.samples.add(prompt="2+2=", reward=1.0, stop_reason=1, correct=True)
+    sample.turns.add(action="4 | four", observation="right")
+    report.samples.add(prompt="3+3=", reward=0.0, stop_reason=3).turns.add(action="7", truncated=True)
+    return report
+
+
+def test_the_tensorboard_logger_writes_samples_as_a_text_table_tensorboard_reads(tmp_path):
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    with TensorBoardLogger(str(tmp_path)) as tb:
+        samples_callback([tb, lambda step, values: None])(job_pb2.JobEvent(samples=samples_report()))
+    read = accumulator.EventAccumulator(str(tmp_path), size_guidance={"tensors": 0})
+    read.Reload()
+    [event] = read.Tensors("samples/train")
+    text = event.tensor_proto.string_val[0].decode()
+    assert event.step == 3 and text.splitlines()[0].startswith("| step | split |")
+    assert "| 3 | train |  | 2+2= | 4 \\| four | 1.0 | DONE | True |" in text
+    assert "| 3 | train |  | 3+3= | 7 | 0.0 | MAX_TURN_TOKENS | None |" in text
+
+
+def test_wandb_logger_logs_samples_as_a_table_at_their_step(monkeypatch):
+    logged = []
+    run = types.SimpleNamespace(log=lambda values, step: logged.append((step, values)), finish=lambda: None)
+    fake = types.ModuleType("wandb")
+    fake.init = lambda **kwargs: run
+    fake.Table = lambda columns, data: ("table", tuple(columns), [tuple(row) for row in data])
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    with WandbLogger(project="p") as wandb_logger:
+        samples_callback([wandb_logger])(job_pb2.JobEvent(samples=samples_report()))
+        samples_callback([wandb_logger])(EVENTS[0])  # not samples: nothing logged
+    [(step, values)] = logged
+    kind, columns, rows = values["samples/train"]
+    assert step == 3 and columns == SAMPLE_COLUMNS
+    assert rows == [(3, "train", "", "2+2=", "4 | four", 1.0, "DONE", True),
+                    (3, "train", "", "3+3=", "7", 0.0, "MAX_TURN_TOKENS", None)]

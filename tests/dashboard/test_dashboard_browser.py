@@ -144,11 +144,35 @@ def test_a_running_job_updates_live_shows_its_leases_and_cancels_after_confirmat
         assert len(panels) == len(set(panels)) >= 3
         assert all(int(points) >= 1 for points in attributes(browser, "[data-testid=metric-panel-chart]", "data-points"))
         assert len(browser.find_elements("css selector", "#metric-chart")) == 1  # the panels take no id
+        read_the_completions_table(browser, screenshot, scheduler, job_id)
 
         see_the_job_leases_in_the_workers_view(browser, screenshot, job_id)
         cancel_through_the_confirmation_dialog(browser, screenshot, scheduler, job_id)
     finally:
         cancel_quietly(scheduler, job_id)
+
+
+def read_the_completions_table(browser, screenshot, scheduler: SchedulerClient, job_id: str) -> None:  # noqa: ANN001
+    """The latest step's episodes as text, the same as the API's; an earlier step on request."""
+    wait_for(browser, lambda b: int(attribute(b, "#job-step", "data-step") or 0) >= 2,
+             message="the job never reached step 2")
+    rows = wait_for(browser, lambda b: b.find_elements("css selector", "[data-testid=sample-row][data-split=train]"),
+                    message="the completions table shows no training episodes")
+    step = int(rows[0].get_attribute("data-step"))
+    expected = next(s for s in scheduler.list_samples(job_id, step=step, split="train"))
+    assert len(rows) == len(expected.samples)
+    cells = rows[0].find_elements("css selector", "td")
+    assert [c.text for c in cells[:2]] == [str(step), "train"]
+    assert expected.samples[0].prompt.split("\n")[0][:40] in cells[2].text
+    assert cells[6].text in ("correct", "wrong", "–") and cells[5].text  # a verdict and a stop reason
+    browser.execute_script("document.querySelector('#samples').scrollIntoView()")
+    screenshot("03b-completions")
+    browser.execute_script("const s = document.querySelector('#samples-step'); s.value = '1';"
+                           "s.dispatchEvent(new Event('change'));")
+    wait_for(browser, lambda b: {r.get_attribute("data-step") for r in b.find_elements(
+        "css selector", "[data-testid=sample-row]")} == {"1"}, message="choosing step 1 did not show step 1")
+    browser.execute_script("const s = document.querySelector('#samples-step'); s.value = '';"
+                           "s.dispatchEvent(new Event('change'));")
 
 
 def see_the_job_leases_in_the_workers_view(browser, screenshot, job_id: str) -> None:  # noqa: ANN001

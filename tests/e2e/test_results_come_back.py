@@ -107,7 +107,7 @@ def test_each_step_shows_what_the_model_answered(stack: LocalStack, tenants: dic
     with SchedulerClient(stack.address("scheduler"), api_key=tenants["results-a"]) as client:
         every = client.list_samples(finished_job.job_id, page_size=200)
         train_steps = sorted(s.step for s in every if s.split == "train")
-        assert train_steps == [0, 1]
+        assert train_steps == [1, 2]  # numbered like the metrics their rewards are in
         assert {s.step for s in every if s.split == "eval"} == {0, 2}  # the baseline and the final evaluation
         for report in every:
             assert 1 <= len(report.samples) <= 4
@@ -116,14 +116,14 @@ def test_each_step_shows_what_the_model_answered(stack: LocalStack, tenants: dic
                 assert sample.stop_reason != trajectory_pb2.STOP_REASON_UNSPECIFIED
         train = next(s for s in every if s.split == "train")
         assert len({sample.group_id for sample in train.samples}) == min(3, len(train.samples))  # distinct problems first
-        only_step_1 = client.list_samples(finished_job.job_id, step=1, split="train")
-        assert [(s.step, s.split) for s in only_step_1] == [(1, "train")]
+        only_step_2 = client.list_samples(finished_job.job_id, step=2, split="train")
+        assert [(s.step, s.split) for s in only_step_2] == [(2, "train")]
         with pytest.raises(NotFound):
             SchedulerClient(stack.address("scheduler"), api_key=tenants["results-b"]).list_samples(finished_job.job_id)
 
     shown = cli(stack, tenants["results-a"], "jobs", "samples", finished_job.job_id, "--split", "train")
     assert shown.returncode == 0, shown.stderr
-    assert "== step 1 train" in shown.stdout and "prompt:" in shown.stdout and "reply 1" in shown.stdout
+    assert "== step 2 train" in shown.stdout and "prompt:" in shown.stdout and "reply 1" in shown.stdout
 
 
 def test_a_tenant_downloads_its_final_adapter_and_plain_peft_loads_it(stack: LocalStack, tenants: dict[str, str],

@@ -134,7 +134,7 @@ def _loggers_of(client: SchedulerClient, job_id: str, args: argparse.Namespace) 
 
 
 def _follow(client: SchedulerClient, job_id: str, args: argparse.Namespace, loggers: list | None = None) -> int:
-    from opentinker.client.loggers import agent_metrics_callback, fan_out
+    from opentinker.client.loggers import agent_metrics_callback, fan_out, samples_callback
 
     if loggers is None:
         try:
@@ -144,12 +144,14 @@ def _follow(client: SchedulerClient, job_id: str, args: argparse.Namespace, logg
             return exit_codes.BAD_INPUT
     view = None if args.json else JobProgressView()
     to_loggers = agent_metrics_callback(fan_out(*loggers)) if loggers else None
+    samples_to_loggers = samples_callback(loggers)
 
     def on_event(event: job_pb2.JobEvent) -> None:
         if view:
             view.on_event(event)
         if to_loggers:
             to_loggers(event)
+            samples_to_loggers(event)
 
     try:
         job = client.wait(job_id, on_event=on_event)

@@ -7,7 +7,8 @@ Neither package is a dependency: constructing a logger without it raises Missing
 naming what to install (`opentinker run` builds its loggers before it submits). The
 TensorBoard logger writes event files with tensorboard's own writer: no torch on the client. A
 multi-agent job's metrics are logged under "<agent>/<name>" when passed through
-`agent_metrics_callback`; `job_config` turns a job's spec into a W&B run's config.
+`agent_metrics_callback`; `job_config` turns a job's spec into a W&B run's config. Samples (a
+few episodes of each step) go to a W&B table or TensorBoard's Text tab through `samples_callback`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
+from opentinker.api.common.v1 import trajectory_pb2
 from opentinker.api.scheduler.v1 import job_pb2
 
 MetricsCallback = Callable[[int, dict[str, float]], None]
@@ -89,6 +91,12 @@ class WandbLogger:
     def __call__(self, step: int, values: dict[str, float]) -> None:
         self.run.log(dict(values), step=step)
 
+    def log_samples(self, report: job_pb2.SamplesReported) -> None:
+        """The episodes as a W&B table "samples/<split>" at their step."""
+        wandb = _import("wandb", "wandb")
+        table = wandb.Table(columns=list(SAMPLE_COLUMNS), data=sample_rows(report))
+        self.run.log({_samples_key(report): table}, step=report.step)
+
     def close(self) -> None:
         self.run.finish()
 
@@ -112,6 +120,17 @@ class TensorBoardLogger:
     def __call__(self, step: int, values: dict[str, float]) -> None:
         scalars = [self._summary.Value(tag=name, simple_value=float(value)) for name, value in values.items()]
         self.writer.add_event(self._event(wall_time=time.time(), step=step, summary=self._summary(value=scalars)))
+        self.writer.flush()
+
+    def log_samples(self, report: job_pb2.SamplesReported) -> None:
+        """The episodes as a markdown table in TensorBoard's Text tab ("samples/<split>")."""
+        tensor_pb2 = _import("tensorboard.compat.proto.tensor_pb2", "tensorboard")
+        types_pb2 = _import("tensorboard.compat.proto.types_pb2", "tensorboard")
+        tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, string_val=[samples_markdown(report).encode()])
+        metadata_type = _import("tensorboard.compat.proto.summary_pb2", "tensorboard").SummaryMetadata
+        metadata = metadata_type(plugin_data=metadata_type.PluginData(plugin_name="text"))
+        value = self._summary.Value(tag=_samples_key(report), tensor=tensor, metadata=metadata)
+        self.writer.add_event(self._event(wall_time=time.time(), step=report.step, summary=self._summary(value=[value])))
         self.writer.flush()
 
     def close(self) -> None:
@@ -142,5 +161,39 @@ def agent_metrics_callback(callback: MetricsCallback) -> Callable[[job_pb2.JobEv
             return
         prefix = f"{event.metrics.agent_id}/" if event.metrics.agent_id else ""
         callback(event.metrics.step, {prefix + name: value for name, value in event.metrics.values.items()})
+
+    return on_event
+
+
+SAMPLE_COLUMNS = ("step", "split", "agent", "prompt", "reply", "reward", "stop_reason", "correct")
+
+
+def sample_rows(report: job_pb2.SamplesReported) -> list[list[Any]]:
+    """One row per episode (SAMPLE_COLUMNS); the reply is every turn's action, in order."""
+    return [[report.step, report.split, report.agent_id, sample.prompt,
+             "\n".join(turn.action for turn in sample.turns), sample.reward,
+             trajectory_pb2.StopReason.Name(sample.stop_reason).removeprefix("STOP_REASON_"),
+             sample.correct if sample.HasField("correct") else None] for sample in report.samples]
+
+
+def samples_markdown(report: job_pb2.SamplesReported) -> str:
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|").replace("\n", "<br>")
+    lines = ["| " + " | ".join(SAMPLE_COLUMNS) + " |", "|" + "---|" * len(SAMPLE_COLUMNS)]
+    return "\n".join(lines + ["| " + " | ".join(cell(v) for v in row) + " |" for row in sample_rows(report)])
+
+
+def _samples_key(report: job_pb2.SamplesReported) -> str:
+    return f"{report.agent_id}/samples/{report.split}" if report.agent_id else f"samples/{report.split}"
+
+
+def samples_callback(loggers: list) -> Callable[[job_pb2.JobEvent], None]:
+    """An on_event callback passing each SamplesReported event to every logger that logs samples."""
+
+    def on_event(event: job_pb2.JobEvent) -> None:
+        if event.WhichOneof("payload") == "samples":
+            for logger in loggers:
+                if hasattr(logger, "log_samples"):
+                    logger.log_samples(event.samples)
 
     return on_event

@@ -12,7 +12,7 @@ from typing import Any
 from opentinker.dashboard.errors import bad_request
 from opentinker.dashboard.gateway import SchedulerGateway
 from opentinker.dashboard.metrics import metric_series
-from opentinker.dashboard.views import Json, job_view, tenant_view, worker_view
+from opentinker.dashboard.views import Json, artifact_view, job_view, samples_view, tenant_view, worker_view
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
@@ -48,6 +48,28 @@ def job_metrics(gateway: SchedulerGateway, api_key: str, job_id: str) -> Json:
     events = gateway.events_until(api_key, job_id, job.last_event_sequence)
     return {"job_id": job_id, "last_sequence": events[-1].sequence if events else 0,
             "series": metric_series(events)}
+
+
+SAMPLE_SPLITS = ("", "train", "eval", "inference")
+MAX_STEP = 10**9
+
+
+def job_samples(gateway: SchedulerGateway, api_key: str, job_id: str, query: dict[str, str]) -> Json:
+    """The samples of one step (`step`, default the latest; `split` narrows them) and `steps`,
+    every step that has samples (newest first), for choosing one."""
+    split = query.get("split", "")
+    if split not in SAMPLE_SPLITS:
+        raise bad_request(f"split must be one of train, eval, inference, got {split!r}")
+    asked = int_param(query, "step", default=-1, low=0, high=MAX_STEP)
+    every = gateway.list_samples(api_key, job_id, step=None, split=split, page_size=200)
+    steps = sorted({s.step for s in every}, reverse=True)
+    shown = asked if asked >= 0 else (steps[0] if steps else -1)
+    return {"job_id": job_id, "steps": steps, "step": shown,
+            "samples": [samples_view(s) for s in every if s.step == shown]}
+
+
+def job_artifacts(gateway: SchedulerGateway, api_key: str, job_id: str) -> Json:
+    return {"job_id": job_id, "artifacts": [artifact_view(a) for a in gateway.list_artifacts(api_key, job_id)]}
 
 
 def cancel_job(gateway: SchedulerGateway, api_key: str, job_id: str, body: Any) -> Json:

@@ -116,6 +116,12 @@ class DashboardHandler(BaseHTTPRequestHandler):
     def serve_job_metrics(self, job_id: str) -> None:
         self.send_json(200, api.job_metrics(self.server.gateway, self.api_key, job_id))
 
+    def serve_job_samples(self, job_id: str) -> None:
+        self.send_json(200, api.job_samples(self.server.gateway, self.api_key, job_id, self.query))
+
+    def serve_job_artifacts(self, job_id: str) -> None:
+        self.send_json(200, api.job_artifacts(self.server.gateway, self.api_key, job_id))
+
     def serve_cancel_job(self, job_id: str) -> None:
         check_post(self.headers.get("Origin"), self.headers.get("Host"), self.headers.get("Content-Type"))
         self.send_json(200, api.cancel_job(self.server.gateway, self.api_key, job_id, self.read_json_body()))

@@ -13,6 +13,8 @@ ROUTES: tuple[tuple[str, str, str], ...] = (
     ("GET", JOB, "get_job"),
     ("GET", JOB + r"/metrics", "job_metrics"),
     ("GET", JOB + r"/events", "job_events"),
+    ("GET", JOB + r"/samples", "job_samples"),
+    ("GET", JOB + r"/artifacts", "job_artifacts"),
     ("POST", JOB + r"/cancel", "cancel_job"),
     ("GET", r"/api/workers", "list_workers"),
     ("GET", r"/api/tenants", "list_tenants"),

@@ -9,8 +9,9 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from opentinker.api.common.v1 import progress_pb2, resources_pb2
+from opentinker.api.common.v1 import progress_pb2, resources_pb2, trajectory_pb2
 from opentinker.api.scheduler.v1 import job_pb2, tenant_pb2, worker_pb2
+from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
 
 Json = dict[str, Any]
 
@@ -96,6 +97,8 @@ def payload_view(event: job_pb2.JobEvent, kind: str) -> Json:
                 "source": event.log.source, "message": event.log.message}
     if kind == "checkpoint":
         return {"checkpoint_id": event.checkpoint.checkpoint_id, "step": event.checkpoint.step}
+    if kind == "samples":
+        return samples_view(event.samples)
     if kind == "worker_lost":
         lost = event.worker_lost
         return {"worker_id": lost.worker_id, "role": role_name(lost.role), "reason": lost.reason}
@@ -135,3 +138,22 @@ def tenant_view(tenant: tenant_pb2.Tenant) -> Json:
         "usage": {"devices": tenant.usage.devices, "running_jobs": tenant.usage.running_jobs,
                   "queued_jobs": tenant.usage.queued_jobs},
     }
+
+
+def samples_view(report: job_pb2.SamplesReported) -> Json:
+    return {"step": report.step, "split": report.split, "agent_id": report.agent_id,
+            "samples": [sample_view(sample) for sample in report.samples]}
+
+
+def sample_view(sample: job_pb2.EpisodeSample) -> Json:
+    return {"group_id": sample.group_id, "prompt": sample.prompt, "reward": finite(sample.reward),
+            "stop_reason": enum_name(trajectory_pb2.StopReason, sample.stop_reason, "STOP_REASON_"),
+            "correct": sample.correct if sample.HasField("correct") else None,
+            "turns": [{"action": t.action, "observation": t.observation, "reward": finite(t.reward),
+                       "truncated": t.truncated} for t in sample.turns]}
+
+
+def artifact_view(artifact: pb.Artifact) -> Json:
+    return {"artifact_id": artifact.artifact_id, "kind": enum_name(pb.Artifact.Kind, artifact.kind, "KIND_"),
+            "format": artifact.format, "step": artifact.step, "size_bytes": artifact.size_bytes,
+            "files": len(artifact.files), "loadable_dirs": list(artifact.loadable_dirs)}

@@ -163,7 +163,7 @@ class League:
         rollout = self.ports.agents[agent_id].rollout
         trajectories = await collect_stream(rollout.play_seats(seats, evaluation=False))
         await self.env_errors.note(trajectories, what=f"step {step + 1}'s matches (agent {agent_id!r})")
-        await self.ports.reporter.samples(step, "train", pick_samples(trajectories), agent_id=agent_id)
+        await self.ports.reporter.samples(step + 1, "train", pick_samples(trajectories), agent_id=agent_id)
         seconds = time.perf_counter() - started
         observe_phase("rollout", seconds)
         sampled = sum(t.sampled_tokens for t in trajectories)

@@ -87,7 +87,7 @@ class SoloTeam:
         trajectories = collected.trajectories
         seconds = time.perf_counter() - started
         observe_phase("rollout", seconds)
-        await self.ports.reporter.samples(step, "train", pick_samples(trajectories))
+        await self.ports.reporter.samples(step + 1, "train", pick_samples(trajectories))  # the step its metrics land on
         sampled = sum(t.sampled_tokens for t in trajectories)
         metrics = episode_metrics(trajectories) | {
             "time/rollout_s": seconds, "tokens_per_second": sampled / seconds if seconds > 0 else 0.0}

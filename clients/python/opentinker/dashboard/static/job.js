@@ -1,9 +1,10 @@
-// One job's page: state, progress, details, a live metric chart, recent events, Cancel with a
-// confirmation dialog. The history comes from /metrics, then live events from /events.
+// One job's page: state, progress, details, live metric charts, its completions and artifacts
+// (results.js), recent events, Cancel with a confirmation dialog. The history comes from /metrics, then live events from /events.
 
 import {ApiError, EventFeed, api, reportError, showNotice} from "./api.js";
 import {drawChart} from "./chart.js";
 import {el, fmt, fmtTime, mount, progressBar, stateBadge} from "./dom.js";
+import {ArtifactsList, CompletionsTable} from "./results.js";
 
 export const DEFAULT_METRIC = "reward/mean";
 const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
@@ -74,6 +75,8 @@ class JobPage {
     this.latest = el("span", {id: "metric-latest", class: "number"});
     this.panels = el("div", {id: "metric-panels", class: "metric-panels"});
     this.log = el("ol", {id: "event-log", class: "event-log"});
+    this.completions = new CompletionsTable(this.jobId);
+    this.artifacts = new ArtifactsList(this.jobId);
     this.cancelButton = el("button", {id: "cancel-button", "data-testid": "cancel-button", class: "danger",
       text: "Cancel job…", onclick: () => this.askCancel()});
     mount("job",
@@ -87,7 +90,11 @@ class JobPage {
         el("div", {class: "chart-title"}, el("label", {for: "metric-select", text: "Metric "}), this.select,
           el("span", {class: "muted"}, " latest: ", this.latest)),
         this.chart),
+      this.completions.node,
+      this.artifacts.node,
       el("section", {class: "panel"}, el("h3", {text: "Recent events"}), this.log));
+    this.completions.load();
+    this.artifacts.load();
     this.renderJob(job);
     this.fillMetricList();
     this.drawChart();
@@ -115,6 +122,8 @@ class JobPage {
   onEvent(event) {
     this.addToLog(event);
     if (event.kind === "metrics") this.addMetrics(event.metrics);
+    if (event.kind === "samples") this.completions.onSamples();
+    if (event.kind === "checkpoint") this.artifacts.load();
     if (event.kind === "progress") this.renderJob({...this.job, progress: event.progress});
     if (event.kind === "state_changed") {
       const to = event.state_changed.to_state;
@@ -179,6 +188,7 @@ class JobPage {
       log: (e) => `${e.level} ${e.source}: ${e.message}`,
       checkpoint: (e) => `checkpoint ${e.checkpoint_id} (step ${e.step})`,
       worker_lost: (e) => `worker lost: ${e.worker_id} (${e.reason})`,
+      samples: (e) => `step ${e.step} ${e.split}: ${e.samples.length} samples`,
     }[event.kind];
     if (!summary) return;
     this.log.prepend(el("li", {"data-kind": event.kind},
