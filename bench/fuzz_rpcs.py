@@ -1,6 +1,6 @@
 """Hypothesis fuzzing of every RPC of the five services against a live stack (issue 10, full form).
 
-    .venv/bin/python bench/fuzz_rpcs.py                          # 500 cases per RPC, 51 RPCs (~25,500 calls, ~7 min on 2 cores)
+    .venv/bin/python bench/fuzz_rpcs.py                          # 500 cases per RPC, 54 RPCs (~27,000 calls, ~7 min on 2 cores)
     .venv/bin/python bench/fuzz_rpcs.py --examples 50 --seed 7   # a quicker pass with another seed
     .venv/bin/python bench/fuzz_rpcs.py --only Sample --only OpenMatch --examples 2000
     .venv/bin/python bench/fuzz_rpcs.py --key tenant                # every RPC with an ordinary tenant's key
