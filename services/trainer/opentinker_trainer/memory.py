@@ -4,7 +4,8 @@ handing back what a step freed.
 Budget. `SessionSpec.max_tokens_per_micro_batch` 0 no longer means "the whole batch at once":
 the Trainer picks a budget so that one micro-batch's activations take at most
 `ACTIVATION_SHARE` of the memory free once the model is loaded, less the optimizer state and
-gradients still to come, between `MIN_DEFAULT_TOKENS` and `MAX_DEFAULT_TOKENS` padded tokens.
+gradients still to come, between `MIN_DEFAULT_TOKENS` and `MAX_DEFAULT_TOKENS` padded tokens
+(`MAX_DEFAULT_TOKENS_CUDA` on a GPU).
 A micro-batch's activations are estimated per padded token (`activation_bytes_per_token`):
 what a decoder layer keeps for backward, plus the head's logits, log-softmaxes and their
 gradients over the vocabulary (which dominate for a large vocabulary). Micro-batches split
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import gc
 import resource
 import sys
 from dataclasses import dataclass
@@ -34,20 +34,23 @@ import torch
 
 log = structlog.get_logger(__name__)
 
-ACTIVATION_SHARE = 0.25
-"""The share of the free memory (after the optimizer state) one micro-batch's activations may take."""
+ACTIVATION_SHARE = 0.125
+"""The share of the free memory (after the optimizer state) one micro-batch's activations may
+take: the rest stays for other sessions, the Rollout on the same host and the allocator's slack."""
 MIN_DEFAULT_TOKENS = 256
-MAX_DEFAULT_TOKENS = 4096
-"""Bounds of the default budget: below 256 tokens steps slow down for little memory; above 4096
-a CPU step gains no speed (measured, docs/decisions.md 2026-11-28) and a GPU one little."""
-LAYER_HIDDEN_FLOATS = 24
+MAX_DEFAULT_TOKENS = 2048
+MAX_DEFAULT_TOKENS_CUDA = 8192
+"""Bounds of the default budget: below 256 tokens a step slows down for little memory; above
+2048 a CPU step's matrix products are no faster per token, while a GPU's still gain."""
+LAYER_HIDDEN_FLOATS = 28
 LAYER_INTERMEDIATE_FLOATS = 6
-HEAD_VOCAB_FLOATS = 8
-"""Floats per padded token held at a ForwardBackward's peak: per decoder layer 24 x hidden
-(norms, q/k/v before and after rotary, attention output, residuals, their gradients) + 6 x
-intermediate (gate, up, activation, product, their gradients); once 8 x vocabulary (logits,
-two temperature-scaled copies, two log-softmaxes, the entropy's exp and product, the logits'
-gradient). Fitted to peak resident memory of LoRA and full steps on CPU (docs/decisions.md)."""
+HEAD_VOCAB_FLOATS = 6
+"""Floats per padded token held at a ForwardBackward's peak: per decoder layer 28 x hidden
+(norms, q/k/v before and after rotary, attention output, residuals, LoRA's inputs, their
+gradients) + 6 x intermediate (gate, up, activation, product, their gradients); once 6 x the
+vocabulary (logits, temperature-scaled copies, log-softmaxes, the entropy's terms, the logits'
+gradient). Fitted to the peak resident memory of LoRA steps on CPU: 782 KiB per token for
+small-llama (formula: 802), 646 for hidden 128, 2 layers, vocabulary 32000 (formula: 793)."""
 MB = 1024 * 1024
 PEAK_MEMORY = "trainer/peak_memory_mb"
 """Metric: the peak memory of the call (ForwardBackward) or of the step, every call since the
@@ -99,12 +102,13 @@ def activation_bytes_per_token(shape: ModelShape) -> int:
     return shape.num_layers * layer * shape.dtype_bytes + HEAD_VOCAB_FLOATS * shape.vocab_size * 4
 
 
-def default_micro_batch_tokens(per_token_bytes: int, free_bytes: int, reserved_bytes: int = 0) -> int:
+def default_micro_batch_tokens(per_token_bytes: int, free_bytes: int, reserved_bytes: int = 0,
+                               *, most: int = MAX_DEFAULT_TOKENS) -> int:
     """The budget whose activations take `ACTIVATION_SHARE` of `free_bytes` less
-    `reserved_bytes` (memory the session will still allocate), within the default bounds."""
+    `reserved_bytes` (memory the session will still allocate), within [MIN_DEFAULT_TOKENS, most]."""
     usable = max(free_bytes - reserved_bytes, 0) * ACTIVATION_SHARE
     tokens = int(usable // max(per_token_bytes, 1))
-    return max(MIN_DEFAULT_TOKENS, min(MAX_DEFAULT_TOKENS, tokens))
+    return max(MIN_DEFAULT_TOKENS, min(most, tokens))
 
 
 def session_micro_batch_tokens(explicit: int, model: Any, device: str) -> int:
@@ -116,7 +120,8 @@ def session_micro_batch_tokens(explicit: int, model: Any, device: str) -> int:
     per_token = activation_bytes_per_token(shape)
     trainable = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
     free = free_memory_bytes(device)
-    tokens = default_micro_batch_tokens(per_token, free, reserved_bytes=3 * trainable)
+    most = MAX_DEFAULT_TOKENS_CUDA if device.startswith("cuda") else MAX_DEFAULT_TOKENS
+    tokens = default_micro_batch_tokens(per_token, free, reserved_bytes=3 * trainable, most=most)
     log.info("micro_batch_budget", tokens=tokens, activation_bytes_per_token=per_token,
              free_mb=free // MB, reserved_mb=3 * trainable // MB, device=device)
     return tokens
@@ -220,4 +225,3 @@ def _load_libc() -> Any:
 
 
 _LIBC = _load_libc()
-_ = gc  # noqa: F841 - see release_step_memory
