@@ -21,6 +21,7 @@ CLI = [sys.executable, "-m", "opentinker.cli.main"]
 NOBODY = "127.0.0.1:1"
 API_COMMANDS = [
     ["jobs", "list"], ["jobs", "get", "j"], ["jobs", "cancel", "j"], ["jobs", "metrics", "j"], ["watch", "j"],
+    ["jobs", "samples", "j"], ["jobs", "artifacts", "j"], ["download", "job-0-final"],
     ["logs", "j"], ["workers"], ["admin", "tenants", "list"], ["admin", "tenants", "get", "t"],
     ["admin", "tenants", "create", "t"], ["admin", "quota", "t"], ["admin", "keys", "list", "t"],
     ["admin", "keys", "create", "t"], ["admin", "keys", "revoke", "k"],
@@ -94,7 +95,7 @@ def test_bash_completion_knows_commands_subcommands_flags_and_values():
         return subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True).stdout.split()
 
     assert complete("jo") == ["jobs"]
-    assert complete("jobs", "") == ["cancel", "get", "list", "metrics"]
+    assert complete("jobs", "") == ["artifacts", "cancel", "get", "list", "metrics", "samples"]
     assert complete("jobs", "metrics", "j1", "--format", "") == ["table", "csv", "jsonl"]
     assert "--role" in complete("workers", "--")
     assert complete("admin", "keys", "re") == ["revoke"]

@@ -74,16 +74,23 @@ def test_watch_sends_a_finished_jobs_metrics_to_a_wandb_run_named_after_it(opent
     runs: list[dict] = []
 
     def init(**kwargs):
-        runs.append({"init": kwargs, "logged": [], "finished": False})
-        return types.SimpleNamespace(name=kwargs.get("name"), log=lambda values, step: runs[-1]["logged"].append(step),
-                                     finish=lambda: runs[-1].update(finished=True))
-    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init))
+        runs.append({"init": kwargs, "logged": [], "tables": [], "finished": False})
+
+        def log(values, step):
+            runs[-1]["logged"].append(step)
+            runs[-1]["tables"] += [(step, key, len(value[1])) for key, value in values.items() if key.startswith("samples/")]
+        return types.SimpleNamespace(name=kwargs.get("name"), log=log, finish=lambda: runs[-1].update(finished=True))
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init, Table=lambda columns, data: (columns, data)))
     code, _, err = opentinker("watch", job_id, "--wandb", "proj")
     assert code == exit_codes.OK, err
     [run] = runs
     assert run["init"]["project"] == "proj" and run["init"]["name"] == "e2e"  # the spec's display name
     assert run["init"]["config"]["training"]["total_steps"] == 2 and run["init"]["config"]["type"] == "JOB_TYPE_RL"
     assert sorted(set(run["logged"])) == [0, 1, 2] and run["finished"]
+    # each step's samples as a table: the two training batches and the evaluations at steps 0 and 2
+    assert {(step, key) for step, key, _ in run["tables"]} == {
+        (1, "samples/train"), (2, "samples/train"), (0, "samples/eval"), (2, "samples/eval")}
+    assert all(1 <= rows <= 4 for _, _, rows in run["tables"])
 
 
 def test_submit_get_list_logs_and_watch_json(opentinker, tmp_path):

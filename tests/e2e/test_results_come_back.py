@@ -105,7 +105,7 @@ def finished_job(stack: LocalStack, tenants: dict[str, str]) -> job_pb2.Job:
 def test_each_step_shows_what_the_model_answered(stack: LocalStack, tenants: dict[str, str],
                                                  finished_job: job_pb2.Job) -> None:
     with SchedulerClient(stack.address("scheduler"), api_key=tenants["results-a"]) as client:
-        every = client.list_samples(finished_job.job_id, page_size=200)
+        every = client.list_samples(finished_job.job_id, limit=200)
         train_steps = sorted(s.step for s in every if s.split == "train")
         assert train_steps == [1, 2]  # numbered like the metrics their rewards are in
         assert {s.step for s in every if s.split == "eval"} == {0, 2}  # the baseline and the final evaluation

@@ -80,6 +80,11 @@ def test_a_tenant_lists_and_downloads_its_jobs_checkpoints_and_outputs_and_never
             assert [(a.artifact_id, a.step, a.kind) for a in listed] == [
                 (f"{job.job_id}-step-1", 1, pb.Artifact.KIND_CHECKPOINT),
                 (f"{job.job_id}-final", 3, pb.Artifact.KIND_CHECKPOINT)]
+            first = await acme.ListArtifacts(pb.ListArtifactsRequest(job_id=job.job_id, page_size=1))
+            second = await acme.ListArtifacts(pb.ListArtifactsRequest(job_id=job.job_id, page_size=1,
+                                                                      page_token=first.next_page_token))
+            assert [a.artifact_id for a in (*first.artifacts, *second.artifacts)] == [a.artifact_id for a in listed]
+            assert second.next_page_token == ""
             final = listed[1]
             assert final.format == "peft_adapter" and list(final.loadable_dirs) == ["adapter"]
             sums = {f.path: (f.size_bytes, f.sha256) for f in final.files}

@@ -10,7 +10,8 @@ from opentinker_scheduler.convert_jobs import inference_output_of
 from opentinker_scheduler.event_log import EventLog
 from opentinker_scheduler.events import MetricsReported
 from opentinker_scheduler.jobs import JobService
-from opentinker_scheduler.model import Caller
+from opentinker_scheduler.model import Caller, Page
+from opentinker_scheduler.paging import decode_offset, encode_token, page_size
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -18,10 +19,16 @@ class ArtifactService:
     jobs: JobService
     store: ArtifactStore
 
-    async def list(self, job_id: str, caller: Caller) -> list[Artifact]:
-        """NOT_FOUND for another tenant's job (an admin key sees every job's)."""
+    async def list(self, job_id: str, caller: Caller, *, size: int = 0, token: str = "") -> Page:
+        """A page of the job's artifacts; NOT_FOUND for another tenant's job (an admin key sees
+        every job's). The token is the position in the listing (checkpoints by step, outputs)."""
+        wanted = page_size(size)
+        start = decode_offset("artifacts", token)
         job = await self.jobs.get(job_id, caller)
-        return await self.store.list(job, inference_output_of(job))
+        every = await self.store.list(job, inference_output_of(job))
+        end = start + wanted
+        return Page(items=list(every[start:end]),
+                    next_page_token=encode_token("artifacts", str(end)) if end < len(every) else "")
 
     async def open(self, artifact_id: str, path_prefix: str, caller: Caller) -> tuple[Artifact, tuple[ArtifactFile, ...]]:
         """The artifact and its files under `path_prefix`; NOT_FOUND for another tenant's."""

@@ -44,9 +44,10 @@ class EventLog:
                                            count=count)
         return [decode_entry(job_id, entry_id, fields) for entry_id, fields in entries]
 
-    async def newest_first(self, job_id: str) -> AsyncIterator[JobEvent]:
-        """Every stored event, the newest first (read in batches, so a caller may stop early)."""
-        top = "+"
+    async def newest_first(self, job_id: str, *, before: int = 0) -> AsyncIterator[JobEvent]:
+        """Every stored event (with a sequence below `before`, when given), the newest first (read
+        in batches, so a caller may stop early)."""
+        top = f"({before}-0" if before > 0 else "+"
         while entries := await self.client.xrevrange(self.keys.job_events(job_id), max=top, count=REPLAY_BATCH):
             for entry_id, fields in entries:
                 yield decode_entry(job_id, entry_id, fields)

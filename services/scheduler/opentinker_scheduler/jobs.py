@@ -19,7 +19,7 @@ from opentinker_scheduler.job_store import AppendStatus, Created, JobStore, Star
 from opentinker_scheduler.leases import LeaseTable
 from opentinker_scheduler.lifecycle import Lifecycle
 from opentinker_scheduler.model import Caller, Job, JobSpecFacts, JobState, JobType, LeaseContext, Page, QueuedJob
-from opentinker_scheduler.paging import decode_token, encode_token, page_size
+from opentinker_scheduler.paging import decode_offset, decode_token, encode_token, page_size
 from opentinker_scheduler.reports import build_report, check_samples_query
 from opentinker_scheduler.spec_paths import CheckpointOwners, check_tenant_paths
 from opentinker_scheduler.validation import default_resources, effective_priority, retries_allowed, validate_spec
@@ -230,19 +230,23 @@ class JobService:
                     return
 
     async def samples(self, job_id: str, caller: Caller, *, step: int | None = None, split: str = "",
-                      page_size: int = 0) -> list[SamplesReported]:
-        """The job's SamplesReported events, newest first, filtered by step and split."""
+                      size: int = 0, token: str = "") -> Page:
+        """The job's SamplesReported events, newest first, filtered by step and split; a page of
+        them (its token: the sequence below which the next page starts)."""
         await self.require_visible(job_id, caller)
-        limit = check_samples_query(step=step, split=split, page_size=page_size)
+        limit = check_samples_query(step=step, split=split, page_size=size)
+        before = decode_offset("samples", token)
         found: list[SamplesReported] = []
-        async for event in self.events.newest_first(job_id):
+        last = 0
+        async for event in self.events.newest_first(job_id, before=before):
             payload = event.payload
             if isinstance(payload, SamplesReported) and (step is None or payload.step == step) \
                     and (not split or payload.split == split):
                 found.append(payload)
+                last = event.sequence
                 if len(found) == limit:
-                    break
-        return found
+                    return Page(items=list(found), next_page_token=encode_token("samples", str(last)))
+        return Page(items=list(found), next_page_token="")
 
     async def report(self, lease: LeaseContext, payloads: Sequence[Payload | None], *,
                      caller: Caller, request_id: str) -> int:

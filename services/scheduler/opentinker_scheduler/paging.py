@@ -37,3 +37,13 @@ def decode_token(kind: str, token: str) -> str | None:
     if found_kind != kind or version != "v1" or not position:
         raise InvalidArgument("page_token", "is not a next_page_token returned by this List call")
     return position
+
+
+def decode_offset(kind: str, token: str) -> int:
+    """The non-negative integer inside `token` (0 for an empty token); InvalidArgument otherwise."""
+    position = decode_token(kind, token)
+    if position is None:
+        return 0
+    if not position.isdigit():
+        raise InvalidArgument("page_token", "is not a next_page_token returned by this List call")
+    return int(position)

@@ -97,15 +97,17 @@ class SchedulerServicer(_Base):  # type: ignore[misc, valid-type]
 
     @grpc_errors.unary
     async def ListJobSamples(self, request: pb.ListJobSamplesRequest, context: Context) -> pb.ListJobSamplesResponse:
-        found = await self.jobs.samples(request.job_id, caller(),
-                                        step=request.step if request.HasField("step") else None,
-                                        split=request.split, page_size=request.page_size)
-        return pb.ListJobSamplesResponse(samples=[samples_to_proto(s) for s in found])
+        page = await self.jobs.samples(request.job_id, caller(),
+                                       step=request.step if request.HasField("step") else None,
+                                       split=request.split, size=request.page_size, token=request.page_token)
+        return pb.ListJobSamplesResponse(samples=[samples_to_proto(s) for s in page.items],
+                                         next_page_token=page.next_page_token)
 
     @grpc_errors.unary
     async def ListArtifacts(self, request: pb.ListArtifactsRequest, context: Context) -> pb.ListArtifactsResponse:
-        artifacts = await self.artifacts.list(request.job_id, caller())
-        return pb.ListArtifactsResponse(artifacts=[artifact_to_proto(a) for a in artifacts])
+        page = await self.artifacts.list(request.job_id, caller(), size=request.page_size, token=request.page_token)
+        return pb.ListArtifactsResponse(artifacts=[artifact_to_proto(a) for a in page.items],
+                                        next_page_token=page.next_page_token)
 
     @grpc_errors.streaming
     async def DownloadArtifact(self, request: pb.DownloadArtifactRequest,

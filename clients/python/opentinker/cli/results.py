@@ -48,7 +48,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 def cmd_samples(args: argparse.Namespace) -> int:
     with scheduler_client(args) as client:
         found = client.list_samples(args.job_id, step=args.step, split=args.split or "",
-                                    page_size=200 if args.all else 0)
+                                    limit=10_000 if args.all else 20)
     if not args.all and args.step is None and found:
         found = [s for s in found if s.step == found[0].step]
     if args.json:

@@ -13,6 +13,7 @@ delivered, so a dropped stream loses nothing and repeats nothing.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -129,16 +130,21 @@ class SchedulerClient:
     # Results: samples and artifacts
 
     def list_samples(self, job_id: str, *, step: int | None = None, split: str = "",
-                     page_size: int = 0) -> list[job_pb2.SamplesReported]:
-        """The episodes the job showed as samples (newest step first), optionally of one step or split."""
-        request = pb.ListJobSamplesRequest(job_id=job_id, split=split, page_size=page_size)
-        if step is not None:
-            request.step = step
-        return list(self._call(self.stub.ListJobSamples, request).samples)
+                     limit: int = 20) -> list[job_pb2.SamplesReported]:
+        """The episodes the job showed as samples, newest step first (at most `limit` reports,
+        each a step's few episodes of one split), optionally of one step or split."""
+        def request(token: str) -> pb.ListJobSamplesRequest:
+            message = pb.ListJobSamplesRequest(job_id=job_id, split=split, page_size=min(limit, 200),
+                                               page_token=token)
+            if step is not None:
+                message.step = step
+            return message
+        return list(itertools.islice(self._pages(self.stub.ListJobSamples, request, "samples"), limit))
 
     def list_artifacts(self, job_id: str) -> list[pb.Artifact]:
         """The job's checkpoints (by step) and outputs, with sizes and SHA-256 sums."""
-        return list(self._call(self.stub.ListArtifacts, pb.ListArtifactsRequest(job_id=job_id)).artifacts)
+        return list(self._pages(self.stub.ListArtifacts, lambda token: pb.ListArtifactsRequest(
+            job_id=job_id, page_token=token), "artifacts"))
 
     def download_artifact(self, artifact_id: str, destination: str | Path, *, path_prefix: str = "") -> list[Path]:
         """Write the artifact's files (those under `path_prefix`, placed without it) into

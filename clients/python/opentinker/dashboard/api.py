@@ -61,7 +61,7 @@ def job_samples(gateway: SchedulerGateway, api_key: str, job_id: str, query: dic
     if split not in SAMPLE_SPLITS:
         raise bad_request(f"split must be one of train, eval, inference, got {split!r}")
     asked = int_param(query, "step", default=-1, low=0, high=MAX_STEP)
-    every = gateway.list_samples(api_key, job_id, step=None, split=split, page_size=200)
+    every = gateway.list_samples(api_key, job_id, split=split, page_size=200)
     steps = sorted({s.step for s in every}, reverse=True)
     shown = asked if asked >= 0 else (steps[0] if steps else -1)
     return {"job_id": job_id, "steps": steps, "step": shown,

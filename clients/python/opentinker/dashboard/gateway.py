@@ -74,15 +74,20 @@ class SchedulerGateway:
         request = pb.CancelJobRequest(job_id=job_id, request_id=request_id, reason=reason)
         return self._unary(self.stub.CancelJob, request, api_key).job
 
-    def list_samples(self, api_key: str, job_id: str, *, step: int | None, split: str,
-                     page_size: int) -> list[job_pb2.SamplesReported]:
+    def list_samples(self, api_key: str, job_id: str, *, split: str, page_size: int) -> list[job_pb2.SamplesReported]:
+        """The newest `page_size` (at most 200) sample reports of the job."""
         request = pb.ListJobSamplesRequest(job_id=job_id, split=split, page_size=page_size)
-        if step is not None:
-            request.step = step
         return list(self._unary(self.stub.ListJobSamples, request, api_key).samples)
 
     def list_artifacts(self, api_key: str, job_id: str) -> list[pb.Artifact]:
-        return list(self._unary(self.stub.ListArtifacts, pb.ListArtifactsRequest(job_id=job_id), api_key).artifacts)
+        items, token = [], ""
+        while True:
+            response = self._unary(self.stub.ListArtifacts, pb.ListArtifactsRequest(
+                job_id=job_id, page_size=LIST_PAGE_SIZE, page_token=token), api_key)
+            items.extend(response.artifacts)
+            token = response.next_page_token
+            if not token:
+                return items
 
     def list_workers(self, api_key: str) -> list[worker_pb2.Worker]:
         return self._all_pages(self.stub.ListWorkers, pb.ListWorkersRequest, "workers", api_key)

@@ -97,22 +97,26 @@ class WatchJobResponse(_message.Message):
     def __init__(self, event: _Optional[_Union[_job_pb2.JobEvent, _Mapping]] = ...) -> None: ...
 
 class ListJobSamplesRequest(_message.Message):
-    __slots__ = ("job_id", "step", "split", "page_size")
+    __slots__ = ("job_id", "step", "split", "page_size", "page_token")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     step: int
     split: str
     page_size: int
-    def __init__(self, job_id: _Optional[str] = ..., step: _Optional[int] = ..., split: _Optional[str] = ..., page_size: _Optional[int] = ...) -> None: ...
+    page_token: str
+    def __init__(self, job_id: _Optional[str] = ..., step: _Optional[int] = ..., split: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListJobSamplesResponse(_message.Message):
-    __slots__ = ("samples",)
+    __slots__ = ("samples", "next_page_token")
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     samples: _containers.RepeatedCompositeFieldContainer[_job_pb2.SamplesReported]
-    def __init__(self, samples: _Optional[_Iterable[_Union[_job_pb2.SamplesReported, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, samples: _Optional[_Iterable[_Union[_job_pb2.SamplesReported, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ArtifactFile(_message.Message):
     __slots__ = ("path", "size_bytes", "sha256")
@@ -153,16 +157,22 @@ class Artifact(_message.Message):
     def __init__(self, artifact_id: _Optional[str] = ..., job_id: _Optional[str] = ..., kind: _Optional[_Union[Artifact.Kind, str]] = ..., format: _Optional[str] = ..., step: _Optional[int] = ..., size_bytes: _Optional[int] = ..., files: _Optional[_Iterable[_Union[ArtifactFile, _Mapping]]] = ..., loadable_dirs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListArtifactsRequest(_message.Message):
-    __slots__ = ("job_id",)
+    __slots__ = ("job_id", "page_size", "page_token")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, job_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListArtifactsResponse(_message.Message):
-    __slots__ = ("artifacts",)
+    __slots__ = ("artifacts", "next_page_token")
     ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     artifacts: _containers.RepeatedCompositeFieldContainer[Artifact]
-    def __init__(self, artifacts: _Optional[_Iterable[_Union[Artifact, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, artifacts: _Optional[_Iterable[_Union[Artifact, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class DownloadArtifactRequest(_message.Message):
     __slots__ = ("artifact_id", "path_prefix")
