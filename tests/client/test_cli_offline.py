@@ -165,14 +165,13 @@ def test_run_with_a_logger_it_cannot_start_submits_nothing(flag, tmp_path, monke
     assert "pip install" in err and "nothing was submitted" in err and "cannot reach" not in err
 
 
-def test_a_wandb_login_that_fails_submits_nothing(tmp_path, monkeypatch, capsys):
+def test_no_wandb_run_starts_for_a_job_the_scheduler_cannot_take(tmp_path, monkeypatch, capsys):
+    """The Scheduler checks the spec before the W&B run starts: unreachable, nothing starts."""
     import types
 
-    def failing_init(**kwargs):
-        raise RuntimeError("api_key not configured (no-tty)")
-    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=failing_init))
+    started = []
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=lambda **kwargs: started.append(kwargs)))
     spec = tmp_path / "job.yaml"
     spec.write_text("type: RL\ntraining: {total_steps: 2}\n")
-    assert main(["run", str(spec), "--wandb", "p", "--scheduler", NOBODY]) == exit_codes.BAD_INPUT
-    err = capsys.readouterr().err
-    assert "RuntimeError: api_key not configured" in err and "nothing was submitted" in err
+    assert main(["run", str(spec), "--wandb", "p", "--scheduler", NOBODY]) == exit_codes.UNREACHABLE
+    assert started == [] and "cannot reach" in capsys.readouterr().err

@@ -183,3 +183,22 @@ def test_service_logs_come_from_the_local_stack(stack, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3 and all(json.loads(line)["service"] == "scheduler" for line in lines)
     assert default_scheduler(stack.state_dir) == stack.address("scheduler")
+
+
+def test_run_with_wandb_starts_a_run_only_for_a_job_the_scheduler_accepts(opentinker, scheduler, tmp_path, monkeypatch):
+    import sys
+    import types
+
+    started = []
+
+    def failing_init(**kwargs):
+        started.append(kwargs)
+        raise RuntimeError("api_key not configured (no-tty)")
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=failing_init))
+    before = len(list(scheduler.list_jobs()))
+    refused = write_spec(tmp_path, {**tiny_rl_spec(total_steps=1), "environment": {"env_name": "no-such-game"}})
+    code, _, err = opentinker("run", refused, "--wandb", "proj")
+    assert code == exit_codes.BAD_INPUT and "no-such-game" in err and started == []  # refused before W&B started
+    code, _, err = opentinker("run", write_spec(tmp_path, tiny_rl_spec(total_steps=1)), "--wandb", "proj")
+    assert code == exit_codes.BAD_INPUT and "api_key not configured" in err and "nothing was submitted" in err
+    assert len(started) == 1 and len(list(scheduler.list_jobs())) == before  # the login failed: nothing submitted

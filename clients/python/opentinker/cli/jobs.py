@@ -185,15 +185,27 @@ def _at_spec_line(error: InvalidArgument, spec_path: Path) -> Exception:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Submit, then follow; the loggers start first, so a missing package or a failed W&B login
-    submits nothing."""
+    """Submit, then follow. With loggers: their packages are checked, then the Scheduler checks
+    the spec (validate_only), then the loggers start, then the job is submitted; so a missing
+    package, a spec the Scheduler refuses or a failed W&B login submits nothing, and only a job
+    the Scheduler accepts starts a W&B run."""
+    from opentinker.client.loggers import MissingLoggerPackage, require_packages
+
     spec = load_job_spec(args.spec)
+    wanted = {"wandb": bool(getattr(args, "wandb", None)), "tensorboard": bool(getattr(args, "tensorboard", None))}
     try:
-        loggers = _start_loggers(args, spec, spec.display_name)
-    except LoggerUnavailable as error:
+        require_packages(**wanted)
+    except MissingLoggerPackage as error:
         print(f"error: {error} (nothing was submitted)", file=sys.stderr)
         return exit_codes.BAD_INPUT
     with scheduler_client(args) as client:
+        if any(wanted.values()):
+            _validate(client, args.spec, spec)
+        try:
+            loggers = _start_loggers(args, spec, spec.display_name)
+        except LoggerUnavailable as error:
+            print(f"error: {error} (nothing was submitted)", file=sys.stderr)
+            return exit_codes.BAD_INPUT
         try:
             job = _submit(client, args.spec, spec)
         except BaseException:
@@ -206,6 +218,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             if hasattr(logger, "name_run"):
                 logger.name_run(spec.display_name or job.job_id)
         return _follow(client, job.job_id, args, loggers)
+
+
+def _validate(client: SchedulerClient, spec_path: Path, spec: job_pb2.JobSpec) -> None:
+    try:
+        client.validate_job(spec)
+    except InvalidArgument as error:
+        raise _at_spec_line(error, spec_path) from None
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

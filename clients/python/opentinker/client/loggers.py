@@ -69,6 +69,15 @@ def _nested(field: FieldDescriptor, value: Any) -> list[tuple[dict[str, Any], De
     return [(item, kind) for item in items if isinstance(item, dict)]
 
 
+def require_packages(*, wandb: bool = False, tensorboard: bool = False) -> None:
+    """MissingLoggerPackage unless the packages of the loggers asked for are installed (nothing
+    is started: a W&B run begins only when a WandbLogger is built)."""
+    if wandb:
+        _import("wandb", "wandb")
+    if tensorboard:
+        _import(TENSORBOARD_WRITER, "tensorboard")
+
+
 def _import(module: str, install: str) -> ModuleType:
     try:
         return importlib.import_module(module)

@@ -74,6 +74,13 @@ class SchedulerClient:
         """Queue a job; safe to retry with the same request_id (the same job comes back)."""
         return self._call(self.stub.SubmitJob, requests.submit_request(spec, request_id)).job
 
+    def validate_job(self, spec: job_pb2.JobSpec | dict) -> None:
+        """Ask the Scheduler whether it would accept `spec` (SubmitJob with validate_only: nothing
+        is stored); raises what SubmitJob would (InvalidArgument naming the field, ...)."""
+        request = requests.submit_request(spec, None)
+        request.validate_only = True
+        self._call(self.stub.SubmitJob, request)
+
     def get_job(self, job_id: str) -> job_pb2.Job:
         return self._call(self.stub.GetJob, pb.GetJobRequest(job_id=job_id)).job
 
