@@ -4,6 +4,7 @@ tenant's."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 from opentinker.api.common.v1 import trajectory_pb2
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.client import NotFound, SchedulerClient
+from opentinker.client.async_client import AsyncSchedulerClient
 from tests._stack import LocalStack
 from tests.e2e.test_auth_stack import cli
 
@@ -158,6 +160,16 @@ def test_a_tenant_downloads_its_final_adapter_and_plain_peft_loads_it(stack: Loc
     assert metrics.returncode == 0, metrics.stderr
     rows = [json.loads(line) for line in (tmp_path / "metrics" / "metrics.jsonl").read_text().splitlines()]
     assert {row["step"] for row in rows if "loss" in row} == {1, 2}
+
+    async def with_await() -> tuple[list, list[Path]]:
+        async with AsyncSchedulerClient(stack.address("scheduler"), api_key=tenants["results-a"]) as client:
+            listed_async = [a.artifact_id async for a in client.list_artifacts(finished_job.job_id)]
+            return listed_async, await client.download_artifact(final["artifact_id"], tmp_path / "async",
+                                                                  path_prefix="adapter")
+    listed_async, written = asyncio.run(with_await())
+    assert listed_async == list(artifacts)
+    assert sorted(p.name for p in written) == sorted(p.name for p in adapter_dir.iterdir())
+    assert all(p.read_bytes() == (adapter_dir / p.name).read_bytes() for p in written)
 
     stolen = cli(stack, tenants["results-b"], "download", final["artifact_id"], "-o", str(tmp_path / "stolen"))
     assert stolen.returncode != 0 and "not found" in stolen.stderr.lower()

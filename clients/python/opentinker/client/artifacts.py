@@ -59,23 +59,46 @@ class _FileWriter:
         self.partial.unlink(missing_ok=True)
 
 
+class StreamWriter:
+    """Writes the messages of one DownloadArtifact stream as they come (`feed`), then `finish`."""
+
+    def __init__(self, destination: Path, path_prefix: str = "") -> None:
+        self.destination, self.path_prefix = destination, path_prefix
+        self.written: list[Path] = []
+        self.current: _FileWriter | None = None
+
+    def feed(self, response: pb.DownloadArtifactResponse) -> None:
+        if response.HasField("file"):
+            self._close_file()
+            self.current = _FileWriter(response.file, local_path(self.destination, response.file.path,
+                                                                 self.path_prefix))
+        elif self.current is not None:
+            self.current.write(response.data)
+
+    def _close_file(self) -> None:
+        if self.current is not None:
+            current, self.current = self.current, None
+            self.written.append(current.finish())
+
+    def finish(self) -> list[Path]:
+        """The paths written, in order (ArtifactCorrupt when the last file's bytes do not match)."""
+        self._close_file()
+        return self.written
+
+    def abandon(self) -> None:
+        """Drop the file being written (the stream broke off)."""
+        if self.current is not None:
+            self.current.abandon()
+            self.current = None
+
+
 def save_stream(responses: Iterable[pb.DownloadArtifactResponse], destination: Path,
                 path_prefix: str = "") -> list[Path]:
     """Write every file of the stream under `destination`; the paths written, in order."""
-    written: list[Path] = []
-    current: _FileWriter | None = None
+    writer = StreamWriter(destination, path_prefix)
     try:
         for response in responses:
-            if response.HasField("file"):
-                if current is not None:
-                    written.append(current.finish())
-                current = _FileWriter(response.file, local_path(destination, response.file.path, path_prefix))
-            elif current is not None:
-                current.write(response.data)
-        if current is not None:
-            written.append(current.finish())
-            current = None
+            writer.feed(response)
+        return writer.finish()
     finally:
-        if current is not None:
-            current.abandon()
-    return written
+        writer.abandon()

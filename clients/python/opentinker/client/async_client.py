@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -24,6 +25,7 @@ from opentinker.api.scheduler.v1 import job_pb2, worker_pb2
 from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from opentinker.client import scheduler_requests as requests
+from opentinker.client.artifacts import StreamWriter
 from opentinker.client.credentials import resolve_api_key
 from opentinker.client.errors import from_rpc_error
 from opentinker.client.retry import RetryPolicy, acall_with_retry
@@ -103,6 +105,33 @@ class AsyncSchedulerClient:
                     raise from_rpc_error(error) from None
                 await asyncio.sleep(self.retry.delay(retry))
                 retry += 1
+
+    def list_samples(self, job_id: str, *, step: int | None = None, split: str = "") -> AsyncIterator[job_pb2.SamplesReported]:
+        """The episodes the job showed as samples, newest step first, across pages."""
+        def request(token: str) -> pb.ListJobSamplesRequest:
+            message = pb.ListJobSamplesRequest(job_id=job_id, split=split, page_token=token)
+            if step is not None:
+                message.step = step
+            return message
+        return self._pages(self.stub.ListJobSamples, request, "samples")
+
+    def list_artifacts(self, job_id: str) -> AsyncIterator[pb.Artifact]:
+        """The job's checkpoints (by step) and outputs, with sizes and SHA-256 sums."""
+        return self._pages(self.stub.ListArtifacts, lambda token: pb.ListArtifactsRequest(
+            job_id=job_id, page_token=token), "artifacts")
+
+    async def download_artifact(self, artifact_id: str, destination: str | Path, *, path_prefix: str = "") -> list[Path]:
+        """SchedulerClient.download_artifact with await (the files are written as chunks arrive)."""
+        writer = StreamWriter(Path(destination), path_prefix)
+        request = pb.DownloadArtifactRequest(artifact_id=artifact_id, path_prefix=path_prefix)
+        try:
+            async for response in self.stub.DownloadArtifact(request, metadata=self.metadata):
+                writer.feed(response)
+            return writer.finish()
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        finally:
+            writer.abandon()
 
     async def wait(self, job_id: str, on_event: Callable[[job_pb2.JobEvent], None] | None = None) -> job_pb2.Job:
         """Until the job ends, calling on_event for each event; the final job."""
