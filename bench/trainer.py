@@ -1,7 +1,9 @@
-"""Trainer throughput: ForwardBackward + OptimStep and ExportWeights through gRPC vs in-process.
+"""Trainer throughput: ForwardBackward + OptimStep and ExportWeights through gRPC vs in-process;
+the Trainer's memory in a LoRA RL step on a ~30M-parameter model.
 
     .venv/bin/python bench/trainer.py            # 7 step rounds, ~30M-parameter export model (~1.5 min on 2 cores)
     .venv/bin/python bench/trainer.py --quick    # 2 rounds, ~5M-parameter export model: a smoke run (~35 s)
+    .venv/bin/python bench/trainer.py --memory-only   # only the memory section (~1-2 min on 2 cores)
 
 What runs, all on this machine:
 
@@ -54,6 +56,26 @@ default, one per core, a 2-core box that other work also loads makes every op wa
 pool's barrier for a descheduled thread: in-process steps then took 2-14 s instead of 0.1-0.3 s
 while the server's stayed near 0.2 s, so the ratio measured the scheduler, not the service.
 
+Memory (target: the Trainer's step memory <= 2 x the estimate below): a Trainer process of its
+own (so nothing else it holds counts), one LoRA session (`--lora-rank`) on the builtin
+`--memory-model` (small-llama, ~30M parameters) created with max_tokens_per_micro_batch 0, i.e.
+the Trainer's default budget. `--memory-steps` steps, each ForwardBackward over
+`--memory-sequences` random sequences of `--memory-tokens` tokens (PPO-clip as above) + OptimStep.
+The Trainer's step memory is the peak its OptimStep reports (`trainer/peak_memory_mb`: on the CPU
+the process's peak resident set during the step's calls) less its resident set before the
+session was created (the interpreter, torch, gRPC: no model's). The estimate, computed here:
+
+* model: parameters x 4 bytes (float32, the LoRA adapter included);
+* optimizer: trainable parameters x 12 bytes (AdamW's two moments and the gradient);
+* one micro-batch: the largest micro-batch the reported budget makes (rows x longest row, as the
+  Trainer plans them) x the float32 activations a Llama layer saves for its backward per token:
+  two RMSNorms (input and normalised: 4 x hidden), q, k, v and rotary q, k (5 x hidden), the
+  attention output and o_proj's input (2 x hidden), the MLP's gate, up, activation and product
+  (4 x intermediate), over the layers; plus the head: logits, two log-softmaxes and the entropy's
+  product (4 x vocabulary).
+
+Also printed: the resident set after each step (freed memory handed back: it must not climb).
+
 Results: a table on stdout, progress on stderr, JSON in bench/results/trainer.json (--out).
 Exit status 1 when the run fails (the server died, a call failed, the exported weights differ);
 a MISS against a target is printed but does not fail the run.
@@ -88,12 +110,13 @@ from opentinker.core.memory import keep_freed_memory  # noqa: E402
 from opentinker.api.common.v1 import algorithm_pb2, datum_pb2, model_pb2, resources_pb2, weights_pb2  # noqa: E402
 from opentinker.api.trainer.v1 import trainer_service_pb2 as pb  # noqa: E402
 from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc  # noqa: E402
-from opentinker.ml.models import quiet_transformers, save_model_dir  # noqa: E402
+from opentinker.ml.models import BUILTIN_MODELS, quiet_transformers, save_model_dir  # noqa: E402
 from opentinker.ml.tokenizer import VOCAB_SIZE, build_byte_tokenizer  # noqa: E402
 from opentinker.ml.shared_weights import read_shared_weights  # noqa: E402
 from opentinker.ml.weights import WeightsAssembler, lora_state_dict  # noqa: E402
 from opentinker_rollout.convert import weights_header  # noqa: E402 - as the Rollout receives weights
 from opentinker_trainer import convert  # noqa: E402
+from opentinker_trainer.batching import plan_micro_batches  # noqa: E402
 from opentinker_trainer.export import export_weights  # noqa: E402
 from opentinker_trainer.session import TrainingSession, create_session  # noqa: E402
 
@@ -110,6 +133,8 @@ WEIGHTS_FORMATS = {"lora": weights_pb2.WEIGHTS_FORMAT_LORA_ADAPTER, "full": weig
 EXPORT_SIZES = {"full": {"hidden_size": 512, "intermediate_size": 1792, "num_hidden_layers": 8},
                 "quick": {"hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 6}}
 """Llama sizes of the export model: ~30.4M parameters, and ~5.1M with --quick."""
+MEMORY_TARGET = 2.0
+"""The Trainer's step memory over (model + optimizer + one micro-batch)."""
 CALL_TIMEOUT_S = 300.0
 START_TIMEOUT_S = 90.0
 
@@ -130,9 +155,16 @@ class BenchConfig:
     export_sizes: dict[str, int]
     quick: bool
     out: Path
+    memory_model: str = "small-llama"
+    memory_sequences: int = 32
+    memory_tokens: int = 128
+    memory_steps: int = 3
+    memory_budget: int = 0
+    memory_only: bool = False
 
 
-QUICK_DEFAULTS = {"steps": (10, 3), "warmup": (3, 2), "rounds": (7, 2), "export_rounds": (5, 2)}
+QUICK_DEFAULTS = {"steps": (10, 3), "warmup": (3, 2), "rounds": (7, 2), "export_rounds": (5, 2),
+                  "memory_steps": (3, 2), "memory_sequences": (32, 24)}
 """(default, default with --quick) of the options that --quick shortens."""
 
 
@@ -152,6 +184,15 @@ def parse_args(argv: list[str] | None) -> BenchConfig:
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads of the server (OMP_NUM_THREADS) and of the in-process sessions "
                         "(default 1; see the module docstring)")
+    p.add_argument("--memory-model", default="small-llama", help="builtin model of the memory section")
+    p.add_argument("--memory-sequences", type=int, help="datums per ForwardBackward of the memory section "
+                   "(default 32; 24 with --quick)")
+    p.add_argument("--memory-tokens", type=int, default=128, help="tokens per datum of the memory section")
+    p.add_argument("--memory-steps", type=int, help="steps of the memory section (default 3; 2 with --quick)")
+    p.add_argument("--memory-budget", type=int, default=0,
+                   help="max_tokens_per_micro_batch of the memory section's session (0 = the Trainer's "
+                        "default; 100000 = the whole batch at once, as before the default existed)")
+    p.add_argument("--memory-only", action="store_true", help="run only the memory section")
     p.add_argument("--quick", action="store_true", help="fewer rounds and steps, a ~5M-parameter export model")
     p.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "trainer.json")
     a = p.parse_args(argv)
@@ -160,11 +201,16 @@ def parse_args(argv: list[str] | None) -> BenchConfig:
     config = BenchConfig(
         model=a.model, sequences=a.sequences, tokens=a.tokens, prompt_tokens=a.prompt_tokens, **counts,
         lora_rank=a.lora_rank, chunk_bytes=a.chunk_bytes, threads=a.threads,
-        export_sizes=EXPORT_SIZES["quick" if a.quick else "full"], quick=a.quick, out=a.out)
+        export_sizes=EXPORT_SIZES["quick" if a.quick else "full"], quick=a.quick, out=a.out,
+        memory_model=a.memory_model, memory_tokens=a.memory_tokens, memory_budget=a.memory_budget,
+        memory_only=a.memory_only)
     if min(*counts.values(), config.threads) < 1:
-        p.error("--steps, --warmup, --rounds, --export-rounds and --threads must be >= 1")
+        p.error("--steps, --warmup, --rounds, --export-rounds, --memory-steps, --memory-sequences and --threads "
+                "must be >= 1")
     if not 0 <= config.prompt_tokens < config.tokens - 1:
         p.error("--prompt-tokens must leave at least two trained tokens")
+    if not config.prompt_tokens < config.memory_tokens - 1:
+        p.error("--memory-tokens must leave at least two trained tokens after --prompt-tokens")
     return config
 
 
@@ -187,16 +233,18 @@ def create_request(base: model_pb2.ModelReference, adaptation: str, lora_rank: i
         optimizer=algorithm_pb2.OptimizerConfig(learning_rate=1e-4, max_grad_norm=1.0))
 
 
-def datum_messages(config: BenchConfig) -> list[datum_pb2.Datum]:
-    """Random byte sequences; advantages +-1 by sequence; sampling logprobs near a uniform policy's."""
+def datum_messages(config: BenchConfig, sequences: int = 0, length: int = 0) -> list[datum_pb2.Datum]:
+    """Random byte sequences; advantages +-1 by sequence; sampling logprobs near a uniform policy's
+    (`sequences` x `length`, 0 = the step measurements')."""
+    sequences, length = sequences or config.sequences, length or config.tokens
     generator = torch.Generator().manual_seed(0)
     datums = []
-    for index in range(config.sequences):
-        tokens = torch.randint(0, 256, (config.tokens,), generator=generator).tolist()
-        logprobs = (-5.56 + 0.1 * torch.randn(config.tokens, generator=generator)).tolist()
+    for index in range(sequences):
+        tokens = torch.randint(0, 256, (length,), generator=generator).tolist()
+        logprobs = (-5.56 + 0.1 * torch.randn(length, generator=generator)).tolist()
         datums.append(datum_pb2.Datum(
-            tokens=tokens, loss_mask=[0.0] * config.prompt_tokens + [1.0] * (config.tokens - config.prompt_tokens),
-            advantages=[1.0 if index % 2 else -1.0] * config.tokens, sampling_logprobs=logprobs))
+            tokens=tokens, loss_mask=[0.0] * config.prompt_tokens + [1.0] * (length - config.prompt_tokens),
+            advantages=[1.0 if index % 2 else -1.0] * length, sampling_logprobs=logprobs))
     return datums
 
 
@@ -452,6 +500,106 @@ def run_exports(sides: Sides, config: BenchConfig) -> tuple[list[ExportRun], dic
     return runs, verified
 
 
+# ---- memory -----------------------------------------------------------------------------------
+
+PEAK_MEMORY, MICRO_BATCH_TOKENS = "trainer/peak_memory_mb", "trainer/micro_batch_tokens"
+MB = 1024 * 1024
+
+
+def resident_mb(pid: int) -> float:
+    """The resident set of process `pid` now, in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise BenchFailure(f"no VmRSS in /proc/{pid}/status")
+
+
+def saved_activation_bytes_per_token(model_name: str) -> int:
+    """Float32 bytes a Llama saves for its backward per token (see the module docstring)."""
+    config = BUILTIN_MODELS[model_name].config()
+    hidden, intermediate = config.hidden_size, config.intermediate_size
+    layer = (4 + 5 + 2) * hidden + 4 * intermediate
+    return 4 * (config.num_hidden_layers * layer + 4 * config.vocab_size)
+
+
+def memory_estimate(config: BenchConfig, info: Any, budget: int) -> dict[str, float]:
+    """Model + optimizer + the largest micro-batch's activations, as the module docstring says."""
+    lengths = [config.memory_tokens] * config.memory_sequences
+    plan = plan_micro_batches(lengths, budget)
+    largest = max(len(rows) * max(lengths[i] for i in rows) for rows in plan)
+    parts = {"model_mb": info.parameter_count * 4 / MB, "optimizer_mb": info.trainable_parameter_count * 12 / MB,
+             "micro_batch_mb": largest * saved_activation_bytes_per_token(config.memory_model) / MB}
+    return {**parts, "estimate_mb": sum(parts.values()), "micro_batches": len(plan),
+            "largest_micro_batch_tokens": largest}
+
+
+def memory_step(stub: pb_grpc.TrainerServiceStub, request: pb.ForwardBackwardRequest, index: int,
+                server: ServerProcess) -> dict[str, float]:
+    started = time.perf_counter()
+    fb = stub.ForwardBackward(request, timeout=CALL_TIMEOUT_S)
+    optim = stub.OptimStep(pb.OptimStepRequest(session_id=request.session_id, lease=LEASE,
+                                               request_id=f"bench/memory/{index}"), timeout=CALL_TIMEOUT_S)
+    return {"seconds": time.perf_counter() - started, "loss": fb.loss, "budget": fb.metrics[MICRO_BATCH_TOKENS],
+            "forward_backward_peak_mb": fb.metrics[PEAK_MEMORY], "step_peak_mb": optim.metrics[PEAK_MEMORY],
+            "resident_after_mb": resident_mb(server.pid)}
+
+
+def run_memory(config: BenchConfig, tmp_path: Path, shared_dir: Path) -> dict[str, Any]:
+    """The memory section on a Trainer process of its own (module docstring)."""
+    server = trainer_process(tmp_path, config, shared_dir)
+    try:
+        progress(f"memory: starting a Trainer; a LoRA session on {config.memory_model} with the default budget ...")
+        server.start()
+        server.wait_serving(START_TIMEOUT_S)
+        idle_mb = resident_mb(server.pid)
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.TrainerServiceStub(channel)
+            base = model_pb2.ModelReference(builtin=model_pb2.BuiltinModel(name=config.memory_model, seed=0))
+            create = create_request(base, "lora", config.lora_rank)
+            create.max_tokens_per_micro_batch = config.memory_budget
+            session = stub.CreateSession(create, timeout=CALL_TIMEOUT_S).session
+            session_mb = resident_mb(server.pid)
+            request = pb.ForwardBackwardRequest(session_id=session.session_id, lease=LEASE, loss=PPO_CLIP,
+                                                datums=datum_messages(config, config.memory_sequences,
+                                                                      config.memory_tokens))
+            steps = []
+            for index in range(config.memory_steps):
+                steps.append(memory_step(stub, request, index, server))
+                progress(f"memory step {index + 1}: {steps[-1]['seconds']:.1f} s, peak "
+                         f"{steps[-1]['step_peak_mb']:.0f} MiB, resident after {steps[-1]['resident_after_mb']:.0f} MiB")
+    except (BenchFailure, grpc.RpcError) as failure:
+        raise BenchFailure(f"{failure}\ntrainer log:\n{server.log_tail()}") from failure
+    finally:
+        server.stop()
+    estimate = memory_estimate(config, session.model_info, int(steps[0]["budget"]))
+    peak_mb = max(step["step_peak_mb"] for step in steps)
+    ratio = (peak_mb - idle_mb) / estimate["estimate_mb"]
+    return {"model": config.memory_model, "parameters": session.model_info.parameter_count,
+            "trainable": session.model_info.trainable_parameter_count, "sequences": config.memory_sequences,
+            "tokens": config.memory_tokens, "budget": int(steps[0]["budget"]),
+            "budget_source": "explicit" if config.memory_budget else "default", "idle_resident_mb": idle_mb,
+            "session_resident_mb": session_mb, "peak_mb": peak_mb, "step_memory_mb": peak_mb - idle_mb,
+            "estimate": estimate, "step_memory_over_estimate": ratio, "target": MEMORY_TARGET,
+            "meets_target": ratio <= MEMORY_TARGET, "steps": steps}
+
+
+def print_memory(memory: dict[str, Any]) -> None:
+    estimate = memory["estimate"]
+    print(f"\nTrainer memory: LoRA RL step (PPO-clip) on {memory['model']} ({memory['parameters']:,} parameters, "
+          f"{memory['trainable']:,} trainable), {memory['sequences']} x {memory['tokens']} tokens, "
+          f"{memory['budget_source']} micro-batch budget {memory['budget']} tokens ({estimate['micro_batches']} micro-batches)")
+    print(f"  Trainer resident: idle {memory['idle_resident_mb']:.0f} MiB, with the session "
+          f"{memory['session_resident_mb']:.0f} MiB, step peak {memory['peak_mb']:.0f} MiB; after each step "
+          + ", ".join(f"{step['resident_after_mb']:.0f}" for step in memory["steps"]) + " MiB")
+    print(f"  estimate: model {estimate['model_mb']:.1f} + optimizer {estimate['optimizer_mb']:.1f} + one "
+          f"micro-batch ({estimate['largest_micro_batch_tokens']} tokens) {estimate['micro_batch_mb']:.1f} = "
+          f"{estimate['estimate_mb']:.1f} MiB")
+    verdict = "PASS" if memory["meets_target"] else "MISS"
+    print(f"  step memory (peak - idle) {memory['step_memory_mb']:.0f} MiB = "
+          f"{memory['step_memory_over_estimate']:.2f} x the estimate  target <= {memory['target']:.1f}: {verdict}")
+    print("  seconds per step: " + ", ".join(f"{step['seconds']:.1f}" for step in memory["steps"]))
+
+
 # ---- report -----------------------------------------------------------------------------------
 
 def summarize(step_runs: list[StepRun], export_runs: list[ExportRun]) -> dict[str, Any]:
@@ -551,6 +699,15 @@ def trainer_process(tmp_path: Path, config: BenchConfig, shared_dir: Path) -> Se
 
 
 def run(config: BenchConfig) -> dict[str, Any]:
+    """The throughput sections (unless --memory-only), then the memory section."""
+    results = {} if config.memory_only else run_throughput(config)
+    with tempfile.TemporaryDirectory(prefix="bench-trainer-memory-") as tmp, \
+            tempfile.TemporaryDirectory(prefix="bench-trainer-weights-", dir=shm_dir()) as shared:
+        results["memory"] = run_memory(config, Path(tmp), Path(shared))
+    return results
+
+
+def run_throughput(config: BenchConfig) -> dict[str, Any]:
     """Start the server, measure both parts, stop it; the results (BenchFailure on a failed run)."""
     load_before = load_note()
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp, \
@@ -604,8 +761,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         torch.set_num_threads(threads)
-    print_report(results, config)
+    if not config.memory_only:
+        print_report(results, config)
+    print_memory(results["memory"])
     config.out.parent.mkdir(parents=True, exist_ok=True)
+    if config.memory_only and config.out.exists():  # keep the throughput results of an earlier run
+        results = {**json.loads(config.out.read_text()), "memory": results["memory"]}
     config.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"results: {config.out}")
     return 0

@@ -201,6 +201,15 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
+def release_micro_batch_memory(device: str) -> None:
+    """Between micro-batches on the CPU: glibc's free heap pages go back (`malloc_trim`), so the
+    next micro-batch's tensors, placed elsewhere in a fragmented heap, do not add to the peak
+    (measured: a step's peak climbed by ~100 MiB per micro-batch without). CUDA's caching
+    allocator reuses its blocks: nothing to do there."""
+    if not (device.startswith("cuda") and torch.cuda.is_available()):
+        _malloc_trim()
+
+
 def release_step_memory(device: str) -> None:
     """Hand back what a step freed: CUDA's cached blocks; on the CPU glibc's free heap pages
     (`malloc_trim`), which the raised trim threshold (`opentinker.core.memory`) keeps otherwise."""

@@ -23,6 +23,7 @@ from opentinker_trainer import losses, prefix_check, shared_prefix
 from opentinker_trainer.batching import (Batch, Datum, datum_loss_mask, datum_loss_weights,
                                          pad_batch, plan_micro_batches)
 from opentinker_trainer.config import LossConfig, LossFunction
+from opentinker_trainer.memory import release_micro_batch_memory
 
 PREFIX_SHARED = "prefix_shared_fraction"
 """Metric: the share of the datums' tokens the forward did not run again (shared prefixes)."""
@@ -112,7 +113,9 @@ def accumulate(model: Any, datums: Sequence[Datum], loss: LossConfig,
     plan = plan_micro_batches([len(d.tokens) for d in datums], max_tokens)
     if norm is None and len(plan) > 1:
         raise AssertionError("only a batch of one micro-batch computes its own norm")
-    for indices in plan:
+    for number, indices in enumerate(plan):
+        if number:
+            release_micro_batch_memory(str(device))
         value, rows = _micro_batch(model, [datums[i] for i in indices], loss, norm, reference,
                                    metrics, device)
         total += value
