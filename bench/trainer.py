@@ -1,9 +1,9 @@
 """Trainer throughput: ForwardBackward + OptimStep and ExportWeights through gRPC vs in-process;
 the Trainer's memory in a LoRA RL step on a ~30M-parameter model.
 
-    .venv/bin/python bench/trainer.py            # 7 step rounds, ~30M-parameter export model (~1.5 min on 2 cores)
-    .venv/bin/python bench/trainer.py --quick    # 2 rounds, ~5M-parameter export model: a smoke run (~35 s)
-    .venv/bin/python bench/trainer.py --memory-only   # only the memory section (~1-2 min on 2 cores)
+    .venv/bin/python bench/trainer.py            # 7 step rounds, ~30M-parameter export model, 3 memory steps (~3 min on 2 cores)
+    .venv/bin/python bench/trainer.py --quick    # 2 rounds, ~5M-parameter export model, 2 memory steps: a smoke run (~1.5 min)
+    .venv/bin/python bench/trainer.py --memory-only   # only the memory section (~1.5 min; --quick: ~45 s)
 
 What runs, all on this machine:
 
@@ -164,7 +164,7 @@ class BenchConfig:
 
 
 QUICK_DEFAULTS = {"steps": (10, 3), "warmup": (3, 2), "rounds": (7, 2), "export_rounds": (5, 2),
-                  "memory_steps": (3, 2), "memory_sequences": (32, 24)}
+                  "memory_steps": (3, 2), "memory_sequences": (32, 20)}
 """(default, default with --quick) of the options that --quick shortens."""
 
 
@@ -186,7 +186,7 @@ def parse_args(argv: list[str] | None) -> BenchConfig:
                         "(default 1; see the module docstring)")
     p.add_argument("--memory-model", default="small-llama", help="builtin model of the memory section")
     p.add_argument("--memory-sequences", type=int, help="datums per ForwardBackward of the memory section "
-                   "(default 32; 24 with --quick)")
+                   "(default 32; 20 with --quick)")
     p.add_argument("--memory-tokens", type=int, default=128, help="tokens per datum of the memory section")
     p.add_argument("--memory-steps", type=int, help="steps of the memory section (default 3; 2 with --quick)")
     p.add_argument("--memory-budget", type=int, default=0,
