@@ -29,6 +29,7 @@ from opentinker.env.gomoku import (
     Move,
     move_name,
     other,
+    parse_cell,
     parse_move,
     scripted_move,
 )
@@ -669,3 +670,40 @@ def test_docstring_examples() -> None:
     episode = play(game, ["a1", "a2", "b1", "b2", "c1"])
     assert episode.results[-1].reward == 1.0
     assert episode.results[-1].info["outcomes"] == {"black": "win", "white": "loss"}
+
+
+def test_cell_numbers_parse_row_by_row_and_out_of_range_is_off_the_board() -> None:
+    assert parse_cell("5", 3) == Move(1, 1)
+    assert parse_cell("ab1 then 9", 3) == Move(2, 2)
+    assert parse_cell("3", 3) == Move(0, 2)
+    assert parse_cell("no digits", 3) is None
+    assert not Board(3, 3).on_board(parse_cell("0", 3))
+    assert not Board(3, 3).on_board(parse_cell("10", 3))
+
+
+def test_a_numbered_board_draws_free_cells_as_their_numbers() -> None:
+    board = Board.from_rows(["X..", ".O.", "..."], win_length=3)
+    assert board.render(numbered=True) == "X23\n4O6\n789"
+    with pytest.raises(ValueError, match="3x3"):
+        Board(4, 3).render(numbered=True)
+
+
+def test_cell_move_format_plays_a_two_seat_game_in_digits() -> None:
+    game = GomokuGame(size=3, win_length=3, opponent="none", move_format="cell")
+    assert game.get_system_prompt() == ("Gomoku: 3 in a row wins. X moves first. "
+                                        "Reply with a free cell's number like 5.")
+    assert game.reset(index=0) == "123\n456\n789\nX to move"
+    first = game.step("5")
+    assert first.observation == "X: 5\n123\n4X6\n789\nO to move" and first.info["move"] == "b2"
+    taken = game.step("5")
+    assert (taken.reward, taken.observation) == (-0.5, "Illegal: 5 is taken. O to move")
+    fresh = GomokuGame(size=3, win_length=3, opponent="none", move_format="cell")
+    episode = play(fresh, ["1", "4", "2", "5", "3"])
+    assert episode.results[-1].info["outcomes"] == {"black": "win", "white": "loss"}
+
+
+def test_cell_move_format_needs_a_3x3_board() -> None:
+    with pytest.raises(GameConfigError, match="move_format"):
+        GomokuGame(size=4, win_length=3, move_format="cell")
+    with pytest.raises(GameConfigError, match="move_format"):
+        GomokuGame(size=3, win_length=3, move_format="digits")

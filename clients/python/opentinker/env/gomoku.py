@@ -16,6 +16,14 @@ may think aloud before answering):
 * letter + number: "e5", "E5" (column letter, row number);
 * a "row,col" pair of 1-based numbers, with or without brackets/spaces: "5,5", "(5, 3)" (= c5).
 
+Cell numbers (`parse_cell`, for a game with `move_format: cell`): the cells numbered row by row
+from the top left, 1..size*size; on 3x3 "5" is b2 and `render(numbered=True)` draws each empty
+cell as its number:
+
+    X23
+    4O6
+    789
+
 A well-formed move may still be illegal (off the board, e.g. "j1" on a 9x9 board or "0,3", or
 on an occupied cell): see `Board.problem`. Wins are `win_length` or more stones in a row,
 horizontally, vertically or on either diagonal (an overline counts).
@@ -38,6 +46,9 @@ DIRECTIONS = ((0, 1), (1, 0), (1, 1), (1, -1))
 """Horizontal, vertical, diagonal (down-right) and anti-diagonal (down-left)."""
 
 _LETTER_MOVE = re.compile(r"(?<![A-Za-z0-9])([A-Za-z])(\d{1,2})(?![A-Za-z0-9])")
+_CELL_NUMBER = re.compile(r"(?<!\d)(\d{1,3})(?!\d)")
+MAX_NUMBERED_SIZE = 3
+"""Boards whose cell numbers are single digits (1..9): the largest `render(numbered=True)` draws."""
 _PAIR_MOVE = re.compile(r"(?<![\w.])(\d{1,2})\s*,\s*(\d{1,2})(?!\w|\.\d)")
 
 
@@ -67,6 +78,25 @@ def parse_move(text: str) -> Move | None:
     for match in _PAIR_MOVE.finditer(text):
         found.append((match.end(), -match.start(), Move(int(match.group(1)) - 1, int(match.group(2)) - 1)))
     return max(found)[2] if found else None
+
+
+def parse_cell(text: str, size: int) -> Move | None:
+    """The last number in `text` as a cell number (1..size*size, row by row from the top left),
+    or None when there is none. Numbers out of that range give a cell off the board ("0" -> row
+    -1), so they are well-formed but illegal, like "z9" in letter form."""
+    numbers = _CELL_NUMBER.findall(text)
+    if not numbers:
+        return None
+    index = int(numbers[-1]) - 1
+    if index < 0:
+        return Move(-1, 0)
+    return Move(index // size, index % size)
+
+
+def cell_number(move: Move | tuple[int, int], size: int) -> int:
+    """The cell number of an on-board `move` (1 = the top left cell): the inverse of parse_cell."""
+    row, col = move
+    return row * size + col + 1
 
 
 def move_name(move: Move | tuple[int, int]) -> str:
@@ -180,15 +210,28 @@ class Board:
 
     # -- text ---------------------------------------------------------------------------------
 
-    def render(self) -> str:
+    def render(self, *, numbered: bool = False) -> str:
         """The board as text: a header of column letters, then one line per row prefixed by its
-        right-aligned number; "." empty, "X" black, "O" white. 9x9 is 10 lines of 10 chars."""
+        right-aligned number; "." empty, "X" black, "O" white. 9x9 is 10 lines of 10 chars.
+        `numbered` (boards up to 3x3): no labels, each empty cell drawn as its cell number."""
+        if numbered:
+            return self._render_numbered()
         width = len(str(self.size))
         header = " " * width + "".join(chr(ord("a") + col) for col in range(self.size))
         lines = [header]
         for row, line in enumerate(self.cells):
             lines.append(str(row + 1).rjust(width) + "".join(STONE_CHARS[cell] for cell in line))
         return "\n".join(lines)
+
+    def _render_numbered(self) -> str:
+        if self.size > MAX_NUMBERED_SIZE:
+            raise ValueError(f"numbered boards go up to {MAX_NUMBERED_SIZE}x{MAX_NUMBERED_SIZE}, "
+                             f"not {self.size}x{self.size}")
+        def char(row: int, col: int, cell: int) -> str:
+            return STONE_CHARS[cell] if cell != EMPTY else str(cell_number((row, col), self.size))
+
+        return "\n".join("".join(char(row, col, cell) for col, cell in enumerate(line))
+                         for row, line in enumerate(self.cells))
 
     @classmethod
     def from_rows(cls, rows: list[str], win_length: int = 5) -> Board:

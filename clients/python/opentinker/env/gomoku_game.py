@@ -8,6 +8,10 @@ vertically or diagonally win; a full board without a line is a draw.
 Move format (see `opentinker.env.gomoku`): a column letter and a 1-based row number, "e5" or
 "E5" (row 1 is the top row, as the board is drawn), or a 1-based "row,col" pair, "5,5" or
 "(5, 3)" (= c5). The LAST well-formed move in the reply counts, so the model may reason first.
+With `move_format="cell"` (3x3 boards) a move is instead a cell number, 1..9 row by row from the
+top left ("5" is the centre), and the board draws each empty cell as its number ("X23/4O6/789",
+one line per row): a move is one digit, so a policy can learn to play from a random
+initialisation (stop sampling at a digit: `sampling.stop: ["1", ..., "9"]`).
 Observations are short (a byte-level tokenizer spends a token per character):
 
     O: d4
@@ -61,18 +65,23 @@ from opentinker.env.gomoku import (
     BLACK,
     MAX_SIZE,
     MIN_SIZE,
+    MAX_NUMBERED_SIZE,
     MIN_WIN_LENGTH,
     STONE_CHARS,
     WHITE,
     Board,
     Move,
+    cell_number,
     move_name,
     other,
+    parse_cell,
     parse_move,
     scripted_move,
 )
 
 OPPONENTS = ("scripted", "none")
+MOVE_FORMATS = ("letter", "cell")
+"""How moves are written: "letter" ("b2", or a "2,2" pair) or "cell" (a cell number, 3x3 only)."""
 SEAT_STONES = {"black": BLACK, "white": WHITE}
 STONE_SEATS = {stone: seat for seat, stone in SEAT_STONES.items()}
 
@@ -90,10 +99,12 @@ class GomokuGame(AbstractGame):
 
     def __init__(self, *, size: int = 9, win_length: int = 5, seed: int = 0, opponent: str = "scripted",
                  model_color: str = "black", invalid_move_penalty: float = -0.5,
-                 max_invalid_moves: int = 3, system_prompt: str | None = None) -> None:
+                 max_invalid_moves: int = 3, move_format: str = "letter",
+                 system_prompt: str | None = None) -> None:
         """`opponent`: "scripted" (the model plays `model_color` against the built-in opponent)
         or "none" (both seats are played by callers; `model_color` is then unused).
-        `max_invalid_moves` illegal moves per player are penalised and retried; one more forfeits."""
+        `max_invalid_moves` illegal moves per player are penalised and retried; one more forfeits.
+        `move_format`: "letter" ("b2") or "cell" (a cell number 1..9; 3x3 boards only)."""
         self.size = _int("size", size, low=MIN_SIZE, high=MAX_SIZE)
         self.win_length = _int("win_length", win_length, low=MIN_WIN_LENGTH, high=self.size,
                                high_name=f"the size ({self.size})")
@@ -102,6 +113,10 @@ class GomokuGame(AbstractGame):
         self.model_color = _choice("model_color", model_color, tuple(SEAT_STONES))
         self.invalid_move_penalty = finite("invalid_move_penalty", invalid_move_penalty, high=0)
         self.max_invalid_moves = _int("max_invalid_moves", max_invalid_moves, low=0)
+        self.move_format = _choice("move_format", move_format, MOVE_FORMATS)
+        if self.move_format == "cell" and self.size > MAX_NUMBERED_SIZE:
+            raise GameConfigError(f"move_format: 'cell' needs a board of at most {MAX_NUMBERED_SIZE}x"
+                                  f"{MAX_NUMBERED_SIZE} (single-digit cell numbers), got size {self.size}")
         if system_prompt is not None and (not isinstance(system_prompt, str) or not system_prompt):
             raise GameConfigError(f"system_prompt: expected a non-empty string, got {system_prompt!r}")
         self.system_prompt = system_prompt or self._default_system_prompt()
@@ -117,7 +132,7 @@ class GomokuGame(AbstractGame):
     @classmethod
     def default_config(cls) -> dict[str, Any]:
         return {"size": 9, "win_length": 5, "seed": 0, "opponent": "scripted", "model_color": "black",
-                "invalid_move_penalty": -0.5, "max_invalid_moves": 3}
+                "invalid_move_penalty": -0.5, "max_invalid_moves": 3, "move_format": "letter"}
 
     @property
     def model_stone(self) -> int:
@@ -159,7 +174,7 @@ class GomokuGame(AbstractGame):
             raise RuntimeError("step() before reset()" if not self.started
                                else "step() after the episode is done; call reset() first")
         stone = self._stepping_stone(seat)
-        move = parse_move(action)
+        move = parse_cell(action, self.size) if self.move_format == "cell" else parse_move(action)
         problem = "no move found" if move is None else self.board.problem(move)
         if problem is not None:
             return self._illegal(stone, move, problem)
@@ -183,10 +198,18 @@ class GomokuGame(AbstractGame):
     # -- internals ----------------------------------------------------------------------------
 
     def _default_system_prompt(self) -> str:
-        example = move_name(Move(self.size // 2, self.size // 2))
+        example = self._name(Move(self.size // 2, self.size // 2))
         who = (f"You are {STONE_CHARS[self.model_stone]}." if self.opponent == "scripted"
                else "X moves first.")
-        return f"Gomoku: {self.win_length} in a row wins. {who} Reply with a move like {example}."
+        what = "a free cell's number" if self.move_format == "cell" else "a move"
+        return f"Gomoku: {self.win_length} in a row wins. {who} Reply with {what} like {example}."
+
+    def _name(self, move: Move) -> str:
+        """How this game writes a move: "b2", or its cell number "5" (move_format "cell")."""
+        on_board = 0 <= move.row < self.size and 0 <= move.col < self.size
+        if self.move_format == "cell" and on_board:
+            return str(cell_number(move, self.size))
+        return move_name(move)
 
     def _stepping_stone(self, seat: str) -> int:
         if seat and seat not in SEAT_STONES:
@@ -210,9 +233,12 @@ class GomokuGame(AbstractGame):
     def _position(self, last: Move | None) -> str:
         lines = []
         if last is not None:
-            lines.append(f"{STONE_CHARS[self.board[last]]}: {move_name(last)}")
-        lines += [self.board.render(), f"{STONE_CHARS[self.to_move]} to move"]
+            lines.append(f"{STONE_CHARS[self.board[last]]}: {self._name(last)}")
+        lines += [self._render(), f"{STONE_CHARS[self.to_move]} to move"]
         return "\n".join(lines)
+
+    def _render(self) -> str:
+        return self.board.render(numbered=self.move_format == "cell")
 
     def _illegal(self, stone: int, move: Move | None, problem: str) -> StepResult:
         seat = STONE_SEATS[stone]
@@ -220,9 +246,9 @@ class GomokuGame(AbstractGame):
         if self.invalid_moves[seat] > self.max_invalid_moves:
             return self._finish(stone, winner=other(stone), forfeit=True, error=problem)
         if move is None:
-            why = f"no move found; reply like {move_name(Move(self.size // 2, self.size // 2))}"
+            why = f"no move found; reply like {self._name(Move(self.size // 2, self.size // 2))}"
         else:
-            why = f"{move_name(move)} is {problem}"
+            why = f"{self._name(move)} is {problem}"
         return StepResult(observation=f"Illegal: {why}. {STONE_CHARS[stone]} to move",
                           reward=self.invalid_move_penalty, done=False,
                           info={"error": problem, "seat": seat, "to_move": seat,
@@ -249,5 +275,5 @@ class GomokuGame(AbstractGame):
                 "split": self.split, "index": self.index}
         if error:
             info["error"] = error  # the forfeiting move was illegal too
-        return StepResult(observation=f"{self.board.render()}\n{summary}", reward=rewards[seat],
+        return StepResult(observation=f"{self._render()}\n{summary}", reward=rewards[seat],
                           done=True, info=info)
