@@ -125,6 +125,7 @@ DASHBOARD_ROWS: dict[str, tuple[str, Callable[[World], str], int]] = {
     "job_events": ("GET", lambda w: f"/api/jobs/{w.a_job.job_id}/events", 404),
     "job_samples": ("GET", lambda w: f"/api/jobs/{w.a_job.job_id}/samples", 404),
     "job_artifacts": ("GET", lambda w: f"/api/jobs/{w.a_job.job_id}/artifacts", 404),
+    "download_artifact": ("GET", lambda w: f"/api/artifacts/download?id={w.a_job.job_id}-final", 404),
     "cancel_job": ("POST", lambda w: f"/api/jobs/{w.a_job.job_id}/cancel", 404),
     "list_workers": ("GET", lambda w: "/api/workers", 200),  # B's own EnvHosts only
     "list_tenants": ("GET", lambda w: "/api/tenants", 403),

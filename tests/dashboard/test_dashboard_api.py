@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
+import tarfile
 import time
 from collections.abc import Iterator
 
@@ -10,7 +14,7 @@ import pytest
 from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.client import SchedulerClient
 from tests._stack import LocalStack
-from tests.dashboard._dashboard import DashboardProcess, EventStreamReader, get, request
+from tests.dashboard._dashboard import DashboardProcess, EventStreamReader, connection, get, request
 from tests.dashboard._jobs import create_tenant, tiny_rl_spec
 
 BAD_KEY = {"Authorization": "Bearer otk_0123456789abcdef_notavalidsecret"}
@@ -180,3 +184,47 @@ def test_sigterm_ends_open_streams_and_exits_cleanly(stack: LocalStack, running_
             pass
     finally:
         reader.close()
+
+
+def raw_get(base_url: str, path: str) -> tuple[int, dict[str, str], bytes]:
+    conn = connection(base_url)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()
+
+
+def test_samples_and_artifacts_of_a_job_and_its_files_downloaded(dashboard: DashboardProcess, finished_job: dict,
+                                                                   scheduler: SchedulerClient):
+    job_id = finished_job["job_id"]
+    status, samples = get(dashboard.url, f"/api/jobs/{job_id}/samples")
+    assert status == 200 and samples["steps"][0] == samples["step"] == 2
+    assert {s["split"] for s in samples["samples"]} == {"train", "eval"}  # step 2: its batch and the final evaluation
+    first = samples["samples"][0]["samples"][0]
+    assert first["prompt"] and first["turns"][0]["action"] is not None and first["stop_reason"] != "UNSPECIFIED"
+    status, step_1 = get(dashboard.url, f"/api/jobs/{job_id}/samples?step=1&split=train")
+    assert status == 200 and [(s["step"], s["split"]) for s in step_1["samples"]] == [(1, "train")]
+    assert get(dashboard.url, f"/api/jobs/{job_id}/samples?split=test")[0] == 400
+
+    status, listed = get(dashboard.url, f"/api/jobs/{job_id}/artifacts")
+    artifacts = {a["artifact_id"]: a for a in listed["artifacts"]}
+    final = artifacts[f"{job_id}-final"]
+    assert status == 200 and final["kind"] == "CHECKPOINT" and final["loadable_dirs"] == ["model"]
+
+    status, headers, body = raw_get(dashboard.url, f"/api/artifacts/download?id={job_id}-final&path=model")
+    assert status == 200 and headers["Content-Type"] == "application/x-tar"
+    expected = {f.path: f.sha256 for a in scheduler.list_artifacts(job_id) if a.artifact_id == f"{job_id}-final"
+                for f in a.files}
+    with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+        got = {m.name: hashlib.sha256(tar.extractfile(m).read()).hexdigest() for m in tar.getmembers()}
+    assert got == {path: digest for path, digest in expected.items() if path.startswith("model/")}
+    assert "model/config.json" in got
+
+    status, headers, body = raw_get(dashboard.url, f"/api/artifacts/download?id={job_id}/metrics.jsonl")
+    assert status == 200 and 'filename="metrics.jsonl"' in headers["Content-Disposition"]
+    assert [json.loads(line)["step"] for line in body.decode().splitlines()][:1] == [0]
+    for path, code in ((f"/api/artifacts/download?id={job_id}-nope", 404), ("/api/artifacts/download?id=etc", 400),
+                       (f"/api/artifacts/download?id={job_id}-final&path=adapter", 404)):
+        assert get(dashboard.url, path)[0] == code, path

@@ -173,6 +173,14 @@ def read_the_completions_table(browser, screenshot, scheduler: SchedulerClient, 
         "css selector", "[data-testid=sample-row]")} == {"1"}, message="choosing step 1 did not show step 1")
     browser.execute_script("const s = document.querySelector('#samples-step'); s.value = '';"
                            "s.dispatchEvent(new Event('change'));")
+    # the job's artifacts (its metrics so far) with a working download link
+    link = wait_for(browser, lambda b: find(b, "[data-testid=artifact-download]"), message="no artifact download link")
+    assert "/api/artifacts/download?id=" in link.get_attribute("href")
+    fetched = browser.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "fetch(arguments[0]).then(async (r) => done([r.status, (await r.text()).split('\\n')[0]]));",
+        link.get_attribute("href"))
+    assert fetched[0] == 200 and '"step"' in fetched[1], fetched
 
 
 def see_the_job_leases_in_the_workers_view(browser, screenshot, job_id: str) -> None:  # noqa: ANN001

@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from opentinker.dashboard.errors import bad_request
+from opentinker.dashboard.errors import bad_request, not_found
 from opentinker.dashboard.gateway import SchedulerGateway
 from opentinker.dashboard.metrics import metric_series
 from opentinker.dashboard.views import Json, artifact_view, job_view, samples_view, tenant_view, worker_view
@@ -70,6 +70,21 @@ def job_samples(gateway: SchedulerGateway, api_key: str, job_id: str, query: dic
 
 def job_artifacts(gateway: SchedulerGateway, api_key: str, job_id: str) -> Json:
     return {"job_id": job_id, "artifacts": [artifact_view(a) for a in gateway.list_artifacts(api_key, job_id)]}
+
+
+def artifact_files(gateway: SchedulerGateway, api_key: str, artifact_id: str, prefix: str) -> list:
+    """The files a download of `artifact_id` (under `prefix`) will send; ApiError before anything
+    is sent: 400 for a malformed id, 404 for another tenant's or a missing one or directory."""
+    job_id = artifact_id.split("/", 1)[0] if "/" in artifact_id else artifact_id[:len("job-") + 32]
+    if not artifact_id or not job_id.startswith("job-"):
+        raise bad_request("id must be an artifact id (a checkpoint id or <job_id>/<file>; see the job's Artifacts)")
+    artifact = next((a for a in gateway.list_artifacts(api_key, job_id) if a.artifact_id == artifact_id), None)
+    if artifact is None:
+        raise not_found(f"artifact {artifact_id} not found")
+    files = [f for f in artifact.files if not prefix or f.path == prefix or f.path.startswith(f"{prefix}/")]
+    if not files:
+        raise not_found(f"artifact {artifact_id} has no files under {prefix!r}")
+    return files
 
 
 def cancel_job(gateway: SchedulerGateway, api_key: str, job_id: str, body: Any) -> Json:

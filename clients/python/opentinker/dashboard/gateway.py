@@ -89,6 +89,17 @@ class SchedulerGateway:
             if not token:
                 return items
 
+    def download(self, api_key: str, artifact_id: str, path_prefix: str) -> Iterator[pb.DownloadArtifactResponse]:
+        """The artifact's file stream (errors after the first message surface as ApiError too)."""
+        call = self.stub.DownloadArtifact(pb.DownloadArtifactRequest(artifact_id=artifact_id, path_prefix=path_prefix),
+                                          metadata=_metadata(api_key))
+        try:
+            yield from call
+        except grpc.RpcError as error:
+            raise api_error(error) from None
+        finally:
+            call.cancel()
+
     def list_workers(self, api_key: str) -> list[worker_pb2.Worker]:
         return self._all_pages(self.stub.ListWorkers, pb.ListWorkersRequest, "workers", api_key)
 

@@ -15,6 +15,7 @@ from urllib.parse import parse_qsl, urlsplit
 import structlog
 
 from opentinker.dashboard import api
+from opentinker.dashboard.downloads import CorruptDownload, download_name, write_single, write_tar
 from opentinker.dashboard.errors import ApiError, bad_request, not_found
 from opentinker.dashboard.guards import caller_key, check_host, check_post
 from opentinker.dashboard.routes import MethodNotAllowed, resolve
@@ -121,6 +122,29 @@ class DashboardHandler(BaseHTTPRequestHandler):
 
     def serve_job_artifacts(self, job_id: str) -> None:
         self.send_json(200, api.job_artifacts(self.server.gateway, self.api_key, job_id))
+
+    def serve_download_artifact(self) -> None:
+        """?id=<artifact id>[&path=<directory>]: one file as itself, several as a tar stream."""
+        artifact_id, prefix = self.query.get("id", ""), self.query.get("path", "").strip("/")
+        files = api.artifact_files(self.server.gateway, self.api_key, artifact_id, prefix)
+        stream = self.server.gateway.download(self.api_key, artifact_id, prefix)
+        single = len(files) == 1
+        name = download_name(artifact_id, prefix, files)
+        self.status, self.close_connection = 200, True
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream" if single else "application/x-tar")
+        self.send_header("Content-Disposition", f'attachment; filename="{name}"')
+        if single:
+            self.send_header("Content-Length", str(files[0].size_bytes))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        try:
+            if single:
+                write_single(stream, self.wfile)
+            else:
+                write_tar(stream, self.wfile)
+        except (CorruptDownload, ApiError, OSError) as error:
+            log.warning("download_cut_off", artifact_id=artifact_id, error=str(error))
 
     def serve_cancel_job(self, job_id: str) -> None:
         check_post(self.headers.get("Origin"), self.headers.get("Host"), self.headers.get("Content-Type"))

@@ -15,6 +15,7 @@ ROUTES: tuple[tuple[str, str, str], ...] = (
     ("GET", JOB + r"/events", "job_events"),
     ("GET", JOB + r"/samples", "job_samples"),
     ("GET", JOB + r"/artifacts", "job_artifacts"),
+    ("GET", r"/api/artifacts/download", "download_artifact"),
     ("POST", JOB + r"/cancel", "cancel_job"),
     ("GET", r"/api/workers", "list_workers"),
     ("GET", r"/api/tenants", "list_tenants"),

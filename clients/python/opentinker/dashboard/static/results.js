@@ -2,7 +2,7 @@
 // reward, stop reason, verdict; one step at a time, the latest by default) and its artifacts with
 // the command that downloads each.
 
-import {api, reportError} from "./api.js";
+import {ApiError, api, authHeaders, reportError} from "./api.js";
 import {el, fmt, headerRow} from "./dom.js";
 
 const REPLY_CHARS = 400;
@@ -91,12 +91,35 @@ export class ArtifactsList {
         el("td", {}, el("code", {text: a.artifact_id})), el("td", {text: a.kind}), el("td", {text: a.format}),
         el("td", {class: "number", text: a.kind === "CHECKPOINT" ? a.step : "–"}),
         el("td", {class: "number", text: size(a.size_bytes)}),
-        el("td", {}, el("code", {text: downloadCommand(a)})))));
+        el("td", {}, downloadLink(a), el("div", {}, el("code", {class: "muted", text: downloadCommand(a)}))))));
       this.empty.hidden = artifacts.length > 0;
     } catch (error) {
       reportError(error);
     }
   }
+}
+
+// A link to the dashboard's download (a tar of the loadable directory, or the one file); with a
+// pasted key the file is fetched with it and handed to the browser as a blob.
+function downloadLink(artifact) {
+  const dir = artifact.loadable_dirs[0];
+  const href = `/api/artifacts/download?id=${encodeURIComponent(artifact.artifact_id)}` +
+    (dir ? `&path=${encodeURIComponent(dir)}` : "");
+  return el("a", {href, download: "", "data-testid": "artifact-download", text: dir ? `${dir}/ (tar)` : "file",
+    onclick: (event) => {
+      if (!authHeaders().Authorization) return;  // the dashboard's own key: a plain link
+      event.preventDefault();
+      fetchAsFile(href).catch(reportError);
+    }});
+}
+
+async function fetchAsFile(href) {
+  const response = await fetch(href, {headers: authHeaders()});
+  if (!response.ok) throw new ApiError(response.status, await response.json().catch(() => ({})));
+  const name = /filename="([^"]+)"/.exec(response.headers.get("Content-Disposition") || "")?.[1] || "artifact";
+  const url = URL.createObjectURL(await response.blob());
+  el("a", {href: url, download: name}).click();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
 }
 
 function downloadCommand(artifact) {
