@@ -37,7 +37,7 @@ TENANT_EXAMPLES_PER_RPC = 12
 """The tenant pass's generated cases per RPC (its valid examples come on top)."""
 TENANT_SUCCEEDS = {f"SchedulerService.{name}" for name in (
     "SubmitJob", "GetJob", "ListJobs", "CancelJob", "RegisterWorker", "Heartbeat", "DeregisterWorker", "ListWorkers",
-    "GetTenant", "ListApiKeys")}
+    "GetTenant", "ListApiKeys", "ListJobSamples", "ListArtifacts")}
 """RPCs whose tenant examples (on the tenant's own objects) succeed: the tenant pass reaches past the door."""
 SEED = 20261122
 RPCS = {rpc.name: rpc for rpc in all_rpcs()}

@@ -57,7 +57,11 @@ def test_a_tenants_job_reads_and_writes_inside_its_area(acme: tuple[SchedulerCli
     assert len(lines) == 2 and all(line["prompt"] for line in lines)
     questions = {p["question"] for p in PROBLEMS}
     assert all(any(q in line["prompt"] for q in questions) for line in lines)  # the tenant's own dataset
-    assert str(written) in job.status_message
+    # the message names the file as the tenant knows it, never where the server keeps it
+    assert job.status_message.startswith("wrote 2 episodes to evals/run-1.jsonl")
+    assert str(area) not in job.status_message
+    [artifact] = [a for a in client.list_artifacts(job.job_id) if a.artifact_id.endswith("/run-1.jsonl")]
+    assert artifact.files[0].size_bytes == written.stat().st_size
 
 
 def test_planted_symlinks_reach_nothing_and_tell_nothing(acme: tuple[SchedulerClient, Path]) -> None:

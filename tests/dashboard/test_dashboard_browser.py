@@ -152,34 +152,45 @@ def test_a_running_job_updates_live_shows_its_leases_and_cancels_after_confirmat
         cancel_quietly(scheduler, job_id)
 
 
+def sample_rows(browser) -> list[dict]:  # noqa: ANN001
+    """The completions table's rows, read in one script (the table may be re-rendered between calls)."""
+    return browser.execute_script(
+        "return [...document.querySelectorAll('[data-testid=sample-row]')].map((row) => ({step: row.dataset.step,"
+        " split: row.dataset.split, cells: [...row.querySelectorAll(':scope > td')].map((td) => td.innerText)}));")
+
+
 def read_the_completions_table(browser, screenshot, scheduler: SchedulerClient, job_id: str) -> None:  # noqa: ANN001
     """The latest step's episodes as text, the same as the API's; an earlier step on request."""
     wait_for(browser, lambda b: int(attribute(b, "#job-step", "data-step") or 0) >= 2,
              message="the job never reached step 2")
-    rows = wait_for(browser, lambda b: b.find_elements("css selector", "[data-testid=sample-row][data-split=train]"),
-                    message="the completions table shows no training episodes")
-    step = int(rows[0].get_attribute("data-step"))
-    expected = next(s for s in scheduler.list_samples(job_id, step=step, split="train"))
+    # pinned to one step, so the table stays put while the job runs on
+    wait_for(browser, lambda b: b.find_elements("css selector", "[data-testid=sample-row][data-split=train]"),
+             message="the completions table shows no training episodes")
+    browser.execute_script("const s = document.querySelector('#samples-step'); s.value = '2';"
+                           "s.dispatchEvent(new Event('change'));")
+    wait_for(browser, lambda b: sample_rows(b) and {row["step"] for row in sample_rows(b)} == {"2"},
+             message="choosing step 2 did not show step 2")
+    rows = [row for row in sample_rows(browser) if row["split"] == "train"]
+    expected = next(s for s in scheduler.list_samples(job_id, step=2, split="train"))
     assert len(rows) == len(expected.samples)
-    cells = rows[0].find_elements("css selector", "td")
-    assert [c.text for c in cells[:2]] == [str(step), "train"]
-    assert expected.samples[0].prompt.split("\n")[0][:40] in cells[2].text
-    assert cells[6].text in ("correct", "wrong", "–") and cells[5].text  # a verdict and a stop reason
+    assert rows[0]["cells"][:2] == ["2", "train"]
+    assert expected.samples[0].prompt.split("\n")[0][:40] in rows[0]["cells"][2]
+    assert rows[0]["cells"][6] in ("correct", "wrong", "–") and rows[0]["cells"][5]  # a verdict and a stop reason
     browser.execute_script("document.querySelector('#samples').scrollIntoView()")
     screenshot("03b-completions")
     browser.execute_script("const s = document.querySelector('#samples-step'); s.value = '1';"
                            "s.dispatchEvent(new Event('change'));")
-    wait_for(browser, lambda b: {r.get_attribute("data-step") for r in b.find_elements(
-        "css selector", "[data-testid=sample-row]")} == {"1"}, message="choosing step 1 did not show step 1")
+    wait_for(browser, lambda b: {row["step"] for row in sample_rows(b)} == {"1"},
+             message="choosing step 1 did not show step 1")
     browser.execute_script("const s = document.querySelector('#samples-step'); s.value = '';"
                            "s.dispatchEvent(new Event('change'));")
     # the job's artifacts (its metrics so far) with a working download link
-    link = wait_for(browser, lambda b: find(b, "[data-testid=artifact-download]"), message="no artifact download link")
-    assert "/api/artifacts/download?id=" in link.get_attribute("href")
+    href = wait_for(browser, lambda b: b.execute_script(
+        "return document.querySelector('[data-testid=artifact-download]')?.href"), message="no artifact download link")
+    assert "/api/artifacts/download?id=" in href
     fetched = browser.execute_async_script(
         "const done = arguments[arguments.length - 1];"
-        "fetch(arguments[0]).then(async (r) => done([r.status, (await r.text()).split('\\n')[0]]));",
-        link.get_attribute("href"))
+        "fetch(arguments[0]).then(async (r) => done([r.status, (await r.text()).split('\\n')[0]]));", href)
     assert fetched[0] == 200 and '"step"' in fetched[1], fetched
 
 

@@ -124,11 +124,13 @@ class JobPage {
     if (event.kind === "metrics") this.addMetrics(event.metrics);
     if (event.kind === "samples") this.completions.onSamples();
     if (event.kind === "checkpoint") this.artifacts.load();
+    if (event.kind === "metrics") this.artifacts.onMetrics();
     if (event.kind === "progress") this.renderJob({...this.job, progress: event.progress});
     if (event.kind === "state_changed") {
       const to = event.state_changed.to_state;
       const message = event.state_changed.reason || this.job.status_message;
       this.renderJob({...this.job, state: to, status_message: message});
+      if (TERMINAL.has(to)) this.artifacts.load();
     }
   }
 

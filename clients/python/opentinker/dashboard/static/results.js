@@ -84,7 +84,13 @@ export class ArtifactsList {
         this.body));
   }
 
+  // The first metrics make metrics.jsonl an artifact: list again while the list is still empty.
+  onMetrics() {
+    if (!this.body.children.length && !this.loading) this.load();
+  }
+
   async load() {
+    this.loading = true;
     try {
       const {artifacts} = await api(this.path);
       this.body.replaceChildren(...artifacts.map((a) => el("tr", {"data-testid": "artifact-row"},
@@ -95,6 +101,8 @@ export class ArtifactsList {
       this.empty.hidden = artifacts.length > 0;
     } catch (error) {
       reportError(error);
+    } finally {
+      this.loading = false;
     }
   }
 }
