@@ -31,18 +31,14 @@ prints what to install and exits 0: a skip, not a failure. Exit status 1 when th
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from _private_stack import CLI, Stack
+from _private_stack import bench_stack
 from google.protobuf import json_format
 
 from opentinker.api.scheduler.v1 import job_pb2
@@ -171,23 +167,6 @@ def report(result: Result) -> str:
     return "\n".join(lines)
 
 
-@contextlib.contextmanager
-def bench_stack(scheduler: str | None, base_port: int, state_dir: Path, up_timeout: float) -> Iterator[Stack]:
-    """_private_stack.bench_stack with `opentinker up --timeout`: on a busy 2-core machine the
-    Trainer and Rollout (torch imports) may take longer than the default 30 s to serve."""
-    if scheduler:
-        yield Stack(scheduler=scheduler, api_key=None, state_dir=None)
-        return
-    subprocess.run([*CLI, "up", "--state-dir", str(state_dir), "--base-port", str(base_port), "--no-dashboard",
-                    "--redis-port", str(base_port + 10), "--timeout", str(up_timeout)], check=True,
-                   stdout=subprocess.DEVNULL, env={k: v for k, v in os.environ.items() if k != "OPENTINKER_API_KEY"})
-    try:
-        yield Stack(scheduler=f"127.0.0.1:{base_port}", api_key=(state_dir / "admin.key").read_text().strip(),
-                    state_dir=state_dir)
-    finally:
-        subprocess.run([*CLI, "down", "--state-dir", str(state_dir)], check=False, stdout=subprocess.DEVNULL)
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=10, help="RL steps (the job's training.total_steps)")
@@ -211,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     if not get_smollm2.converted(args.model_dir):
         print(f"converting the GGUF model to {args.model_dir} ...", file=sys.stderr, flush=True)
         get_smollm2.convert(args.model_dir)
-    with bench_stack(args.scheduler, args.base_port, args.state_dir, args.up_timeout) as stack:
+    with bench_stack(args.scheduler, args.base_port, args.state_dir, up_timeout=args.up_timeout) as stack:
         try:
             result = run(stack.scheduler, stack.api_key, stack.state_dir, args.model_dir, args.steps,
                          args.max_tokens_per_micro_batch)
