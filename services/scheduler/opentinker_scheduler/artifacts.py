@@ -91,7 +91,13 @@ class ArtifactStore:
         return sorted(checkpoints, key=lambda a: (a.step, a.artifact_id)) + outputs + metrics
 
     async def find(self, job: Job, inference_output: str | None, artifact_id: str) -> Artifact:
-        for artifact in await self.list(job, inference_output):
+        """The artifact `artifact_id` of the job's listing; only metrics.jsonl reads the event log."""
+        if artifact_id == f"{job.job_id}/{METRICS_FILE}":
+            candidates = await self._metrics(job.job_id)
+        else:
+            candidates = await asyncio.to_thread(self._checkpoints, job.job_id)
+            candidates += await asyncio.to_thread(self._inference_output, job, inference_output)
+        for artifact in candidates:
             if artifact.artifact_id == artifact_id:
                 return artifact
         raise NotFound(f"artifact {artifact_id} not found (ListArtifacts lists job {job.job_id}'s artifacts)")
