@@ -17,6 +17,7 @@ from opentinker.core.logging import configure_logging
 from opentinker.dashboard.server import DashboardConfig, DashboardServer
 
 log = structlog.get_logger("opentinker.dashboard")
+STOP_POLL_SECONDS = 0.2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,9 +43,16 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(signum, lambda number, _frame: _request_stop(stop, number))
     server.start()
     print(f"dashboard: {server.url}", flush=True)
-    stop.wait()
+    _wait_for(stop)
     server.stop()
     return 0
+
+
+def _wait_for(stop: threading.Event) -> None:
+    """Wait in short slices: a signal the kernel hands to one of gRPC's threads only sets a flag,
+    and the main thread runs the handler when it next wakes (a plain `wait()` may never wake)."""
+    while not stop.wait(STOP_POLL_SECONDS):
+        pass
 
 
 def _request_stop(stop: threading.Event, signum: int) -> None:
