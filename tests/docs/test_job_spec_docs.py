@@ -49,7 +49,7 @@ def test_rows_carry_the_proto_comments_and_types() -> None:
     text = gen_job_spec_docs.DOC_PATH.read_text()
     assert ("| `training.group_size` | int32 | Episodes per problem (G in GRPO). Required for RL jobs: "
             "1..1024 (the Scheduler refuses 0); SFT jobs ignore it. |") in text
-    assert "| `type` | enum `JobType`: `RL`, `SFT`, `INFERENCE` |" in text
+    assert "| `type` | enum `JobType`: `RL`, `SFT`, `INFERENCE`, `SESSION` |" in text
     # a trailing comment (enum values) and a nested enum
     assert "| `RL` | `JOB_TYPE_RL` | rollouts in an environment + policy-gradient updates |" in text
     assert "| `ROUND_ROBIN` | `PAIRING_ROUND_ROBIN` | Every ordered choice" in text

@@ -23,7 +23,7 @@ from opentinker.core.redis_store import connect
 from opentinker_scheduler.allocator import Allocator
 from opentinker_scheduler.job_store import Start
 from opentinker_scheduler.leases import LeaseDraft
-from opentinker_scheduler.model import Quota, Role, Tenant, WorkerState
+from opentinker_scheduler.model import JobType, Quota, Role, Tenant, WorkerState
 from opentinker_scheduler.queue_view import queued_job
 from tests.scheduler._harness import (
     FAST,
@@ -162,11 +162,11 @@ def test_an_empty_queue_reads_only_the_lock(redis_url: str) -> None:
 
 def test_queued_job_decodes_what_the_script_returns() -> None:
     job = queued_job([b"job-1", b"acme", b"QUEUED", b'[{"role": "TRAINER", "device_count": 2, '
-                      b'"device_kind": "CPU", "min_memory_bytes": 0}]', b"2", b"17", None])
-    assert (job.job_id, job.tenant_id, job.device_count, job.create_time_ms, job.status_message) == (
-        "job-1", "acme", 2, 17, "")
+                      b'"device_kind": "CPU", "min_memory_bytes": 0}]', b"2", b"17", None, b"SESSION"])
+    assert (job.job_id, job.tenant_id, job.device_count, job.create_time_ms, job.status_message, job.type) == (
+        "job-1", "acme", 2, 17, "", JobType.SESSION)
     assert [(r.role, r.device_count) for r in job.resources] == [(Role.TRAINER, 2)]
-    assert queued_job([None] * 7) is None  # deleted between the queue read and the hash read
+    assert queued_job([None] * 8) is None  # deleted between the queue read and the hash read
 
 
 def sft_spec() -> job_pb2.JobSpec:
@@ -181,7 +181,7 @@ def sft_spec() -> job_pb2.JobSpec:
 
 def _start(allocator: Allocator, job: job_pb2.Job, index: int, slots: tuple[str, ...]) -> Start:
     """A Start of `job` on trainer-1 `slots` plus coordinator slot `index` (what a plan gives)."""
-    queued = queued_job([job.job_id.encode(), b"default", b"QUEUED", b"[]", b"1", b"0", None])
+    queued = queued_job([job.job_id.encode(), b"default", b"QUEUED", b"[]", b"1", b"0", None, b"SFT"])
     drafts = [LeaseDraft(worker_id="trainer-1", role=Role.TRAINER, slots=slots, device_ids=slots),
               LeaseDraft(worker_id="coord-1", role=Role.COORDINATOR, slots=(f"slot:{index}",))]
     return Start(job=queued, drafts=drafts, addresses=["127.0.0.1:1", "127.0.0.1:2"], where="test",

@@ -42,7 +42,7 @@ from opentinker_scheduler.leases import LeaseDraft, LeaseTable
 from opentinker_scheduler.lifecycle import Lifecycle
 from opentinker_scheduler.model import JobState, Quota, QueuedJob, Usage, Worker
 from opentinker_scheduler.pass_cache import PassCache, cache_of
-from opentinker_scheduler.placement import COORDINATOR_REQUEST, Placement, place, worker_slots
+from opentinker_scheduler.placement import Placement, job_requests, place, worker_slots
 from opentinker_scheduler.queue_view import PassView, QueueReader
 from opentinker_scheduler.workers import WorkerRegistry
 
@@ -279,7 +279,7 @@ class Allocator:
             reason = quota_reason(job, view.quotas.get(job.tenant_id, Quota()), usage.get(job.tenant_id, Usage()))
             if reason is None and starving is not None:
                 reason = waiting_behind(job, starving, self._waited_s(starving))
-            plan = place([*job.resources, COORDINATOR_REQUEST], view.alive, view.free) if reason is None else reason
+            plan = place(job_requests(job), view.alive, view.free) if reason is None else reason
             if isinstance(plan, str):
                 waiting[job.job_id] = plan
                 if reason is None and starving is None and self._starves(job, view):
@@ -309,7 +309,7 @@ class Allocator:
         if self._waited_s(job) * 1000 < self.config.starvation_ms:
             return False
         idle = {w.worker_id: worker_slots(w, self.config.coordinator_capacity) for w in view.alive}
-        return not isinstance(place([*job.resources, COORDINATOR_REQUEST], view.alive, idle), str)
+        return not isinstance(place(job_requests(job), view.alive, idle), str)
 
     def _waited_s(self, job: QueuedJob) -> int:
         return max(0, self.store.clock.now_ms() - job.create_time_ms) // 1000

@@ -80,7 +80,13 @@ def facts_from_spec(spec: job_pb2.JobSpec) -> JobSpecFacts:
         unknown_enums=tuple(unknown_enum_values(spec, "spec", scalars)), output_path=spec.inference.output_path,
         multi_agent_set=spec.HasField("multi_agent"), envhost_fields=tuple(envhost_fields(spec, "spec", scalars)),
         environments=tuple(environment_facts(scalars)),
-        max_staleness=getattr(spec, "async").max_staleness)
+        max_staleness=getattr(spec, "async").max_staleness, sections=spec_sections(spec))
+
+
+def spec_sections(spec: job_pb2.JobSpec) -> frozenset[str]:
+    """The names of the spec's top-level message fields that are set (`environment`, `async`...)."""
+    return frozenset(descriptor.name for descriptor, _ in spec.ListFields()
+                     if descriptor.cpp_type == FieldDescriptor.CPPTYPE_MESSAGE and not descriptor.is_repeated)
 
 
 def stored_spec_facts(blob: bytes) -> JobSpecFacts:

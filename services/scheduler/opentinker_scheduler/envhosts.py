@@ -54,7 +54,7 @@ def check_tenant_registration(registration: WorkerRegistration, caller: Caller) 
         return
     if registration.role is not Role.ENVHOST:
         raise PermissionDenied("role: a tenant key registers only EnvHosts (ROLE_ENVHOST), which then serve that "
-                               "tenant's jobs; trainers, rollouts and coordinators need an admin key")
+                               "tenant's jobs; trainers, rollouts, coordinators and gateways need an admin key")
     if registration.devices:
         raise InvalidArgument("devices", "an EnvHost registered with a tenant key offers no devices")
 

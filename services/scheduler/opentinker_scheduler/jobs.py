@@ -43,7 +43,8 @@ class Admissions(Protocol):
 
 def queued_job_of(job: Job) -> QueuedJob:
     return QueuedJob(job_id=job.job_id, tenant_id=job.tenant_id, state=job.state, resources=job.resources,
-                     device_count=sum(r.device_count for r in job.resources), create_time_ms=job.create_time_ms)
+                     device_count=sum(r.device_count for r in job.resources), create_time_ms=job.create_time_ms,
+                     type=job.type)
 
 
 def check_id(field: str, value: str, *, required: bool = True) -> None:

@@ -10,7 +10,7 @@ import structlog
 from opentinker.core.job_tokens import FENCING_FIELD, HASH_FIELD, NONCE_FIELD
 from opentinker_scheduler.events import WorkerLost
 from opentinker_scheduler.job_store import Finished, JobStore, Report, Transition
-from opentinker_scheduler.model import Assignment, Job, JobState, Lease, LeaseContext, LeasedJob
+from opentinker_scheduler.model import Assignment, Job, JobState, JobType, Lease, LeaseContext, LeasedJob
 
 log = structlog.get_logger(__name__)
 ACTIVE_STATES = (JobState.ALLOCATING, JobState.RUNNING)
@@ -41,7 +41,8 @@ class Lifecycle:
         """A lease of `lease.job_id` is gone (expired, worker restarted or left).
 
         The job is re-queued (resuming from its last checkpoint) while it has retries left;
-        a job whose cancel was requested ends CANCELLED; one without retries left, FAILED."""
+        a job whose cancel was requested ends CANCELLED; one without retries left, and a SESSION
+        job always (its client's state cannot be replayed), FAILED."""
         job = await self.store.get(lease.job_id)
         if job is None or job.state not in ACTIVE_STATES or not holds(job, lease.lease_id):
             return job  # an earlier attempt's lease: that attempt was handled already
@@ -50,12 +51,10 @@ class Lifecycle:
         lost = f"lost the {lease.role.lower()} lease on worker {lease.worker_id}: {reason}"
         if job.cancel_requested:
             await self.end(job.job_id, expected=job.state, to=JobState.CANCELLED, reason=lost)
-        elif job.retries_left > 0:
+        elif job.retries_left > 0 and job.type is not JobType.SESSION:
             await self.requeue(job, lost)
         else:
-            await self.end(job.job_id, expected=job.state, to=JobState.FAILED,
-                           reason=f"{lost}; no retries left after {job.attempt} attempt"
-                                  f"{'s' * (job.attempt != 1)} (spec.training.max_retries)")
+            await self.end(job.job_id, expected=job.state, to=JobState.FAILED, reason=f"{lost}; {why_not_retried(job)}")
         return await self.store.get(job.job_id)
 
     async def lost_without_lease(self, job_id: str, assignment: Assignment) -> None:
@@ -82,6 +81,13 @@ class Lifecycle:
         if result.ok:  # the transition released the job's leases
             log.warning("job_requeued", job_id=job.job_id, attempt=job.attempt, retries_left=left)
         return result
+
+
+def why_not_retried(job: Job) -> str:
+    if job.type is JobType.SESSION:
+        return ("a SESSION job is never retried: its client's state (the steps it sent through the "
+                "gateway) cannot be replayed; start a new training client")
+    return f"no retries left after {job.attempt} attempt{'s' * (job.attempt != 1)} (spec.training.max_retries)"
 
 
 def holds(job: Job | LeasedJob, lease_id: str) -> bool:

@@ -23,6 +23,8 @@ class JobType(enum.StrEnum):
     RL = "RL"
     SFT = "SFT"
     INFERENCE = "INFERENCE"
+    SESSION = "SESSION"
+    """A client's interactive training session, driven step by step by a gateway worker."""
 
 
 class JobState(enum.StrEnum):
@@ -48,6 +50,8 @@ class Role(enum.StrEnum):
     ROLLOUT = "ROLLOUT"
     ENVHOST = "ENVHOST"
     COORDINATOR = "COORDINATOR"
+    GATEWAY = "GATEWAY"
+    """The Tinker-compatible HTTP gateway: drives SESSION jobs as a Coordinator drives the others."""
 
 
 class DeviceKind(enum.StrEnum):
@@ -175,6 +179,8 @@ class JobSpecFacts:
     """Every EnvironmentReference the spec sets (spec.environment, spec.multi_agent.eval_environment)."""
     max_staleness: int = 0
     """spec.async.max_staleness: 0 = synchronous."""
+    sections: frozenset[str] = frozenset()
+    """The spec's top-level message fields that are set (`environment`, `training`, `async`...)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -365,6 +371,8 @@ class QueuedJob:
     device_count: int
     create_time_ms: int
     status_message: str = ""
+    type: JobType = JobType.UNSPECIFIED
+    """Which worker drives it (`placement.driver_request`): a gateway for SESSION, else a Coordinator."""
 
 
 T = TypeVar("T")

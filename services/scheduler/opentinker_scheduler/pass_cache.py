@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from opentinker_scheduler.model import Quota, QueuedJob, Usage
-from opentinker_scheduler.placement import COORDINATOR_REQUEST, Placement, place
+from opentinker_scheduler.placement import Placement, job_requests, place
 from opentinker_scheduler.queue_view import PassView
 
 
@@ -42,7 +42,7 @@ class PassCache:
             quota = self.view.quotas.get(job.tenant_id, Quota())  # not read yet: START enforces it
             if _over_quota(quota, usage.get(job.tenant_id, Usage()), job.device_count):
                 return None
-            plan = place([*job.resources, COORDINATOR_REQUEST], self.view.alive, free)
+            plan = place(job_requests(job), self.view.alive, free)
             if isinstance(plan, str):
                 return None
             for placement in plan:

@@ -1,5 +1,8 @@
 """Placement: which worker serves each resource request of a job (pure; no Redis).
 
+Every job also gets one slot of its driver: a gateway's for a SESSION job (the Tinker gateway
+drives it), a Coordinator's for every other type (`driver_request`).
+
 Every request is served by ONE worker of its role with enough free matching slots; among those,
 the worker with the most free slots wins (spreading load), ties broken by worker id. A worker
 without devices (a Coordinator) offers `capacity` slots `slot:0..N-1`, usable by requests that
@@ -11,9 +14,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from opentinker_scheduler.model import DeviceKind, ResourceRequest, Role, Worker
+from opentinker_scheduler.model import DeviceKind, JobType, QueuedJob, ResourceRequest, Role, Worker
 
 COORDINATOR_REQUEST = ResourceRequest(role=Role.COORDINATOR, device_count=1)
+GATEWAY_REQUEST = ResourceRequest(role=Role.GATEWAY, device_count=1)
+DRIVER_ROLES = (Role.COORDINATOR, Role.GATEWAY)
+
+
+def driver_request(job_type: JobType) -> ResourceRequest:
+    """The slot of the worker that drives a job of `job_type`."""
+    return GATEWAY_REQUEST if job_type is JobType.SESSION else COORDINATOR_REQUEST
+
+
+def job_requests(job: QueuedJob) -> list[ResourceRequest]:
+    """Everything a job needs placed: its devices, then its driver's slot."""
+    return [*job.resources, driver_request(job.type)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,6 +95,9 @@ def waiting_reason(request: ResourceRequest, free_counts: Sequence[int]) -> str:
         kind += f", >= {request.min_memory_bytes} bytes"
     wanted = f"waiting for {request.device_count} {role} slot{'s' * (request.device_count > 1)} ({kind}) on one worker"
     if not free_counts:
-        return f"{wanted}: no alive {role} worker is registered"
+        return f"{wanted}: no alive {role} worker is registered{NO_WORKER_HINTS.get(request.role, '')}"
     return (f"{wanted}: {len(free_counts)} alive {role} worker{'s' * (len(free_counts) > 1)}, "
             f"at most {max(free_counts)} free on one")
+
+
+NO_WORKER_HINTS = {Role.GATEWAY: " (a SESSION job is driven by the Tinker gateway: start one)"}

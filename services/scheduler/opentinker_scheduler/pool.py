@@ -134,11 +134,14 @@ def check_registration(registration: WorkerRegistration) -> None:
     check_id("worker_id", registration.worker_id)
     envhosts.check_name(registration)
     if registration.role is Role.UNSPECIFIED:
-        raise InvalidArgument("role", "must be set (ROLE_TRAINER, ROLE_ROLLOUT, ROLE_ENVHOST or "
-                              "ROLE_COORDINATOR)")
+        raise InvalidArgument("role", "must be set (ROLE_TRAINER, ROLE_ROLLOUT, ROLE_ENVHOST, "
+                              "ROLE_COORDINATOR or ROLE_GATEWAY)")
     if not registration.address:
         raise InvalidArgument("address", "must be the host:port other services reach the worker at")
     check_labels(registration.labels)
+    if registration.role is Role.GATEWAY and registration.devices:
+        raise InvalidArgument("devices", "a gateway (ROLE_GATEWAY) offers no devices: it drives SESSION jobs "
+                              "on capacity slots, as a Coordinator drives the others")
     seen: set[str] = set()
     for index, device in enumerate(registration.devices):
         check_id(f"devices[{index}].device_id", device.device_id)

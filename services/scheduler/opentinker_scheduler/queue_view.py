@@ -26,10 +26,10 @@ from opentinker_scheduler.codec import (
     pairs,
 )
 from opentinker_scheduler.lua import Scripts
-from opentinker_scheduler.model import JobState, QueuedJob, Quota, Usage, Worker, WorkerState
+from opentinker_scheduler.model import JobState, JobType, QueuedJob, Quota, Usage, Worker, WorkerState
 from opentinker_scheduler.placement import worker_slots
 
-JOB_FIELDS = ("job_id", "tenant_id", "state", "resources", "device_count", "create_time", "status_message")
+JOB_FIELDS = ("job_id", "tenant_id", "state", "resources", "device_count", "create_time", "status_message", "type")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,10 +85,11 @@ class QueueReader:
 
 def queued_job(values: Sequence[bytes | None]) -> QueuedJob | None:
     """A QueuedJob from the JOB_FIELDS values of its hash; None when the job was deleted meanwhile."""
-    job_id, tenant_id, state, resources, device_count, create_time, status_message = values
+    job_id, tenant_id, state, resources, device_count, create_time, status_message, job_type = values
     if not job_id:
         return None
     return QueuedJob(job_id=job_id.decode(), tenant_id=(tenant_id or b"").decode(),
                      state=JobState((state or b"").decode()), resources=decode_resources(resources or "[]"),
                      device_count=int(device_count or 0), create_time_ms=int(create_time or 0),
-                     status_message=(status_message or b"").decode())
+                     status_message=(status_message or b"").decode(),
+                     type=JobType((job_type or b"UNSPECIFIED").decode()))

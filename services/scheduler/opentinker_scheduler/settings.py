@@ -37,7 +37,8 @@ class SchedulerSettings(ServiceSettings):
         "trip that queues it (submit -> RUNNING without waiting for an allocator pass); false: every "
         "job waits for the next pass.")
     coordinator_capacity: int = setting(
-        8, "Jobs one Coordinator worker (a worker without devices) serves at once.", min=1, max=1024)
+        8, "Jobs one worker without devices (a Coordinator, or a gateway for SESSION jobs) serves at "
+        "once.", min=1, max=1024)
     dead_worker_retention_seconds: float = setting(
         300.0, "How long ListWorkers still shows a DEAD worker before it is forgotten.", min=0)
     queue_aging_seconds: float = setting(

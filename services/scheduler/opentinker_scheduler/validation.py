@@ -21,9 +21,19 @@ LABEL_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
 AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 MAX_RETRIES = 100
 DEFAULT_MAX_RETRIES = 2
-MODEL_JOB_TYPES = (JobType.RL, JobType.SFT, JobType.INFERENCE)
+MODEL_JOB_TYPES = (JobType.RL, JobType.SFT, JobType.INFERENCE, JobType.SESSION)
 TRAINING_JOB_TYPES = (JobType.RL, JobType.SFT)
 LEASABLE_ROLES = (Role.TRAINER, Role.ROLLOUT)
+SESSION_REFUSED_SECTIONS = {
+    "environment": "a SESSION job plays no episodes of its own: its client samples through the gateway",
+    "dataset": "a SESSION job reads no dataset: its client sends the data of each step",
+    "inference": "a SESSION job writes no episode output",
+    "multi_agent": "a SESSION job trains one policy (spec.policy)",
+    "async": "a SESSION job's client decides how its sampling overlaps its training",
+}
+"""Spec sections a SESSION job refuses, with why."""
+SESSION_TRAINING_FIELDS = ("seed", "max_tokens_per_micro_batch", "max_retries")
+"""The spec.training fields a SESSION job reads (max_retries only as 0: it is never retried)."""
 MAX_LORA_RANK = 1024  # the Trainer's and Rollout's bound: a larger adapter is gigabytes per layer
 # Fields named so must not exceed the bound (AdamW betas < 1 are checked by the Trainer).
 MAX_STALENESS = 8  # spec.async.max_staleness: policy versions the Rollout may run ahead
@@ -37,7 +47,8 @@ UNIT_INTERVAL_FIELDS = {"top_p": 1.0, "dropout": 1.0, "beta1": 1.0, "beta2": 1.0
 def validate_spec(facts: JobSpecFacts) -> None:
     """Raise InvalidArgument for the first problem found, in field order."""
     if facts.type is JobType.UNSPECIFIED:
-        raise InvalidArgument("spec.type", "must be set (JOB_TYPE_RL, JOB_TYPE_SFT or JOB_TYPE_INFERENCE)")
+        raise InvalidArgument("spec.type", "must be set (JOB_TYPE_RL, JOB_TYPE_SFT, JOB_TYPE_INFERENCE or "
+                              "JOB_TYPE_SESSION)")
     for problem in facts.unknown_enums:
         path, _, rule = problem.partition(": ")
         raise InvalidArgument(path, rule)
@@ -50,6 +61,8 @@ def validate_spec(facts: JobSpecFacts) -> None:
         raise InvalidArgument("spec.multi_agent", "only multi-agent jobs (spec.agents) use it")
     if facts.type in TRAINING_JOB_TYPES:
         _check_learners(facts)
+    if facts.type is JobType.SESSION:
+        _check_session(facts)
     if facts.type in (JobType.RL, JobType.INFERENCE) and not facts.env_name:
         raise InvalidArgument("spec.environment.env_name", f"must name an environment for an "
                               f"{facts.type} job (its episodes are played there)")
@@ -119,6 +132,30 @@ def _check_learners(facts: JobSpecFacts) -> None:
                                   f"must be > 0 for a training job, got {agent.learning_rate:g}")
 
 
+def _check_session(facts: JobSpecFacts) -> None:
+    """A SESSION job is a policy its client trains step by step through the gateway: a model and
+    an adaptation, nothing the Coordinator would drive, and no retries (nothing to replay)."""
+    if facts.agents:
+        raise InvalidArgument("spec.agents", "a SESSION job trains one policy: set spec.policy, not spec.agents")
+    policy = facts.policy or AgentFacts(path="spec.policy")
+    if not policy.has_adaptation:
+        raise InvalidArgument("spec.policy.adaptation", "must be set for a SESSION job (lora or full)")
+    if policy.frozen:
+        raise InvalidArgument("spec.policy.frozen", "a SESSION job trains its policy: leave it false")
+    for section, why in SESSION_REFUSED_SECTIONS.items():
+        if section in facts.sections:
+            raise InvalidArgument(f"spec.{section}", f"must not be set for a SESSION job: {why}")
+    for number in facts.numbers:
+        section, _, name = number.path.removeprefix("spec.").partition(".")
+        if section == "training" and name not in SESSION_TRAINING_FIELDS:
+            raise InvalidArgument(number.path, "must not be set for a SESSION job: its client drives every step "
+                                  "(a SESSION job reads only spec.training.seed and max_tokens_per_micro_batch)")
+    if facts.max_retries:
+        raise InvalidArgument("spec.training.max_retries", f"must be 0 or unset for a SESSION job, got "
+                              f"{facts.max_retries}: a session is never retried (its client's state "
+                              "cannot be replayed)")
+
+
 def _check_training(facts: JobSpecFacts) -> None:
     _check_range("spec.training.total_steps", facts.total_steps, 1, MAX_TOTAL_STEPS)
     _check_range("spec.training.batch_size", facts.batch_size, 1, MAX_BATCH_SIZE)
@@ -179,8 +216,8 @@ def _check_importance_mask(path: str, loss: LossFacts, job_type: JobType) -> Non
 
 def _check_resource(path: str, request: ResourceRequest) -> None:
     if request.role not in LEASABLE_ROLES:
-        raise InvalidArgument(f"{path}.role", "must be ROLE_TRAINER or ROLE_ROLLOUT "
-                              "(a coordinator is always added)")
+        raise InvalidArgument(f"{path}.role", "must be ROLE_TRAINER or ROLE_ROLLOUT (the driver's slot, "
+                              "a coordinator's or for SESSION jobs a gateway's, is always added)")
     _check_range(f"{path}.device_count", request.device_count, 1, MAX_DEVICES_PER_REQUEST)
 
 
@@ -195,15 +232,19 @@ def effective_priority(facts: JobSpecFacts) -> int:
 
 
 def retries_allowed(facts: JobSpecFacts) -> int:
-    """Re-queues after a worker loss: the spec's max_retries, DEFAULT_MAX_RETRIES when unset."""
+    """Re-queues after a worker loss: the spec's max_retries, DEFAULT_MAX_RETRIES when unset;
+    never for a SESSION job (its client's state cannot be replayed)."""
+    if facts.type is JobType.SESSION:
+        return 0
     return DEFAULT_MAX_RETRIES if facts.max_retries is None else facts.max_retries
 
 
 def default_resources(job_type: JobType) -> tuple[ResourceRequest, ...]:
-    """Devices a job gets when its spec asks for none (the coordinator is added separately)."""
+    """Devices a job gets when its spec asks for none (the driver's slot is added separately)."""
     defaults = {
         JobType.RL: (ResourceRequest(role=Role.TRAINER), ResourceRequest(role=Role.ROLLOUT)),
         JobType.SFT: (ResourceRequest(role=Role.TRAINER),),
         JobType.INFERENCE: (ResourceRequest(role=Role.ROLLOUT),),
+        JobType.SESSION: (ResourceRequest(role=Role.TRAINER), ResourceRequest(role=Role.ROLLOUT)),
     }
     return defaults.get(job_type, ())

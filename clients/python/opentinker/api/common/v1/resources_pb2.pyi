@@ -18,6 +18,7 @@ class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ROLE_ROLLOUT: _ClassVar[Role]
     ROLE_ENVHOST: _ClassVar[Role]
     ROLE_COORDINATOR: _ClassVar[Role]
+    ROLE_GATEWAY: _ClassVar[Role]
 DEVICE_KIND_UNSPECIFIED: DeviceKind
 DEVICE_KIND_CPU: DeviceKind
 DEVICE_KIND_CUDA: DeviceKind
@@ -26,6 +27,7 @@ ROLE_TRAINER: Role
 ROLE_ROLLOUT: Role
 ROLE_ENVHOST: Role
 ROLE_COORDINATOR: Role
+ROLE_GATEWAY: Role
 
 class Device(_message.Message):
     __slots__ = ("device_id", "kind", "memory_bytes", "name")

@@ -25,10 +25,12 @@ class JobType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_TYPE_RL: _ClassVar[JobType]
     JOB_TYPE_SFT: _ClassVar[JobType]
     JOB_TYPE_INFERENCE: _ClassVar[JobType]
+    JOB_TYPE_SESSION: _ClassVar[JobType]
 JOB_TYPE_UNSPECIFIED: JobType
 JOB_TYPE_RL: JobType
 JOB_TYPE_SFT: JobType
 JOB_TYPE_INFERENCE: JobType
+JOB_TYPE_SESSION: JobType
 
 class JobSpec(_message.Message):
     __slots__ = ("type", "display_name", "policy", "agents", "environment", "training", "resources", "priority", "dataset", "inference", "labels", "multi_agent")
