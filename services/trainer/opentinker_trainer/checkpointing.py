@@ -2,13 +2,14 @@
 (`opentinker.ml.checkpoints`).
 
 TRAINING_STATE holds the weights (adapter/ for LoRA, model/ for full) plus training_state.pt
-(AdamW state, the dropout RNG state of every rank, step, policy version, data cursor): loading it resumes
-exactly. HF_MODEL holds model/ (LoRA merged); PEFT_ADAPTER holds adapter/ (LoRA only).
+(AdamW state, the dropout RNG state of every rank, step, policy version, data cursor, the last
+OptimStepRequest.adam): loading it resumes exactly. HF_MODEL holds model/ (LoRA merged); PEFT_ADAPTER holds adapter/ (LoRA only).
 Loading a weights-only checkpoint replaces the weights and resets AdamW's moments, keeping the step.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from opentinker.ml.checkpoints import CheckpointFormat, CheckpointManifest
 from opentinker.ml.errors import CheckpointError, WeightsError
 from opentinker.ml.models import save_model_dir
 from opentinker.ml.weights import load_lora_state_dict
+from opentinker_trainer.config import AdamStep
 from opentinker_trainer.errors import CheckpointNotFoundError, ValidationError
 from opentinker_trainer.replicas import rank_rng_state
 from opentinker_trainer.session import TrainingSession
@@ -89,8 +91,13 @@ def _write_weights(session: TrainingSession, staging: Path, format: CheckpointFo
 def _training_state(session: TrainingSession, data_cursor: bytes) -> dict[str, Any]:
     return {"format_version": STATE_FORMAT_VERSION, "optimizer": session.optimizer.state_dict(),
             "rng_state": session.rng_state, "replica_rng_states": session.replica_rng_states(),
-            "step": session.step,
+            "step": session.step, "adam_override": _adam_override_state(session.adam_override),
             "policy_version": session.policy_version, "data_cursor_hex": bytes(data_cursor).hex()}
+
+
+def _adam_override_state(adam: AdamStep | None) -> dict[str, float] | None:
+    """OptimStepRequest.adam's last values (None: the session follows its optimizer config)."""
+    return None if adam is None else dataclasses.asdict(adam)
 
 
 def load_checkpoint(session: TrainingSession, root: Path, checkpoint_id: str) -> bytes:
@@ -160,4 +167,6 @@ def _restore_training_state(session: TrainingSession, state_file: Path) -> bytes
     session.optimizer.load_state_dict(state["optimizer"])
     session.rng_state = _rank_rng_state(session, state)
     session.step = int(state["step"])
+    override = state.get("adam_override")  # absent in checkpoints written before it existed
+    session.adam_override = None if override is None else AdamStep(**override)
     return bytes.fromhex(state["data_cursor_hex"])

@@ -21,16 +21,22 @@ class LossFunction(StrEnum):
     DUAL_CLIP = "dual_clip"
     TRUNCATED_IS = "truncated_is"
     GSPO = "gspo"
+    IMPORTANCE_SAMPLING = "importance_sampling"  # Tinker's importance_sampling: -r * A
+    CISPO = "cispo"                              # Tinker's cispo
+    DRO = "dro"                                  # Tinker's dro
 
 
 RATIO_LOSSES = frozenset({LossFunction.PPO_CLIP, LossFunction.DUAL_CLIP,
-                          LossFunction.TRUNCATED_IS, LossFunction.GSPO})
+                          LossFunction.TRUNCATED_IS, LossFunction.GSPO,
+                          LossFunction.IMPORTANCE_SAMPLING, LossFunction.CISPO, LossFunction.DRO})
+"""Losses that read the datums' sampling logprobs."""
 
 
 class LossAggregation(StrEnum):
     TOKEN_MEAN = "token_mean"          # mean over all loss-masked tokens of the batch
     SEQUENCE_MEAN = "sequence_mean"    # mean within each sequence, then over sequences
     TOKEN_SUM_NORM = "token_sum_norm"  # per-sequence token sum / constant, mean over sequences
+    SUM = "sum"                        # sum over the batch, no denominator (Tinker's reduction)
 
 
 class KlEstimator(StrEnum):
@@ -92,11 +98,12 @@ class LossConfig:
     importance_mask: ImportanceMask = ImportanceMask.OFF
     importance_mask_low: float = 0.5
     importance_mask_high: float = 2.0
+    dro_beta: float = 0.0  # DRO's penalty weight; DRO requires > 0
 
     def __post_init__(self) -> None:
         for name in ("clip_low", "clip_high", "dual_clip_c", "truncation_cap",
                      "token_sum_divisor", "kl_coef", "entropy_coef", "temperature",
-                     "importance_mask_low", "importance_mask_high"):
+                     "importance_mask_low", "importance_mask_high", "dro_beta"):
             _require_finite(f"loss.{name}", getattr(self, name))
         _require(self.temperature > 0, "loss.temperature", "must be > 0")
         _require(self.token_sum_divisor >= 0, "loss.token_sum_divisor", "must be >= 0")
@@ -111,6 +118,11 @@ class LossConfig:
                      f"{self.function}, got {self.clip_low}")
             _require(self.clip_high > 0, "loss.clip_high", f"must be > 0 for {self.function}, "
                      f"got {self.clip_high}")
+        if self.function == LossFunction.CISPO:
+            self._check_cispo_clip()
+        if self.function == LossFunction.DRO:
+            _require(self.dro_beta > 0, "loss.dro_beta", f"must be > 0 for LOSS_FUNCTION_DRO (the "
+                     f"weight of its quadratic penalty; there is no default), got {self.dro_beta:g}")
         if self.function == LossFunction.DUAL_CLIP:
             _require(self.dual_clip_c > 1, "loss.dual_clip_c", f"must be > 1, got {self.dual_clip_c}")
         if self.kl_placement == KlPlacement.REWARD and self.kl_coef > 0:
@@ -119,6 +131,14 @@ class LossConfig:
         if self.function == LossFunction.TRUNCATED_IS:
             _require(self.truncation_cap > 0, "loss.truncation_cap",
                      f"must be > 0, got {self.truncation_cap}")
+
+    def _check_cispo_clip(self) -> None:
+        """CISPO clips r to [1 - clip_low, 1 + clip_high]: clip_low 1 = no lower bound (Tinker's
+        clip_low_threshold 0), clip_low 0 or clip_high 0 = no room on that side."""
+        _require(0 <= self.clip_low <= 1, "loss.clip_low", f"must be in [0, 1] for cispo (the "
+                 f"ratio's lower bound 1 - clip_low in [0, 1]), got {self.clip_low:g}")
+        _require(self.clip_high >= 0, "loss.clip_high", f"must be >= 0 for cispo (the ratio's "
+                 f"upper bound 1 + clip_high >= 1), got {self.clip_high:g}")
 
     def _check_importance_mask(self) -> None:
         _require(self.uses_advantages, "loss.importance_mask", "masks a policy-gradient loss by "
@@ -189,6 +209,31 @@ class OptimizerConfig:
             _require(self.total_steps > self.warmup_steps, "optimizer.total_steps",
                      f"the {self.schedule} schedule decays to 0 at total_steps, which must be > "
                      f"warmup_steps ({self.warmup_steps}); got {self.total_steps}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdamStep:
+    """The AdamW hyperparameters of one optimizer step: OptimStepRequest.adam (Tinker's
+    AdamParams), which then replace the session's OptimizerConfig, or that config's values at
+    the step (`optim.scheduled_adam_step`). Every value is taken as given."""
+
+    learning_rate: float
+    beta1: float
+    beta2: float
+    epsilon: float
+    weight_decay: float
+    max_grad_norm: float  # 0 = no clipping
+
+    def __post_init__(self) -> None:
+        for name in ("learning_rate", "beta1", "beta2", "epsilon", "weight_decay", "max_grad_norm"):
+            _require_finite(f"adam.{name}", getattr(self, name))
+        _require(self.learning_rate >= 0, "adam.learning_rate", f"must be >= 0, got {self.learning_rate:g}")
+        _require(0 <= self.beta1 < 1, "adam.beta1", f"must be in [0, 1), got {self.beta1:g}")
+        _require(0 <= self.beta2 < 1, "adam.beta2", f"must be in [0, 1), got {self.beta2:g}")
+        _require(self.epsilon > 0, "adam.epsilon", f"must be > 0, got {self.epsilon:g}")
+        _require(self.weight_decay >= 0, "adam.weight_decay", f"must be >= 0, got {self.weight_decay:g}")
+        _require(self.max_grad_norm >= 0, "adam.max_grad_norm",
+                 f"must be >= 0 (0 = no clipping), got {self.max_grad_norm:g}")
 
 
 @dataclass(frozen=True, kw_only=True)

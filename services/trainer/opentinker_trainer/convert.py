@@ -6,7 +6,8 @@ beta1/beta2/epsilon 0 = AdamW's defaults; LoRA alpha 0 = 2 x rank; aggregation U
 TOKEN_MEAN; KL estimator UNSPECIFIED = K3; importance mask UNSPECIFIED = off, its band's
 low 0 = 0.5 and high 0 = 2.0; weights format UNSPECIFIED = LORA_ADAPTER for LoRA
 sessions, FULL otherwise. Clip ranges are not defaulted: a ratio loss with clip_low 0 is
-refused, naming the field.
+refused, naming the field (CISPO accepts it: its lower bound is then 1); nor is dro_beta, nor
+any field of OptimStepRequest.adam (Tinker sends all of them, 0 meaning 0).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from opentinker.ml.sources import LoraSpec, ModelInfo, ModelSource, Precision
 from opentinker.ml.weights import ChecksumAlgorithm, Chunk, TensorSpec
 from opentinker_trainer.batching import Datum
 from opentinker_trainer.checkpointing import CheckpointRecord
-from opentinker_trainer.config import (ImportanceMask, KlEstimator, KlPlacement, Lease,
+from opentinker_trainer.config import (AdamStep, ImportanceMask, KlEstimator, KlPlacement, Lease,
                                        LossAggregation, LossConfig, LossFunction, LrSchedule,
                                        OptimizerConfig, SessionSpec)
 from opentinker_trainer.errors import ValidationError
@@ -42,12 +43,16 @@ LOSS_FUNCTIONS = {
     algo_pb.LOSS_FUNCTION_DUAL_CLIP: LossFunction.DUAL_CLIP,
     algo_pb.LOSS_FUNCTION_TRUNCATED_IS: LossFunction.TRUNCATED_IS,
     algo_pb.LOSS_FUNCTION_GSPO: LossFunction.GSPO,
+    algo_pb.LOSS_FUNCTION_IMPORTANCE_SAMPLING: LossFunction.IMPORTANCE_SAMPLING,
+    algo_pb.LOSS_FUNCTION_CISPO: LossFunction.CISPO,
+    algo_pb.LOSS_FUNCTION_DRO: LossFunction.DRO,
 }
 AGGREGATIONS = {
     algo_pb.LOSS_AGGREGATION_UNSPECIFIED: LossAggregation.TOKEN_MEAN,
     algo_pb.LOSS_AGGREGATION_TOKEN_MEAN: LossAggregation.TOKEN_MEAN,
     algo_pb.LOSS_AGGREGATION_SEQUENCE_MEAN: LossAggregation.SEQUENCE_MEAN,
     algo_pb.LOSS_AGGREGATION_TOKEN_SUM_NORM: LossAggregation.TOKEN_SUM_NORM,
+    algo_pb.LOSS_AGGREGATION_SUM: LossAggregation.SUM,
 }
 KL_ESTIMATORS = {algo_pb.KL_ESTIMATOR_UNSPECIFIED: KlEstimator.K3,
                  algo_pb.KL_ESTIMATOR_K1: KlEstimator.K1, algo_pb.KL_ESTIMATOR_K3: KlEstimator.K3}
@@ -172,7 +177,14 @@ def loss_config(message: algo_pb.LossConfig) -> LossConfig:
         importance_mask=enum_value(IMPORTANCE_MASKS, message.importance_mask,
                                    "loss.importance_mask", algo_pb.ImportanceMask),
         importance_mask_low=message.importance_mask_low or DEFAULT_IMPORTANCE_MASK_LOW,
-        importance_mask_high=message.importance_mask_high or DEFAULT_IMPORTANCE_MASK_HIGH)
+        importance_mask_high=message.importance_mask_high or DEFAULT_IMPORTANCE_MASK_HIGH,
+        dro_beta=message.dro_beta)
+
+
+def adam_step(message: algo_pb.AdamStepParams) -> AdamStep:
+    return AdamStep(learning_rate=message.learning_rate, beta1=message.beta1, beta2=message.beta2,
+                    epsilon=message.epsilon, weight_decay=message.weight_decay,
+                    max_grad_norm=message.max_grad_norm)
 
 
 def datum(message: datum_pb2.Datum) -> Datum:

@@ -124,6 +124,30 @@ def gspo(logprobs_B_T: torch.Tensor, sampling_logprobs_B_T: torch.Tensor,
                       clipped_B_T > unclipped_B_T)
 
 
+def importance_sampling(logprobs_B_T: torch.Tensor, sampling_logprobs_B_T: torch.Tensor,
+                        advantages_B_T: torch.Tensor) -> PolicyLoss:
+    """Tinker's importance_sampling: loss_B_T = -r * A, r not detached (gradient -r * A * grad
+    log p) and never clipped (so no clip mask)."""
+    return PolicyLoss(-importance_ratio(logprobs_B_T, sampling_logprobs_B_T) * advantages_B_T)
+
+
+def cispo(logprobs_B_T: torch.Tensor, sampling_logprobs_B_T: torch.Tensor,
+          advantages_B_T: torch.Tensor, clip_low: float, clip_high: float) -> PolicyLoss:
+    """Tinker's cispo: loss_B_T = -stopgrad(clip(r, 1 - clip_low, 1 + clip_high)) * A * log p;
+    clipped where r leaves the range."""
+    ratio_B_T = importance_ratio(logprobs_B_T, sampling_logprobs_B_T)
+    weight_B_T = ratio_B_T.clamp(1 - clip_low, 1 + clip_high).detach()
+    clipped_B_T = (ratio_B_T < 1 - clip_low) | (ratio_B_T > 1 + clip_high)
+    return PolicyLoss(-weight_B_T * advantages_B_T * logprobs_B_T, ratio_B_T, clipped_B_T)
+
+
+def dro(logprobs_B_T: torch.Tensor, sampling_logprobs_B_T: torch.Tensor,
+        advantages_B_T: torch.Tensor, beta: float) -> PolicyLoss:
+    """Tinker's dro: loss_B_T = -(A * log p - 0.5 * beta * (log p - log p_sampling)^2)."""
+    penalty_B_T = 0.5 * beta * (logprobs_B_T - sampling_logprobs_B_T).square()
+    return PolicyLoss(-(advantages_B_T * logprobs_B_T - penalty_B_T))
+
+
 def kl_penalty(logprobs_B_T: torch.Tensor, reference_logprobs_B_T: torch.Tensor,
                estimator: KlEstimator) -> torch.Tensor:
     """kl_B_T of the policy p from the reference q: k1 = log(p/q); k3 = (q/p - 1) - log(q/p)."""
@@ -154,8 +178,11 @@ def aggregate(values_B_T: torch.Tensor, mask_B_T: torch.Tensor, aggregation: Los
     TOKEN_MEAN: sum(v * m) / total_weight.
     SEQUENCE_MEAN: sum over sequences of [sum_t(v * m) / sum_t(m)] / num_sequences.
     TOKEN_SUM_NORM: sum(v * m) / (token_divisor * num_sequences).
+    SUM: sum(v * m), no denominator (`norm` unused).
     """
     weighted_B_T = values_B_T * mask_B_T
+    if aggregation == LossAggregation.SUM:
+        return weighted_B_T.sum()
     if aggregation == LossAggregation.TOKEN_MEAN:
         return weighted_B_T.sum() / max(norm.total_weight, 1e-8)
     sequences = max(norm.num_sequences, 1)

@@ -136,9 +136,10 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
     @maps_domain_errors
     async def OptimStep(self, request: pb.OptimStepRequest, context: Any) -> pb.OptimStepResponse:
         await self._job_token(context, lease=request.lease, session_id=request.session_id)
+        adam = convert.adam_step(request.adam) if request.HasField("adam") else None
         result = await self.registry.run(
             request.session_id, convert.lease(request.lease),
-            lambda session: session.optim_step(request.learning_rate),
+            lambda session: session.optim_step(request.learning_rate, adam),
             request=convert.request_key("OptimStep", request))
         return pb.OptimStepResponse(step=result.step, policy_version=result.policy_version,
                                     grad_norm=result.grad_norm, learning_rate=result.learning_rate,

@@ -29,13 +29,13 @@ from opentinker_trainer.metrics import (FORWARD_BACKWARD_SECONDS, OPTIM_STEP_SEC
                                          count_optimizer_step)
 from opentinker_trainer.batching import (Datum, pad_batch, plan_micro_batches, validate_datums,
                                          validate_sequences)
-from opentinker_trainer.config import LossConfig, SessionSpec
+from opentinker_trainer.config import AdamStep, LossConfig, SessionSpec
 from opentinker_trainer.errors import (CheckpointNotFoundError, NoGradientsError, NoReferenceError,
                                        ValidationError)
 from opentinker_trainer.importance import needs_pre_pass, with_importance_keep
 from opentinker_trainer.memory import (MICRO_BATCH_TOKENS, PEAK_MEMORY, StepMemory,
                                        release_step_memory, session_micro_batch_tokens)
-from opentinker_trainer.optim import build_optimizer, learning_rate_at, set_learning_rate
+from opentinker_trainer.optim import build_optimizer, scheduled_adam_step, set_hyperparameters
 from opentinker_trainer.replicas import (ReplicaError, ReplicaGroup, all_reduce_gradients,
                                          broadcast_parameters, rank_rng_state, shard_datums)
 from opentinker_trainer.training import (ForwardBackwardResult, ShardResult, accumulate,
@@ -88,6 +88,9 @@ class TrainingSession:
 
     `micro_batch_tokens` is the budget every pass splits its batch by: the spec's, or when
     that is 0 the default `memory.session_micro_batch_tokens` picked at creation.
+
+    `adam_override` is the last OptimStepRequest.adam: once set, every step uses it instead of
+    the spec's optimizer config and schedule (a TRAINING_STATE checkpoint records it).
     """
 
     def __init__(self, *, session_id: str, spec: SessionSpec, model: Any, tokenizer: Any,
@@ -104,6 +107,7 @@ class TrainingSession:
         self.group = group
         self.replicas: ReplicaGroup | None = None
         self.optimizer = build_optimizer(self.trainable_parameters(), spec.optimizer)
+        self.adam_override: AdamStep | None = None
         self.info = describe_model(model, tokenizer)
         self.rng_state = rank_rng_state(spec.seed, rank)
         self.step = 0
@@ -174,23 +178,30 @@ class TrainingSession:
                               reference=self.reference_logprobs if self.has_reference else None,
                               device=self.device)
 
-    def optim_step(self, learning_rate: float = 0.0) -> OptimStepResult:
-        """Clip, apply AdamW, clear gradients. `learning_rate` > 0 overrides the schedule once.
+    def optim_step(self, learning_rate: float = 0.0, adam: AdamStep | None = None) -> OptimStepResult:
+        """Clip, apply AdamW, clear gradients. `learning_rate` > 0 overrides the rate once;
+        `adam` replaces the spec's hyperparameters from this step on (`adam_override`).
 
         A non-finite gradient norm skips the update (gradients are dropped, step unchanged).
         """
         if not (math.isfinite(learning_rate) and learning_rate >= 0):
             raise ValidationError("learning_rate", f"must be >= 0 (0 = the schedule), got {learning_rate}")
+        if adam is not None and learning_rate > 0:
+            raise ValidationError("learning_rate", "set either learning_rate or adam (whose "
+                                  "learning_rate applies), not both")
         if self.pending_datums == 0:
             raise NoGradientsError("no gradients accumulated since the last OptimStep; call "
                                    "ForwardBackward first")
-        rate = learning_rate if learning_rate > 0 else learning_rate_at(self.spec.optimizer, self.step)
+        if adam is not None:
+            self.adam_override = adam
+        hyperparameters = self.step_hyperparameters(learning_rate)
         self.memory.start_call()
         with OPTIM_STEP_SECONDS.time():
-            grad_norm, applied = self._clip_and_apply(rate)
+            grad_norm, applied = self._clip_and_apply(hyperparameters)
         count_optimizer_step(applied)
         self.memory.end_call()
         release_step_memory(self.device)
+        rate = hyperparameters.learning_rate
         metrics = {"grad_norm": grad_norm, "learning_rate": rate,
                    "datums": float(self.pending_datums), "skipped_nonfinite": float(not applied)}
         self.pending_datums = 0
@@ -198,12 +209,21 @@ class TrainingSession:
                                grad_norm=grad_norm, learning_rate=rate, metrics=metrics,
                                memory={PEAK_MEMORY: self.memory.end_step()})
 
-    def _clip_and_apply(self, rate: float) -> tuple[float, bool]:
+    def step_hyperparameters(self, learning_rate: float = 0.0) -> AdamStep:
+        """What the next step applies: the last OptimStepRequest.adam, else the spec's config
+        at this step; `learning_rate` > 0 replaces the rate of either."""
+        if self.adam_override is None:
+            return scheduled_adam_step(self.spec.optimizer, self.step, learning_rate)
+        if learning_rate > 0:
+            return dataclasses.replace(self.adam_override, learning_rate=learning_rate)
+        return self.adam_override
+
+    def _clip_and_apply(self, hyperparameters: AdamStep) -> tuple[float, bool]:
         """Every rank applies the same update; (grad norm, applied) of rank 0."""
         if self.replicas:
-            self.replicas.send_all("optim_step", rate)
+            self.replicas.send_all("optim_step", hyperparameters)
         try:
-            outcome = self.apply_update(rate)
+            outcome = self.apply_update(hyperparameters)
         finally:
             remote = self.replicas.receive_all() if self.replicas else []
         if any(other != outcome for other in remote):
@@ -211,13 +231,14 @@ class TrainingSession:
                                f"the others {remote}")
         return outcome
 
-    def apply_update(self, rate: float) -> tuple[float, bool]:
-        """Sum gradients over the group (data-parallel), clip, step AdamW, clear gradients;
-        (global grad norm before clipping, whether the update was applied)."""
+    def apply_update(self, hyperparameters: AdamStep) -> tuple[float, bool]:
+        """Sum gradients over the group (data-parallel), clip, step AdamW with
+        `hyperparameters`, clear gradients; (global grad norm before clipping, whether the
+        update was applied)."""
         if self.group is not None:
             all_reduce_gradients(self.group, self.trainable_parameters())
-        set_learning_rate(self.optimizer, rate)
-        max_norm = self.spec.optimizer.max_grad_norm or math.inf
+        set_hyperparameters(self.optimizer, hyperparameters)
+        max_norm = hyperparameters.max_grad_norm or math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), max_norm))
         applied = math.isfinite(grad_norm)
         if applied:

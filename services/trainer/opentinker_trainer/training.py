@@ -259,6 +259,12 @@ def policy_loss(logprobs_B_T: torch.Tensor, batch: Batch, loss: LossConfig,
             weights_B_T = batch.loss_mask_B_T if weights_B_T is None else weights_B_T
             return losses.gspo(logprobs_B_T, old_B_T, advantages_B_T, weights_B_T,
                                loss.clip_low, loss.clip_high)
+        case LossFunction.IMPORTANCE_SAMPLING:
+            return losses.importance_sampling(logprobs_B_T, old_B_T, advantages_B_T)
+        case LossFunction.CISPO:
+            return losses.cispo(logprobs_B_T, old_B_T, advantages_B_T, loss.clip_low, loss.clip_high)
+        case LossFunction.DRO:
+            return losses.dro(logprobs_B_T, old_B_T, advantages_B_T, loss.dro_beta)
     raise AssertionError(f"unhandled loss function {loss.function}")
 
 

@@ -24,33 +24,35 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$opentinker/common/v1/algorithm.proto\x12\x14opentinker.common.v1\"\x93\x04\n\nLossConfig\x12\x34\n\x08\x66unction\x18\x01 \x01(\x0e\x32\".opentinker.common.v1.LossFunction\x12:\n\x0b\x61ggregation\x18\x02 \x01(\x0e\x32%.opentinker.common.v1.LossAggregation\x12\x10\n\x08\x63lip_low\x18\x03 \x01(\x02\x12\x11\n\tclip_high\x18\x04 \x01(\x02\x12\x13\n\x0b\x64ual_clip_c\x18\x05 \x01(\x02\x12\x16\n\x0etruncation_cap\x18\x06 \x01(\x02\x12\x19\n\x11token_sum_divisor\x18\x07 \x01(\x02\x12\x0f\n\x07kl_coef\x18\x08 \x01(\x02\x12\x37\n\x0ckl_estimator\x18\t \x01(\x0e\x32!.opentinker.common.v1.KlEstimator\x12\x37\n\x0ckl_placement\x18\n \x01(\x0e\x32!.opentinker.common.v1.KlPlacement\x12\x14\n\x0c\x65ntropy_coef\x18\x0b \x01(\x02\x12\x13\n\x0btemperature\x18\x0c \x01(\x02\x12=\n\x0fimportance_mask\x18\r \x01(\x0e\x32$.opentinker.common.v1.ImportanceMask\x12\x1b\n\x13importance_mask_low\x18\x0e \x01(\x02\x12\x1c\n\x14importance_mask_high\x18\x0f \x01(\x02\"w\n\x0f\x41\x64vantageConfig\x12;\n\testimator\x18\x01 \x01(\x0e\x32(.opentinker.common.v1.AdvantageEstimator\x12\x18\n\x10normalize_by_std\x18\x02 \x01(\x08\x12\r\n\x05gamma\x18\x03 \x01(\x02\"\xe3\x01\n\x0fOptimizerConfig\x12\x15\n\rlearning_rate\x18\x01 \x01(\x02\x12\x14\n\x0cweight_decay\x18\x02 \x01(\x02\x12\r\n\x05\x62\x65ta1\x18\x03 \x01(\x02\x12\r\n\x05\x62\x65ta2\x18\x04 \x01(\x02\x12\x0f\n\x07\x65psilon\x18\x05 \x01(\x02\x12\x15\n\rmax_grad_norm\x18\x06 \x01(\x02\x12\x14\n\x0cwarmup_steps\x18\x07 \x01(\x05\x12\x32\n\x08schedule\x18\x08 \x01(\x0e\x32 .opentinker.common.v1.LrSchedule\x12\x13\n\x0btotal_steps\x18\t \x01(\x05\"\xaf\x01\n\tAlgorithm\x12.\n\x04loss\x18\x01 \x01(\x0b\x32 .opentinker.common.v1.LossConfig\x12\x38\n\tadvantage\x18\x02 \x01(\x0b\x32%.opentinker.common.v1.AdvantageConfig\x12\x38\n\toptimizer\x18\x03 \x01(\x0b\x32%.opentinker.common.v1.OptimizerConfig*\xe2\x01\n\x0cLossFunction\x12\x1d\n\x19LOSS_FUNCTION_UNSPECIFIED\x10\x00\x12\x1f\n\x1bLOSS_FUNCTION_CROSS_ENTROPY\x10\x01\x12!\n\x1dLOSS_FUNCTION_POLICY_GRADIENT\x10\x02\x12\x1a\n\x16LOSS_FUNCTION_PPO_CLIP\x10\x03\x12\x1b\n\x17LOSS_FUNCTION_DUAL_CLIP\x10\x04\x12\x1e\n\x1aLOSS_FUNCTION_TRUNCATED_IS\x10\x05\x12\x16\n\x12LOSS_FUNCTION_GSPO\x10\x06*\x9d\x01\n\x0fLossAggregation\x12 \n\x1cLOSS_AGGREGATION_UNSPECIFIED\x10\x00\x12\x1f\n\x1bLOSS_AGGREGATION_TOKEN_MEAN\x10\x01\x12\"\n\x1eLOSS_AGGREGATION_SEQUENCE_MEAN\x10\x02\x12#\n\x1fLOSS_AGGREGATION_TOKEN_SUM_NORM\x10\x03*U\n\x0bKlEstimator\x12\x1c\n\x18KL_ESTIMATOR_UNSPECIFIED\x10\x00\x12\x13\n\x0fKL_ESTIMATOR_K1\x10\x01\x12\x13\n\x0fKL_ESTIMATOR_K3\x10\x02*[\n\x0bKlPlacement\x12\x1c\n\x18KL_PLACEMENT_UNSPECIFIED\x10\x00\x12\x15\n\x11KL_PLACEMENT_LOSS\x10\x01\x12\x17\n\x13KL_PLACEMENT_REWARD\x10\x02*j\n\x0eImportanceMask\x12\x1f\n\x1bIMPORTANCE_MASK_UNSPECIFIED\x10\x00\x12\x19\n\x15IMPORTANCE_MASK_TOKEN\x10\x01\x12\x1c\n\x18IMPORTANCE_MASK_SEQUENCE\x10\x02*\xcd\x01\n\x12\x41\x64vantageEstimator\x12#\n\x1f\x41\x44VANTAGE_ESTIMATOR_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x41\x44VANTAGE_ESTIMATOR_GRPO\x10\x01\x12\x1c\n\x18\x41\x44VANTAGE_ESTIMATOR_RLOO\x10\x02\x12+\n\'ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS\x10\x03\x12)\n%ADVANTAGE_ESTIMATOR_DISCOUNTED_RETURN\x10\x04*s\n\nLrSchedule\x12\x1b\n\x17LR_SCHEDULE_UNSPECIFIED\x10\x00\x12\x18\n\x14LR_SCHEDULE_CONSTANT\x10\x01\x12\x16\n\x12LR_SCHEDULE_LINEAR\x10\x02\x12\x16\n\x12LR_SCHEDULE_COSINE\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$opentinker/common/v1/algorithm.proto\x12\x14opentinker.common.v1\"\xa5\x04\n\nLossConfig\x12\x34\n\x08\x66unction\x18\x01 \x01(\x0e\x32\".opentinker.common.v1.LossFunction\x12:\n\x0b\x61ggregation\x18\x02 \x01(\x0e\x32%.opentinker.common.v1.LossAggregation\x12\x10\n\x08\x63lip_low\x18\x03 \x01(\x02\x12\x11\n\tclip_high\x18\x04 \x01(\x02\x12\x13\n\x0b\x64ual_clip_c\x18\x05 \x01(\x02\x12\x16\n\x0etruncation_cap\x18\x06 \x01(\x02\x12\x19\n\x11token_sum_divisor\x18\x07 \x01(\x02\x12\x0f\n\x07kl_coef\x18\x08 \x01(\x02\x12\x37\n\x0ckl_estimator\x18\t \x01(\x0e\x32!.opentinker.common.v1.KlEstimator\x12\x37\n\x0ckl_placement\x18\n \x01(\x0e\x32!.opentinker.common.v1.KlPlacement\x12\x14\n\x0c\x65ntropy_coef\x18\x0b \x01(\x02\x12\x13\n\x0btemperature\x18\x0c \x01(\x02\x12=\n\x0fimportance_mask\x18\r \x01(\x0e\x32$.opentinker.common.v1.ImportanceMask\x12\x1b\n\x13importance_mask_low\x18\x0e \x01(\x02\x12\x1c\n\x14importance_mask_high\x18\x0f \x01(\x02\x12\x10\n\x08\x64ro_beta\x18\x10 \x01(\x02\"w\n\x0f\x41\x64vantageConfig\x12;\n\testimator\x18\x01 \x01(\x0e\x32(.opentinker.common.v1.AdvantageEstimator\x12\x18\n\x10normalize_by_std\x18\x02 \x01(\x08\x12\r\n\x05gamma\x18\x03 \x01(\x02\"\xe3\x01\n\x0fOptimizerConfig\x12\x15\n\rlearning_rate\x18\x01 \x01(\x02\x12\x14\n\x0cweight_decay\x18\x02 \x01(\x02\x12\r\n\x05\x62\x65ta1\x18\x03 \x01(\x02\x12\r\n\x05\x62\x65ta2\x18\x04 \x01(\x02\x12\x0f\n\x07\x65psilon\x18\x05 \x01(\x02\x12\x15\n\rmax_grad_norm\x18\x06 \x01(\x02\x12\x14\n\x0cwarmup_steps\x18\x07 \x01(\x05\x12\x32\n\x08schedule\x18\x08 \x01(\x0e\x32 .opentinker.common.v1.LrSchedule\x12\x13\n\x0btotal_steps\x18\t \x01(\x05\"\x83\x01\n\x0e\x41\x64\x61mStepParams\x12\x15\n\rlearning_rate\x18\x01 \x01(\x02\x12\r\n\x05\x62\x65ta1\x18\x02 \x01(\x02\x12\r\n\x05\x62\x65ta2\x18\x03 \x01(\x02\x12\x0f\n\x07\x65psilon\x18\x04 \x01(\x02\x12\x14\n\x0cweight_decay\x18\x05 \x01(\x02\x12\x15\n\rmax_grad_norm\x18\x06 \x01(\x02\"\xaf\x01\n\tAlgorithm\x12.\n\x04loss\x18\x01 \x01(\x0b\x32 .opentinker.common.v1.LossConfig\x12\x38\n\tadvantage\x18\x02 \x01(\x0b\x32%.opentinker.common.v1.AdvantageConfig\x12\x38\n\toptimizer\x18\x03 \x01(\x0b\x32%.opentinker.common.v1.OptimizerConfig*\xb9\x02\n\x0cLossFunction\x12\x1d\n\x19LOSS_FUNCTION_UNSPECIFIED\x10\x00\x12\x1f\n\x1bLOSS_FUNCTION_CROSS_ENTROPY\x10\x01\x12!\n\x1dLOSS_FUNCTION_POLICY_GRADIENT\x10\x02\x12\x1a\n\x16LOSS_FUNCTION_PPO_CLIP\x10\x03\x12\x1b\n\x17LOSS_FUNCTION_DUAL_CLIP\x10\x04\x12\x1e\n\x1aLOSS_FUNCTION_TRUNCATED_IS\x10\x05\x12\x16\n\x12LOSS_FUNCTION_GSPO\x10\x06\x12%\n!LOSS_FUNCTION_IMPORTANCE_SAMPLING\x10\x07\x12\x17\n\x13LOSS_FUNCTION_CISPO\x10\x08\x12\x15\n\x11LOSS_FUNCTION_DRO\x10\t*\xb7\x01\n\x0fLossAggregation\x12 \n\x1cLOSS_AGGREGATION_UNSPECIFIED\x10\x00\x12\x1f\n\x1bLOSS_AGGREGATION_TOKEN_MEAN\x10\x01\x12\"\n\x1eLOSS_AGGREGATION_SEQUENCE_MEAN\x10\x02\x12#\n\x1fLOSS_AGGREGATION_TOKEN_SUM_NORM\x10\x03\x12\x18\n\x14LOSS_AGGREGATION_SUM\x10\x04*U\n\x0bKlEstimator\x12\x1c\n\x18KL_ESTIMATOR_UNSPECIFIED\x10\x00\x12\x13\n\x0fKL_ESTIMATOR_K1\x10\x01\x12\x13\n\x0fKL_ESTIMATOR_K3\x10\x02*[\n\x0bKlPlacement\x12\x1c\n\x18KL_PLACEMENT_UNSPECIFIED\x10\x00\x12\x15\n\x11KL_PLACEMENT_LOSS\x10\x01\x12\x17\n\x13KL_PLACEMENT_REWARD\x10\x02*j\n\x0eImportanceMask\x12\x1f\n\x1bIMPORTANCE_MASK_UNSPECIFIED\x10\x00\x12\x19\n\x15IMPORTANCE_MASK_TOKEN\x10\x01\x12\x1c\n\x18IMPORTANCE_MASK_SEQUENCE\x10\x02*\xcd\x01\n\x12\x41\x64vantageEstimator\x12#\n\x1f\x41\x44VANTAGE_ESTIMATOR_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x41\x44VANTAGE_ESTIMATOR_GRPO\x10\x01\x12\x1c\n\x18\x41\x44VANTAGE_ESTIMATOR_RLOO\x10\x02\x12+\n\'ADVANTAGE_ESTIMATOR_REINFORCE_PLUS_PLUS\x10\x03\x12)\n%ADVANTAGE_ESTIMATOR_DISCOUNTED_RETURN\x10\x04*s\n\nLrSchedule\x12\x1b\n\x17LR_SCHEDULE_UNSPECIFIED\x10\x00\x12\x18\n\x14LR_SCHEDULE_CONSTANT\x10\x01\x12\x16\n\x12LR_SCHEDULE_LINEAR\x10\x02\x12\x16\n\x12LR_SCHEDULE_COSINE\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'opentinker.common.v1.algorithm_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LOSSFUNCTION']._serialized_start=1126
-  _globals['_LOSSFUNCTION']._serialized_end=1352
-  _globals['_LOSSAGGREGATION']._serialized_start=1355
-  _globals['_LOSSAGGREGATION']._serialized_end=1512
-  _globals['_KLESTIMATOR']._serialized_start=1514
-  _globals['_KLESTIMATOR']._serialized_end=1599
-  _globals['_KLPLACEMENT']._serialized_start=1601
-  _globals['_KLPLACEMENT']._serialized_end=1692
-  _globals['_IMPORTANCEMASK']._serialized_start=1694
-  _globals['_IMPORTANCEMASK']._serialized_end=1800
-  _globals['_ADVANTAGEESTIMATOR']._serialized_start=1803
-  _globals['_ADVANTAGEESTIMATOR']._serialized_end=2008
-  _globals['_LRSCHEDULE']._serialized_start=2010
-  _globals['_LRSCHEDULE']._serialized_end=2125
+  _globals['_LOSSFUNCTION']._serialized_start=1278
+  _globals['_LOSSFUNCTION']._serialized_end=1591
+  _globals['_LOSSAGGREGATION']._serialized_start=1594
+  _globals['_LOSSAGGREGATION']._serialized_end=1777
+  _globals['_KLESTIMATOR']._serialized_start=1779
+  _globals['_KLESTIMATOR']._serialized_end=1864
+  _globals['_KLPLACEMENT']._serialized_start=1866
+  _globals['_KLPLACEMENT']._serialized_end=1957
+  _globals['_IMPORTANCEMASK']._serialized_start=1959
+  _globals['_IMPORTANCEMASK']._serialized_end=2065
+  _globals['_ADVANTAGEESTIMATOR']._serialized_start=2068
+  _globals['_ADVANTAGEESTIMATOR']._serialized_end=2273
+  _globals['_LRSCHEDULE']._serialized_start=2275
+  _globals['_LRSCHEDULE']._serialized_end=2390
   _globals['_LOSSCONFIG']._serialized_start=63
-  _globals['_LOSSCONFIG']._serialized_end=594
-  _globals['_ADVANTAGECONFIG']._serialized_start=596
-  _globals['_ADVANTAGECONFIG']._serialized_end=715
-  _globals['_OPTIMIZERCONFIG']._serialized_start=718
-  _globals['_OPTIMIZERCONFIG']._serialized_end=945
-  _globals['_ALGORITHM']._serialized_start=948
-  _globals['_ALGORITHM']._serialized_end=1123
+  _globals['_LOSSCONFIG']._serialized_end=612
+  _globals['_ADVANTAGECONFIG']._serialized_start=614
+  _globals['_ADVANTAGECONFIG']._serialized_end=733
+  _globals['_OPTIMIZERCONFIG']._serialized_start=736
+  _globals['_OPTIMIZERCONFIG']._serialized_end=963
+  _globals['_ADAMSTEPPARAMS']._serialized_start=966
+  _globals['_ADAMSTEPPARAMS']._serialized_end=1097
+  _globals['_ALGORITHM']._serialized_start=1100
+  _globals['_ALGORITHM']._serialized_end=1275
 # @@protoc_insertion_point(module_scope)

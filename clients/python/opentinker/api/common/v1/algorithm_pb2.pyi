@@ -15,6 +15,9 @@ class LossFunction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LOSS_FUNCTION_DUAL_CLIP: _ClassVar[LossFunction]
     LOSS_FUNCTION_TRUNCATED_IS: _ClassVar[LossFunction]
     LOSS_FUNCTION_GSPO: _ClassVar[LossFunction]
+    LOSS_FUNCTION_IMPORTANCE_SAMPLING: _ClassVar[LossFunction]
+    LOSS_FUNCTION_CISPO: _ClassVar[LossFunction]
+    LOSS_FUNCTION_DRO: _ClassVar[LossFunction]
 
 class LossAggregation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -22,6 +25,7 @@ class LossAggregation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LOSS_AGGREGATION_TOKEN_MEAN: _ClassVar[LossAggregation]
     LOSS_AGGREGATION_SEQUENCE_MEAN: _ClassVar[LossAggregation]
     LOSS_AGGREGATION_TOKEN_SUM_NORM: _ClassVar[LossAggregation]
+    LOSS_AGGREGATION_SUM: _ClassVar[LossAggregation]
 
 class KlEstimator(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -62,10 +66,14 @@ LOSS_FUNCTION_PPO_CLIP: LossFunction
 LOSS_FUNCTION_DUAL_CLIP: LossFunction
 LOSS_FUNCTION_TRUNCATED_IS: LossFunction
 LOSS_FUNCTION_GSPO: LossFunction
+LOSS_FUNCTION_IMPORTANCE_SAMPLING: LossFunction
+LOSS_FUNCTION_CISPO: LossFunction
+LOSS_FUNCTION_DRO: LossFunction
 LOSS_AGGREGATION_UNSPECIFIED: LossAggregation
 LOSS_AGGREGATION_TOKEN_MEAN: LossAggregation
 LOSS_AGGREGATION_SEQUENCE_MEAN: LossAggregation
 LOSS_AGGREGATION_TOKEN_SUM_NORM: LossAggregation
+LOSS_AGGREGATION_SUM: LossAggregation
 KL_ESTIMATOR_UNSPECIFIED: KlEstimator
 KL_ESTIMATOR_K1: KlEstimator
 KL_ESTIMATOR_K3: KlEstimator
@@ -86,7 +94,7 @@ LR_SCHEDULE_LINEAR: LrSchedule
 LR_SCHEDULE_COSINE: LrSchedule
 
 class LossConfig(_message.Message):
-    __slots__ = ("function", "aggregation", "clip_low", "clip_high", "dual_clip_c", "truncation_cap", "token_sum_divisor", "kl_coef", "kl_estimator", "kl_placement", "entropy_coef", "temperature", "importance_mask", "importance_mask_low", "importance_mask_high")
+    __slots__ = ("function", "aggregation", "clip_low", "clip_high", "dual_clip_c", "truncation_cap", "token_sum_divisor", "kl_coef", "kl_estimator", "kl_placement", "entropy_coef", "temperature", "importance_mask", "importance_mask_low", "importance_mask_high", "dro_beta")
     FUNCTION_FIELD_NUMBER: _ClassVar[int]
     AGGREGATION_FIELD_NUMBER: _ClassVar[int]
     CLIP_LOW_FIELD_NUMBER: _ClassVar[int]
@@ -102,6 +110,7 @@ class LossConfig(_message.Message):
     IMPORTANCE_MASK_FIELD_NUMBER: _ClassVar[int]
     IMPORTANCE_MASK_LOW_FIELD_NUMBER: _ClassVar[int]
     IMPORTANCE_MASK_HIGH_FIELD_NUMBER: _ClassVar[int]
+    DRO_BETA_FIELD_NUMBER: _ClassVar[int]
     function: LossFunction
     aggregation: LossAggregation
     clip_low: float
@@ -117,7 +126,8 @@ class LossConfig(_message.Message):
     importance_mask: ImportanceMask
     importance_mask_low: float
     importance_mask_high: float
-    def __init__(self, function: _Optional[_Union[LossFunction, str]] = ..., aggregation: _Optional[_Union[LossAggregation, str]] = ..., clip_low: _Optional[float] = ..., clip_high: _Optional[float] = ..., dual_clip_c: _Optional[float] = ..., truncation_cap: _Optional[float] = ..., token_sum_divisor: _Optional[float] = ..., kl_coef: _Optional[float] = ..., kl_estimator: _Optional[_Union[KlEstimator, str]] = ..., kl_placement: _Optional[_Union[KlPlacement, str]] = ..., entropy_coef: _Optional[float] = ..., temperature: _Optional[float] = ..., importance_mask: _Optional[_Union[ImportanceMask, str]] = ..., importance_mask_low: _Optional[float] = ..., importance_mask_high: _Optional[float] = ...) -> None: ...
+    dro_beta: float
+    def __init__(self, function: _Optional[_Union[LossFunction, str]] = ..., aggregation: _Optional[_Union[LossAggregation, str]] = ..., clip_low: _Optional[float] = ..., clip_high: _Optional[float] = ..., dual_clip_c: _Optional[float] = ..., truncation_cap: _Optional[float] = ..., token_sum_divisor: _Optional[float] = ..., kl_coef: _Optional[float] = ..., kl_estimator: _Optional[_Union[KlEstimator, str]] = ..., kl_placement: _Optional[_Union[KlPlacement, str]] = ..., entropy_coef: _Optional[float] = ..., temperature: _Optional[float] = ..., importance_mask: _Optional[_Union[ImportanceMask, str]] = ..., importance_mask_low: _Optional[float] = ..., importance_mask_high: _Optional[float] = ..., dro_beta: _Optional[float] = ...) -> None: ...
 
 class AdvantageConfig(_message.Message):
     __slots__ = ("estimator", "normalize_by_std", "gamma")
@@ -150,6 +160,22 @@ class OptimizerConfig(_message.Message):
     schedule: LrSchedule
     total_steps: int
     def __init__(self, learning_rate: _Optional[float] = ..., weight_decay: _Optional[float] = ..., beta1: _Optional[float] = ..., beta2: _Optional[float] = ..., epsilon: _Optional[float] = ..., max_grad_norm: _Optional[float] = ..., warmup_steps: _Optional[int] = ..., schedule: _Optional[_Union[LrSchedule, str]] = ..., total_steps: _Optional[int] = ...) -> None: ...
+
+class AdamStepParams(_message.Message):
+    __slots__ = ("learning_rate", "beta1", "beta2", "epsilon", "weight_decay", "max_grad_norm")
+    LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    BETA1_FIELD_NUMBER: _ClassVar[int]
+    BETA2_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
+    MAX_GRAD_NORM_FIELD_NUMBER: _ClassVar[int]
+    learning_rate: float
+    beta1: float
+    beta2: float
+    epsilon: float
+    weight_decay: float
+    max_grad_norm: float
+    def __init__(self, learning_rate: _Optional[float] = ..., beta1: _Optional[float] = ..., beta2: _Optional[float] = ..., epsilon: _Optional[float] = ..., weight_decay: _Optional[float] = ..., max_grad_norm: _Optional[float] = ...) -> None: ...
 
 class Algorithm(_message.Message):
     __slots__ = ("loss", "advantage", "optimizer")

@@ -120,16 +120,18 @@ class ForwardBackwardResponse(_message.Message):
     def __init__(self, loss: _Optional[float] = ..., metrics: _Optional[_Mapping[str, float]] = ..., num_tokens: _Optional[int] = ..., logprobs: _Optional[_Iterable[_Union[_datum_pb2.TokenLogprobs, _Mapping]]] = ...) -> None: ...
 
 class OptimStepRequest(_message.Message):
-    __slots__ = ("session_id", "lease", "learning_rate", "request_id")
+    __slots__ = ("session_id", "lease", "learning_rate", "request_id", "adam")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ADAM_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     lease: _resources_pb2.LeaseContext
     learning_rate: float
     request_id: str
-    def __init__(self, session_id: _Optional[str] = ..., lease: _Optional[_Union[_resources_pb2.LeaseContext, _Mapping]] = ..., learning_rate: _Optional[float] = ..., request_id: _Optional[str] = ...) -> None: ...
+    adam: _algorithm_pb2.AdamStepParams
+    def __init__(self, session_id: _Optional[str] = ..., lease: _Optional[_Union[_resources_pb2.LeaseContext, _Mapping]] = ..., learning_rate: _Optional[float] = ..., request_id: _Optional[str] = ..., adam: _Optional[_Union[_algorithm_pb2.AdamStepParams, _Mapping]] = ...) -> None: ...
 
 class OptimStepResponse(_message.Message):
     __slots__ = ("step", "policy_version", "grad_norm", "learning_rate", "metrics")
