@@ -93,3 +93,22 @@ def test_the_cli_names_job_states_never_their_numbers(spec_file: Path, capsys) -
     row = next(line for line in listing.splitlines() if line.startswith("job-running"))
     assert row.split()[1:3] == ["RL", "RUNNING"], listing
     assert re.search(r"^state +RUNNING$", got, re.MULTILINE), got
+
+
+def test_jobs_list_and_get_name_a_session_job(capsys) -> None:  # noqa: ANN001
+    with fake_scheduler() as (fake, address):
+        fake.add_job(job_pb2.Job(job_id="job-session", state=job_pb2.Job.STATE_RUNNING,
+                                 spec=job_pb2.JobSpec(type=job_pb2.JOB_TYPE_SESSION)))
+        assert main(["jobs", "list", "--scheduler", address]) == 0
+        listing = capsys.readouterr().out
+        assert main(["jobs", "get", "job-session", "--scheduler", address]) == 0
+        got = capsys.readouterr().out
+    row = next(line for line in listing.splitlines() if line.startswith("job-session"))
+    assert row.split()[1:3] == ["SESSION", "RUNNING"], listing
+    assert re.search(r"^type +SESSION$", got, re.MULTILINE), got
+
+
+def test_workers_role_filter_offers_gateway() -> None:
+    from opentinker.cli.workers import ROLES
+
+    assert ROLES == ["trainer", "rollout", "envhost", "coordinator", "gateway"]

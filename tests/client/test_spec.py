@@ -17,6 +17,12 @@ def test_enum_short_names_expand_to_their_prefixed_values():
     assert spec.policy.algorithm.loss.kl_estimator == algorithm_pb2.KL_ESTIMATOR_K3
 
 
+def test_a_session_spec_parses_with_its_short_type_name():
+    spec = job_spec_from_dict({"type": "SESSION", "policy": {"model": {"builtin": {"name": "tiny-llama"}},
+                                                             "adaptation": {"lora": {"rank": 8}}}})
+    assert spec.type == job_pb2.JOB_TYPE_SESSION and spec.policy.adaptation.lora.rank == 8
+
+
 def test_full_enum_names_and_nested_configs_pass_through():
     spec = job_spec_from_dict({"type": "JOB_TYPE_SFT", "environment": {"config": {"a": {"b": [1, 2]}}}})
     assert spec.type == job_pb2.JOB_TYPE_SFT
@@ -25,7 +31,7 @@ def test_full_enum_names_and_nested_configs_pass_through():
 
 @pytest.mark.parametrize("data, message", [
     ({"training": {"group_sise": 3}}, r"spec\.training\.group_sise: unknown field"),
-    ({"type": "RLX"}, r"spec\.type: 'RLX' is not one of RL, SFT, INFERENCE"),
+    ({"type": "RLX"}, r"spec\.type: 'RLX' is not one of RL, SFT, INFERENCE, SESSION$"),
     ({"training": 5}, r"spec\.training: expected a mapping"),
     ({"training": {"total_steps": "x"}}, r"total_steps"),
     ({"resources": [{"role": "GPU"}]}, r"spec\.resources\[0\]\.role: 'GPU' is not one of"),

@@ -96,5 +96,5 @@ test('specs expand enum short names and name the path of a bad field', () => {
                 (error) => error instanceof SpecError && /^spec\.training\.group_sise: unknown field/.test(error.message));
   assert.throws(() => jobSpecFromObject({ training: { batch_size: 'eight' } }, root),
                 /spec\.training\.batch_size: expected an integer/);
-  assert.throws(() => jobSpecFromObject({ type: 'RLX' }, root), /spec\.type: "RLX" is not one of RL, SFT, INFERENCE/);
+  assert.throws(() => jobSpecFromObject({ type: 'RLX' }, root), /spec\.type: "RLX" is not one of RL, SFT, INFERENCE, SESSION$/);
 });

@@ -120,6 +120,7 @@ class JobLauncher:
             run.end(RunStatus.FAILED, message)
 
     async def _drive(self, job: job_pb2.Job, run: RunState, reporter: SchedulerReporter) -> None:
+        job_plans.check_driven_here(job.spec)
         shown_output = job.spec.inference.output_path or f"{job.job_id}.jsonl"  # as its tenant knows it
         job = confine_job_paths(job, self.config.tenant_areas)  # before anything opens a path
         kind = job.spec.type
@@ -145,11 +146,9 @@ class JobLauncher:
                                                 self.config.checkpoint_dir, job.spec.dataset.messages_field)
                     await run_sft(job_plans.sft_plan(job), SftPorts(trainer=trainer, reporter=reporter, stop=run.stop),
                                   examples)
-                elif kind == job_pb2.JOB_TYPE_INFERENCE:
+                else:  # INFERENCE (check_driven_here refused every other type)
                     plan = dataclasses.replace(job_plans.inference_plan(job), shown_output=shown_output)
                     await run_inference(plan, InferencePorts(rollout=rollout, reporter=reporter, stop=run.stop))
-                else:
-                    raise job_plans.UnsupportedJob(f"job type {job.spec.type} cannot be driven")
             finally:
                 await _close_quietly(trainer, rollout)
 

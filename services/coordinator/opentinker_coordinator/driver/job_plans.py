@@ -39,6 +39,21 @@ class UnsupportedJob(ValueError):
     """The spec asks for something this coordinator cannot drive yet."""
 
 
+DRIVEN_TYPES = (job_pb2.JOB_TYPE_RL, job_pb2.JOB_TYPE_SFT, job_pb2.JOB_TYPE_INFERENCE)
+
+
+def check_driven_here(spec: job_pb2.JobSpec) -> None:
+    """UnsupportedJob for a job type a Coordinator never drives: a SESSION job is the gateway's
+    (the Scheduler places it on a ROLE_GATEWAY worker; reaching a Coordinator is a bug)."""
+    if spec.type == job_pb2.JOB_TYPE_SESSION:
+        raise UnsupportedJob("spec.type: a JOB_TYPE_SESSION job is driven by the Tinker gateway (a ROLE_GATEWAY "
+                             "worker), never by a Coordinator; refusing it")
+    if spec.type not in DRIVEN_TYPES:
+        name = job_pb2.JobType.Name(spec.type) if spec.type in job_pb2.JobType.values() else str(spec.type)
+        raise UnsupportedJob(f"spec.type: {name} is not a job type a Coordinator drives "
+                             "(JOB_TYPE_RL, JOB_TYPE_SFT or JOB_TYPE_INFERENCE)")
+
+
 def rl_plan(job: job_pb2.Job) -> RlPlan:
     training, advantage = job.spec.training, job.spec.policy.algorithm.advantage
     if advantage.estimator not in ESTIMATORS:
