@@ -39,3 +39,18 @@ def test_an_sft_job_defaults_to_cross_entropy():
     job = job_pb2.Job()
     job.spec.type = job_pb2.JOB_TYPE_SFT
     assert loss_config(job).function == algo.LOSS_FUNCTION_CROSS_ENTROPY
+
+
+def test_tinkers_losses_and_the_sum_reduction_reach_the_trainer_as_the_spec_sets_them():
+    """The Trainer accepts what comes out (its own conversion and validation run on it)."""
+    from opentinker_trainer import convert
+
+    dro = loss_config(rl_job(function=algo.LOSS_FUNCTION_DRO, dro_beta=0.05,
+                             aggregation=algo.LOSS_AGGREGATION_SUM))
+    assert (dro.function, dro.aggregation) == (algo.LOSS_FUNCTION_DRO, algo.LOSS_AGGREGATION_SUM)
+    assert abs(dro.dro_beta - 0.05) < 1e-6 and convert.loss_config(dro).dro_beta > 0
+    cispo = loss_config(rl_job(function=algo.LOSS_FUNCTION_CISPO, clip_high=3.0))
+    assert abs(cispo.clip_low - 0.2) < 1e-6 and abs(cispo.clip_high - 3.0) < 1e-6  # 0 = the RL default
+    assert convert.loss_config(cispo).clip_high == 3.0
+    assert convert.loss_config(loss_config(rl_job(
+        function=algo.LOSS_FUNCTION_IMPORTANCE_SAMPLING))).uses_ratio
