@@ -21,11 +21,12 @@ RUN pip install \
         ./services/rollout \
         ./services/envhost \
         ./services/coordinator \
+        ./services/gateway \
     && useradd --create-home --uid 10001 opentinker \
     && mkdir -p /data/checkpoints && chown opentinker /data/checkpoints
 
 USER opentinker
 WORKDIR /home/opentinker
-# 50051 scheduler, 50052 trainer, 50053 rollout, 50054 envhost, 50055 coordinator
-EXPOSE 50051 50052 50053 50054 50055
+# 50051 scheduler, 50052 trainer, 50053 rollout, 50054 envhost, 50055 coordinator, 8100 gateway (HTTP)
+EXPOSE 50051 50052 50053 50054 50055 8100
 CMD ["python", "-m", "opentinker.cli.health_probe", "--help"]

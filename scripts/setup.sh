@@ -14,7 +14,7 @@ echo "==> installing pinned dependencies (requirements/dev.txt)"
 echo "==> installing opentinker and the services (editable)"
 .venv/bin/python -m pip install -q --no-deps -e clients/python \
   -e services/scheduler -e services/trainer -e services/rollout \
-  -e services/envhost -e services/coordinator
+  -e services/envhost -e services/coordinator -e services/gateway
 if command -v node >/dev/null 2>&1; then
   bash scripts/setup_node.sh   # the Node.js client (clients/node) and its test
 else

@@ -40,18 +40,20 @@ def port_args(ports: dict[str, int]) -> list[str]:
 class LocalStack:
     """`opentinker up` in a private state dir; `address(name)` of each service; `down()`."""
 
-    def __init__(self, state_dir: Path, *, dashboard: bool = True) -> None:
+    def __init__(self, state_dir: Path, *, dashboard: bool = True, gateway: bool = False) -> None:
         self.state_dir = state_dir
-        ports = free_ports(len(SERVICES) + 2)
+        ports = free_ports(len(SERVICES) + 3)
         self.ports = dict(zip(SERVICES, ports, strict=False))
-        self.redis_port, self.dashboard_port = ports[-2:]
+        self.redis_port, self.dashboard_port, self.gateway_port = ports[-3:]
         self.dashboard = dashboard
+        self.gateway = gateway
 
     def up(self, timeout: float = 120) -> None:
         """`opentinker up`, allowed `timeout` s in all (a busy machine imports torch slowly)."""
         dashboard = ["--dashboard-port", str(self.dashboard_port)] if self.dashboard else ["--no-dashboard"]
+        gateway = ["--gateway-port", str(self.gateway_port)] if self.gateway else ["--no-gateway"]
         result = run_cli("up", "--state-dir", str(self.state_dir), "--redis-port", str(self.redis_port),
-                         *dashboard, *port_args(self.ports), "--json", "--timeout", str(timeout - 10),
+                         *dashboard, *gateway, *port_args(self.ports), "--json", "--timeout", str(timeout - 10),
                          timeout=timeout)
         if result.returncode != 0:
             raise RuntimeError(f"opentinker up failed ({result.returncode}):\n{result.stderr}\n{self.logs()}")
@@ -64,6 +66,11 @@ class LocalStack:
 
     def address(self, name: str) -> str:
         return f"127.0.0.1:{self.ports[name]}"
+
+    @property
+    def gateway_url(self) -> str:
+        """The Tinker gateway `opentinker up` started (LocalStack(gateway=True))."""
+        return f"http://127.0.0.1:{self.gateway_port}"
 
     @property
     def dashboard_url(self) -> str:

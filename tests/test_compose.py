@@ -156,7 +156,7 @@ def test_redis_is_internal_only_with_a_password_from_a_secret_and_fsyncs_every_w
     assert server_args[server_args.index("--appendfsync") + 1] == "always"
     assert redis["healthcheck"]["test"][0] == "CMD-SHELL"
     assert f'REDISCLI_AUTH="$(cat {SECRET_PATH})" redis-cli ping' in redis["healthcheck"]["test"][1].replace("$$", "$")
-    assert set(compose["services"]) == {"redis", *NAMES, "dashboard"}
+    assert set(compose["services"]) == {"redis", *NAMES, "gateway", "dashboard"}
 
 
 def test_the_dashboard_gets_neither_redis_nor_its_password(compose):
@@ -197,6 +197,23 @@ def test_the_dashboard_reads_the_schedulers_api_and_is_published_on_loopback_onl
 
 def compose_port(name: str) -> int:
     return next(s.default_port for s in SERVICES if s.name == name)
+
+
+def test_the_gateway_gets_the_launchers_variables_and_publishes_its_http_port(compose):
+    from opentinker.cli.topology import DEFAULT_GATEWAY_PORT, gateway_env
+
+    gateway = compose["services"]["gateway"]
+    env = env_of(gateway)
+    expected = gateway_env(host="0.0.0.0", port=DEFAULT_GATEWAY_PORT, scheduler_address="scheduler:50051",
+                           redis_url=f"redis://redis:{REDIS_CONTAINER_PORT}/0", api_key=KEY_FROM_DOT_ENV,
+                           advertise_address=f"gateway:{DEFAULT_GATEWAY_PORT}", tokenizer_dir=env.get(
+                               "OPENTINKER_GATEWAY_TOKENIZER_DIR", ""), redis_password_file=SECRET_PATH)
+    assert env == expected
+    assert command_of(gateway) == ["python", "-m", "opentinker_gateway"]
+    assert gateway["ports"] == [f"{DEFAULT_GATEWAY_PORT}:{DEFAULT_GATEWAY_PORT}"]
+    assert gateway["secrets"] == ["redis_password"]  # API keys are checked against Redis
+    assert gateway["depends_on"]["scheduler"]["condition"] == "service_healthy"
+    assert f"http://127.0.0.1:{DEFAULT_GATEWAY_PORT}/healthz" in " ".join(healthcheck_of(gateway))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -247,7 +264,7 @@ def test_dockerfile_installs_torch_cpu_and_every_package():
     packages = ["clients/python"] + sorted(
         str(p.parent.relative_to(REPO)) for p in (REPO / "services").glob("*/pyproject.toml")
     )
-    assert len(packages) == 1 + len(NAMES)
+    assert len(packages) == 1 + len(NAMES) + 1  # the five services and the Tinker gateway
     for package in packages:
         assert f"./{package}" in dockerfile, f"the image does not install {package}"
     kept = (REPO / ".dockerignore").read_text().splitlines()

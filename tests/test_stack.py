@@ -15,7 +15,7 @@ from tests._stack import SERVICES, free_ports, port_args, run_cli
 
 pytestmark = pytest.mark.timeout(180)
 
-PROCESSES = ("redis", *SERVICES, "dashboard")
+PROCESSES = ("redis", *SERVICES, "gateway", "dashboard")
 UP_BUDGET_S = 30.0
 
 
@@ -365,7 +365,7 @@ def test_external_redis_is_used_and_left_running(tmp_path):
     from opentinker.core.embedded_redis import EmbeddedRedis
 
     state_dir = (tmp_path / "state").resolve()
-    ports = dict(zip((*SERVICES, "dashboard"), free_ports(len(SERVICES) + 1)))
+    ports = dict(zip((*SERVICES, "gateway", "dashboard"), free_ports(len(SERVICES) + 2)))
     with EmbeddedRedis(data_dir=tmp_path / "redis") as external:
         args = ["--state-dir", str(state_dir)]
         try:
@@ -375,7 +375,7 @@ def test_external_redis_is_used_and_left_running(tmp_path):
             assert report["redis"] == {"name": "redis", "address": f"127.0.0.1:{external.port}",
                                        "pid": None, "alive": None, "health": "SERVING"}
             recorded = json.loads((state_dir / "stack.json").read_text())
-            assert [p["name"] for p in recorded["processes"]] == [*SERVICES, "dashboard"]
+            assert [p["name"] for p in recorded["processes"]] == [*SERVICES, "gateway", "dashboard"]
             assert recorded["redis_url"] == external.url
         finally:
             down = run_cli("down", *args, "--timeout", "5")

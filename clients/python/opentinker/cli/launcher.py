@@ -23,7 +23,8 @@ from opentinker.cli.errors import NotRestartable, PortInUse, StartFailed
 from opentinker.cli.health_probe import SERVING, check_health, check_http_health
 from opentinker.cli.ports import port_is_free
 from opentinker.cli.state import ProcessRecord, StackRecord
-from opentinker.cli.topology import AUTO_PORT, DASHBOARD, REDIS, SERVICES, connect_host, service_env
+from opentinker.cli.topology import (AUTO_PORT, DASHBOARD, GATEWAY, REDIS, SERVICES, connect_host, gateway_env,
+                                     service_env)
 from opentinker.client.credentials import ensure_admin_key
 from opentinker.core.redaction import is_secret_key
 
@@ -55,6 +56,8 @@ class UpConfig:
     """Prometheus /metrics port per service name; AUTO_PORT (or absent): picked free at start."""
     dashboard_port: int | None = None
     """The web dashboard's HTTP port (0: a free one); None: no dashboard."""
+    gateway_port: int | None = None
+    """The Tinker gateway's HTTP port (0: a free one); None: no gateway."""
 
 
 class Launcher:
@@ -88,6 +91,8 @@ class Launcher:
             self._start(service.name, [sys.executable, "-m", service.module], env, address,
                         metrics_address=f"{host}:{metrics_ports[service.name]}")
         self._wait_services(progress, [s.name for s in SERVICES])
+        if self.config.gateway_port is not None:
+            self._start_gateway(progress)
         if self.config.dashboard_port is not None:
             self._start_dashboard(progress)
 
@@ -103,9 +108,10 @@ class Launcher:
         for name in services:
             self._start_recorded(by_name[name])
         self._wait_services(progress, services)
-        if DASHBOARD in by_name:
-            self._start_recorded(by_name[DASHBOARD])
-            self._wait_dashboard(progress)
+        for name in (GATEWAY, DASHBOARD):
+            if name in by_name:
+                self._start_recorded(by_name[name])
+                self._wait_http(name, progress)
 
     def stop_started(self) -> None:
         """Stop the processes this launcher started (the rest of a running stack stays)."""
@@ -173,14 +179,26 @@ class Launcher:
                    "--host", self.config.host, "--port", str(port)]
         env = self._base_env() | {"OPENTINKER_API_KEY": self.api_key}
         self._start(DASHBOARD, command, env, f"{connect_host(self.config.host)}:{port}")
-        self._wait_dashboard(progress)
+        self._wait_http(DASHBOARD, progress)
 
-    def _wait_dashboard(self, progress: Progress) -> None:
-        while check_http_health(self._address(DASHBOARD), timeout=0.5) != SERVING:
-            self._fail_if_exited(DASHBOARD)
-            self._fail_if_late([DASHBOARD])
+    def _start_gateway(self, progress: Progress) -> None:
+        """The Tinker gateway, once the Scheduler serves: a GATEWAY worker that drives the SESSION
+        jobs of Tinker training clients; it binds the services' host."""
+        port = self.config.gateway_port or _free_ports(self.config.host, 1, avoid=set())[0]
+        address = f"{connect_host(self.config.host)}:{port}"
+        env = self._base_env() | gateway_env(
+            host=self.config.host, port=port, scheduler_address=self._address("scheduler"),
+            redis_url=self.record.redis_url, api_key=self.api_key, advertise_address=address,
+            tokenizer_dir=str(self.config.state_dir / "gateway" / "tokenizers"))
+        self._start(GATEWAY, [sys.executable, "-m", "opentinker_gateway"], env, address)
+        self._wait_http(GATEWAY, progress)
+
+    def _wait_http(self, name: str, progress: Progress) -> None:
+        while check_http_health(self._address(name), timeout=0.5) != SERVING:
+            self._fail_if_exited(name)
+            self._fail_if_late([name])
             time.sleep(0.1)
-        progress(DASHBOARD, f"http://{self._address(DASHBOARD)}", SERVING, time.monotonic() - self.started_at)
+        progress(name, f"http://{self._address(name)}", SERVING, time.monotonic() - self.started_at)
 
     def _start_redis(self) -> None:
         from opentinker.core.embedded_redis import redis_server_command

@@ -16,7 +16,8 @@ from opentinker.cli.errors import StackError, StartFailed
 from opentinker.cli.health_probe import SERVING
 from opentinker.cli.launcher import UpConfig
 from opentinker.cli.table import format_table
-from opentinker.cli.topology import (DASHBOARD, DEFAULT_DASHBOARD_PORT, DEFAULT_REDIS_PORT, REDIS, SERVICE_NAMES,
+from opentinker.cli.topology import (DASHBOARD, DEFAULT_DASHBOARD_PORT, DEFAULT_GATEWAY_PORT, DEFAULT_REDIS_PORT,
+                                     GATEWAY, REDIS, SERVICE_NAMES,
                                      SERVICES, metrics_url, resolve_metrics_ports, resolve_ports)
 
 EXIT_NO_STACK = 3
@@ -34,8 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     restart = commands.add_parser(
         "restart", help="stop one process of the local stack and start it again (same port, same settings)")
-    restart.add_argument("service", choices=[REDIS, *SERVICE_NAMES, DASHBOARD], metavar="SERVICE",
-                         help="one of: " + ", ".join([REDIS, *SERVICE_NAMES, DASHBOARD]))
+    restart.add_argument("service", choices=[REDIS, *SERVICE_NAMES, GATEWAY, DASHBOARD], metavar="SERVICE",
+                         help="one of: " + ", ".join([REDIS, *SERVICE_NAMES, GATEWAY, DASHBOARD]))
     _add_state_dir(restart)
     restart.add_argument("--timeout", type=float, default=30.0,
                          help="seconds to wait for it to be SERVING again (default 30)")
@@ -75,6 +76,10 @@ def _add_up(up: argparse.ArgumentParser) -> None:
     up.add_argument("--dashboard-port", type=int, default=DEFAULT_DASHBOARD_PORT, metavar="N",
                     help=f"HTTP port of the web dashboard (default {DEFAULT_DASHBOARD_PORT}; 0: a free port)")
     up.add_argument("--no-dashboard", action="store_true", help="do not start the web dashboard")
+    up.add_argument("--gateway-port", type=int, default=DEFAULT_GATEWAY_PORT, metavar="N",
+                    help=f"HTTP port of the Tinker-compatible gateway (default {DEFAULT_GATEWAY_PORT}; 0: a free "
+                         f"port); point the tinker SDK at it with TINKER_BASE_URL")
+    up.add_argument("--no-gateway", action="store_true", help="do not start the Tinker-compatible gateway")
     up.add_argument("--host", default="127.0.0.1",
                     help="address the services bind (default 127.0.0.1)")
     up.add_argument("--timeout", type=float, default=30.0,
@@ -150,8 +155,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     metrics_overrides = {s.name: getattr(args, f"{s.name}_metrics_port") for s in SERVICES}
     config = UpConfig(
         state_dir=args.state_dir, host=args.host, ports=resolve_ports(overrides, args.base_port),
-        port_flags=flags | {REDIS: "--redis-port", DASHBOARD: "--dashboard-port (or --no-dashboard)"},
+        port_flags=flags | {REDIS: "--redis-port", DASHBOARD: "--dashboard-port (or --no-dashboard)",
+                            GATEWAY: "--gateway-port (or --no-gateway)"},
         redis_port=args.redis_port, dashboard_port=None if args.no_dashboard else args.dashboard_port,
+        gateway_port=None if args.no_gateway else args.gateway_port,
         redis_url=args.redis_url, timeout=args.timeout,
         metrics_ports=resolve_metrics_ports(metrics_overrides, args.metrics_base_port),
     )

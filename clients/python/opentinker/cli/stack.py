@@ -19,7 +19,7 @@ from opentinker.cli.health_probe import SERVING, UNREACHABLE, check_health, chec
 from opentinker.cli.launcher import Launcher, Progress, UpConfig
 from opentinker.cli.ports import port_is_free
 from opentinker.cli.state import ProcessRecord, StackRecord
-from opentinker.cli.topology import DASHBOARD, REDIS
+from opentinker.cli.topology import DASHBOARD, GATEWAY, HTTP_PROCESSES, REDIS
 
 log = structlog.get_logger("opentinker.cli")
 
@@ -131,6 +131,8 @@ def check_ports(config: UpConfig) -> None:
         wanted = {REDIS: config.redis_port, **wanted}
     if config.dashboard_port:
         wanted[DASHBOARD] = config.dashboard_port
+    if config.gateway_port:
+        wanted[GATEWAY] = config.gateway_port
     seen: dict[int, str] = {}
     for name, port in wanted.items():
         flag = config.port_flags[name]
@@ -165,7 +167,7 @@ def probe(record: StackRecord, proc: ProcessRecord, timeout: float) -> str:
     """The health of whatever serves `proc`'s recorded address (whichever process that is)."""
     if proc.name == REDIS:
         return _redis_health(record.redis_url, timeout)
-    if proc.name == DASHBOARD:
+    if proc.name in HTTP_PROCESSES:
         return check_http_health(proc.address, timeout=timeout)
     return check_health(proc.address, timeout=timeout)
 

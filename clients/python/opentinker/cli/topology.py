@@ -17,6 +17,11 @@ DEFAULT_REDIS_PORT = 6390
 DASHBOARD = "dashboard"
 DEFAULT_DASHBOARD_PORT = 8080
 """The web dashboard `opentinker up` starts beside the services (a client of the Scheduler)."""
+GATEWAY = "gateway"
+DEFAULT_GATEWAY_PORT = 8100
+"""The Tinker-compatible REST gateway (HTTP) `opentinker up` starts beside the services."""
+HTTP_PROCESSES = (DASHBOARD, GATEWAY)
+"""Processes whose health is GET /healthz (the rest speak gRPC health)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,4 +133,19 @@ def service_env(
         env["OPENTINKER_TENANT_DATA_DIR"] = str(PurePosixPath(checkpoint_dir).parent / "tenants")
     if metrics_ports is not None:
         env[f"{service.env_prefix}METRICS_PORT"] = str(metrics_ports[service.name])
+    return env
+
+
+def gateway_env(*, host: str, port: int, scheduler_address: str, redis_url: str, api_key: str,
+                advertise_address: str, tokenizer_dir: str, redis_password_file: str | None = None) -> dict[str, str]:
+    """The OPENTINKER_* variables of the Tinker gateway (`opentinker up` and docker-compose.yml)."""
+    env = {
+        "OPENTINKER_REDIS_URL": redis_url, "OPENTINKER_API_KEY": api_key,
+        "OPENTINKER_GATEWAY_HOST": host, "OPENTINKER_GATEWAY_PORT": str(port),
+        "OPENTINKER_GATEWAY_SCHEDULER_ADDRESS": scheduler_address,
+        "OPENTINKER_GATEWAY_ADVERTISE_ADDRESS": advertise_address,
+        "OPENTINKER_GATEWAY_TOKENIZER_DIR": tokenizer_dir,
+    }
+    if redis_password_file:
+        env["OPENTINKER_REDIS_PASSWORD_FILE"] = redis_password_file
     return env

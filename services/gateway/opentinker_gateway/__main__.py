@@ -1,0 +1,5 @@
+import sys
+
+from opentinker_gateway.main import main
+
+sys.exit(main())
