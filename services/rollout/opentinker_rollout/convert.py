@@ -328,7 +328,8 @@ def run_episodes_item(result: Trajectory | EpisodeError) -> rollout_pb2.RunEpiso
 def sample_response(results: list[PromptCompletions]) -> rollout_pb2.SampleResponse:
     return rollout_pb2.SampleResponse(results=[
         rollout_pb2.PromptCompletions(prompt_length=result.prompt_length,
-                                      completions=[completion(c) for c in result.completions])
+                                      completions=[completion(c) for c in result.completions],
+                                      prompt_logprobs=result.prompt_logprobs)
         for result in results])
 
 

@@ -62,6 +62,8 @@ class GenerationRequest:
     adapter: str = ""
     """The LoRA adapter to generate with ("" = the model as loaded). Requests with different
     adapters of one base model share a batch: each row runs its own adapter."""
+    prompt_logprobs: bool = False
+    """Also compute each prompt token's logprob (see `Generation.prompt_logprobs`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +73,11 @@ class Generation:
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
     finish_reason: FinishReason
+    prompt_logprobs: tuple[float, ...] = ()
+    """When the request asked for them: per prompt token, log p(prompt[t] | prompt[:t]) under the
+    weights that sampled the first token, at temperature 1 (the model's own log_softmax, whatever
+    the sampling parameters), from an independent float32 forward of the prompt; index 0 is 0 (no
+    context). The same tuple on each of the request's n generations; empty when not asked."""
 
 
 class Engine(Protocol):
@@ -83,6 +90,10 @@ class Engine(Protocol):
     @property
     def eos_token_ids(self) -> tuple[int, ...]:
         """Token ids that always end a generation."""
+
+    @property
+    def supports_prompt_logprobs(self) -> bool:
+        """Whether requests may set `prompt_logprobs`."""
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Generation]]:
         """For each request, its `sampling.n` generations (blocking; runs in a worker thread)."""
@@ -97,6 +108,7 @@ class TokenizerEngineBase:
     tokenizer: Any
     _max_context: int
     _eos_ids: tuple[int, ...]
+    supports_prompt_logprobs: bool = False
 
     @property
     def max_context_length(self) -> int:

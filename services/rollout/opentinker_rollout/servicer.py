@@ -123,7 +123,8 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
                      context: grpc.aio.ServicerContext) -> pb.SampleResponse:
         await self._job_token(context, policy_id=request.policy_id)
         policy = self.registry.get(request.policy_id)
-        results = await sample(policy, convert.prompts(request), convert.sampling_config(request.sampling))
+        results = await sample(policy, convert.prompts(request), convert.sampling_config(request.sampling),
+                               prompt_logprobs=request.prompt_logprobs)
         return convert.sample_response(results)
 
     async def RunEpisodes(self, request: pb.RunEpisodesRequest,

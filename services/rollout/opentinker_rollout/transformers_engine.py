@@ -11,6 +11,13 @@ token, stop string, max_new_tokens, context window) and leave the batch and the 
 Two ways in: `generate(requests)` decodes a batch of its own to the end; `advance(admit)` is
 continuous batching for the batcher: one step of the engine's running batch, which admitted
 requests join at once (see `opentinker_rollout.decode_batch`).
+
+Prompt logprobs (`GenerationRequest.prompt_logprobs`) come from a forward of their own, when the
+request is admitted (the weights that sample its first token): the prompt alone, no KV cache
+shared with any row, all positions' logits in float32, temperature 1 (`opentinker.ml.logprobs`,
+the Trainer's convention). Each distinct (adapter, prompt) of a step is computed once, several
+left-padded in one forward up to `PROMPT_LOGPROB_TOKENS` padded tokens. The decode path is not
+touched: requests without them cost nothing more.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
+from opentinker.ml.logprobs import logprobs_from_logits
 from opentinker_rollout.engine import (
     FinishReason,
     Generation,
@@ -29,11 +37,14 @@ from opentinker_rollout.engine import (
     TokenizerEngineBase,
     derive_seed,
 )
-from opentinker_rollout.decode_batch import DecodeBatch
+from opentinker_rollout.decode_batch import DecodeBatch, PromptKey, left_pad
 from opentinker_rollout.sampling import row_params, sample_tokens
 
 BASE_ADAPTER = "__base__"
 """peft's name for "no adapter" in a mixed-adapter batch."""
+PROMPT_LOGPROB_TOKENS = 2048
+"""Most padded prompt tokens in one prompt-logprob forward (bounds its [B, T, V] float32 logits;
+a longer prompt goes alone)."""
 
 _registered_parameters = [0]
 """Parameters registered on any module of this process so far (torch's global hook): a model
@@ -64,6 +75,7 @@ class _Row:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish: FinishReason | None = None
+    prompt_logprobs: tuple[float, ...] = ()
 
     @property
     def finished(self) -> bool:
@@ -71,11 +83,14 @@ class _Row:
 
     def result(self) -> Generation:
         return Generation(token_ids=tuple(self.token_ids), logprobs=tuple(self.logprobs),
-                          finish_reason=self.finish or self.budget_reason)
+                          finish_reason=self.finish or self.budget_reason,
+                          prompt_logprobs=self.prompt_logprobs)
 
 
 class TransformersEngine(TokenizerEngineBase):
     """Engine over a (possibly peft-wrapped) transformers causal LM and its tokenizer."""
+
+    supports_prompt_logprobs = True
 
     def __init__(self, model: torch.nn.Module, tokenizer: object, *,
                  max_context_length: int | None = None,
@@ -97,6 +112,7 @@ class TransformersEngine(TokenizerEngineBase):
         rows_per_request = [self._rows(request) for request in requests]
         batch = self._decode_batch()
         with torch.inference_mode():
+            self._attach_prompt_logprobs(list(zip(requests, rows_per_request, strict=True)))
             batch.advance([row for group in rows_per_request for row in group if not row.finished])
             while len(batch):
                 batch.advance([])
@@ -117,6 +133,7 @@ class TransformersEngine(TokenizerEngineBase):
             self._open[key] = self._rows(request)
             new_rows += [row for row in self._open[key] if not row.finished]
         with torch.inference_mode():
+            self._attach_prompt_logprobs([(request, self._open[key]) for key, request in admit])
             self._running.advance(new_rows)
         done = [key for key, rows in self._open.items() if all(row.finished for row in rows)]
         return [(key, [row.result() for row in self._open.pop(key)]) for key in done]
@@ -157,6 +174,40 @@ class TransformersEngine(TokenizerEngineBase):
                             position_ids=positions.to(device), past_key_values=cache,
                             use_cache=True, logits_to_keep=1, **extra)
         return output.logits[:, -1, :].float().cpu()
+
+    def _attach_prompt_logprobs(self, requests: Sequence[tuple[GenerationRequest, list[_Row]]]) -> None:
+        """Give the rows of each request that asks for them its prompt's logprobs."""
+        keys = list(dict.fromkeys((request.adapter, request.prompt_ids)
+                                  for request, _ in requests if request.prompt_logprobs))
+        if not keys:
+            return
+        computed = self._prompt_logprobs(keys)
+        for request, rows in requests:
+            if request.prompt_logprobs:
+                for row in rows:
+                    row.prompt_logprobs = computed[request.adapter, request.prompt_ids]
+
+    def _prompt_logprobs(self, keys: list[PromptKey]) -> dict[PromptKey, tuple[float, ...]]:
+        """Each (adapter, prompt)'s per-token logprobs, index 0 = 0, from forwards of their own."""
+        computed: dict[PromptKey, tuple[float, ...]] = {}
+        for chunk in _token_bounded_chunks(keys, PROMPT_LOGPROB_TOKENS):
+            input_ids, attention, positions = left_pad([prompt for _, prompt in chunk], self._pad_id)
+            logits_B_T_V = self._all_logits(input_ids, attention, positions, [adapter for adapter, _ in chunk])
+            logprobs_B_T = logprobs_from_logits(logits_B_T_V, input_ids.to(logits_B_T_V.device),
+                                                attention.to(logits_B_T_V.device)).cpu()
+            for row, key in enumerate(chunk):
+                computed[key] = tuple(logprobs_B_T[row, input_ids.shape[1] - len(key[1]):].tolist())
+        return computed
+
+    def _all_logits(self, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor,
+                    adapters: Sequence[str]) -> torch.Tensor:
+        """float32 logits [B, T, V] of every position of left-padded prompts, no cache."""
+        device = self.model.device
+        names = None if not any(adapters) else [adapter or BASE_ADAPTER for adapter in adapters]
+        extra = {} if names is None else {"adapter_names": names}
+        output = self.model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                            position_ids=positions.to(device), use_cache=False, **extra)
+        return output.logits.float()
 
     def _rows(self, request: GenerationRequest) -> list[_Row]:
         sampling = request.sampling
@@ -201,6 +252,22 @@ def _adapters(rows: Sequence[_Row]) -> list[str] | None:
     if not any(row.adapter for row in rows):
         return None
     return [row.adapter or BASE_ADAPTER for row in rows]
+
+
+def _token_bounded_chunks(keys: list[PromptKey], max_tokens: int) -> list[list[PromptKey]]:
+    """Consecutive groups of prompts whose padded size (count x longest) stays within
+    `max_tokens`; a longer prompt is a group of its own."""
+    chunks: list[list[PromptKey]] = []
+    longest = 0
+    for key in keys:
+        widest = max(longest, len(key[1]))
+        if chunks and widest * (len(chunks[-1]) + 1) <= max_tokens:
+            chunks[-1].append(key)
+            longest = widest
+        else:
+            chunks.append([key])
+            longest = len(key[1])
+    return chunks
 
 
 def _base_config(model: torch.nn.Module) -> object:

@@ -62,6 +62,11 @@ Sources (read through the stored public copies of vllm-project/vllm):
   lora_path)`; engine options `enable_lora`, `max_lora_rank`, `max_loras`),
   `vllm/v1/core/sched/utils.py` (`check_stop`: stop tokens are checked before the length cap).
 
+Prompt logprobs (`GenerationRequest.prompt_logprobs`) are not offered (`supports_prompt_logprobs`
+is False; the Sample RPC answers FAILED_PRECONDITION before queuing): vLLM's `prompt_logprobs`
+option could give them, but whether its values honour `logprobs_mode` and the request's
+temperature cannot be checked here, and the contract is the model's temperature-1 distribution.
+
 Known gaps against TransformersEngine (none verifiable here, where vllm is not installed):
 temperatures in (0, 0.01) are raised to 0.01 by vLLM, and recent versions reject
 temperatures above 2; vLLM's top-k keeps every token tied with the k-th logit (ours keeps
@@ -304,6 +309,9 @@ class VllmEngine(TokenizerEngineBase):
     def _samples(self, request: GenerationRequest) -> list[_Sample]:
         if not request.prompt_ids:
             raise ValueError("VllmEngine needs a non-empty prompt (vLLM rejects empty ones)")
+        if request.prompt_logprobs:
+            raise ValueError("VllmEngine does not return prompt logprobs (supports_prompt_logprobs is "
+                             "False); use TransformersEngine")
         sampling = request.sampling
         room = self._max_context - len(request.prompt_ids)
         hit_context = token_budget(sampling.max_new_tokens, room)[1]

@@ -124,14 +124,16 @@ class ChatMessages(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...
 
 class SampleRequest(_message.Message):
-    __slots__ = ("policy_id", "prompts", "sampling")
+    __slots__ = ("policy_id", "prompts", "sampling", "prompt_logprobs")
     POLICY_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPTS_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     policy_id: str
     prompts: _containers.RepeatedCompositeFieldContainer[Prompt]
     sampling: _sampling_pb2.SamplingParams
-    def __init__(self, policy_id: _Optional[str] = ..., prompts: _Optional[_Iterable[_Union[Prompt, _Mapping]]] = ..., sampling: _Optional[_Union[_sampling_pb2.SamplingParams, _Mapping]] = ...) -> None: ...
+    prompt_logprobs: bool
+    def __init__(self, policy_id: _Optional[str] = ..., prompts: _Optional[_Iterable[_Union[Prompt, _Mapping]]] = ..., sampling: _Optional[_Union[_sampling_pb2.SamplingParams, _Mapping]] = ..., prompt_logprobs: _Optional[bool] = ...) -> None: ...
 
 class Completion(_message.Message):
     __slots__ = ("tokens", "logprobs", "text", "stop_reason", "policy_version")
@@ -148,12 +150,14 @@ class Completion(_message.Message):
     def __init__(self, tokens: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., text: _Optional[str] = ..., stop_reason: _Optional[_Union[_trajectory_pb2.StopReason, str]] = ..., policy_version: _Optional[int] = ...) -> None: ...
 
 class PromptCompletions(_message.Message):
-    __slots__ = ("completions", "prompt_length")
+    __slots__ = ("completions", "prompt_length", "prompt_logprobs")
     COMPLETIONS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     completions: _containers.RepeatedCompositeFieldContainer[Completion]
     prompt_length: int
-    def __init__(self, completions: _Optional[_Iterable[_Union[Completion, _Mapping]]] = ..., prompt_length: _Optional[int] = ...) -> None: ...
+    prompt_logprobs: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, completions: _Optional[_Iterable[_Union[Completion, _Mapping]]] = ..., prompt_length: _Optional[int] = ..., prompt_logprobs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class SampleResponse(_message.Message):
     __slots__ = ("results",)
