@@ -110,6 +110,12 @@ async def session_heartbeat(request: web.Request) -> web.Response:
     return web.json_response({"type": "session_heartbeat"})
 
 
+async def finish_session(request: web.Request) -> web.Response:
+    caller = await _caller(request)
+    await request.app[SERVICE].finish_session(caller, request.match_info["session_id"])
+    return web.json_response({})
+
+
 async def server_capabilities(request: web.Request) -> web.Response:
     await _caller(request)
     models = [{"model_name": name, "trainable": True, "sampleable": True} for name in sorted(request.app[SERVICE].catalog)]
@@ -149,7 +155,7 @@ async def forward_backward(request: web.Request) -> web.Response:
         message.ParseFromString(_decompressed(await request.read(), request.headers.get("Content-Encoding", "")))
     except DecodeError:
         raise BadRequest("the body is not a ForwardBackwardRequest protobuf") from None
-    return _future(request.app[SERVICE].forward_backward(caller, message), model_id=message.model_id)
+    return _future(await request.app[SERVICE].forward_backward(caller, message), model_id=message.model_id)
 
 
 def _decompressed(body: bytes, encoding: str) -> bytes:
@@ -163,22 +169,22 @@ def _decompressed(body: bytes, encoding: str) -> bytes:
 
 async def optim_step(request: web.Request) -> web.Response:
     caller, body = await _caller(request), await _json(request)
-    return _future(request.app[SERVICE].optim_step(caller, body), model_id=body.get("model_id"))
+    return _future(await request.app[SERVICE].optim_step(caller, body), model_id=body.get("model_id"))
 
 
 async def save_weights(request: web.Request) -> web.Response:
     caller, body = await _caller(request), await _json(request)
-    return _future(request.app[SERVICE].save_weights(caller, body), model_id=body.get("model_id"))
+    return _future(await request.app[SERVICE].save_weights(caller, body), model_id=body.get("model_id"))
 
 
 async def load_weights(request: web.Request) -> web.Response:
     caller, body = await _caller(request), await _json(request)
-    return _future(request.app[SERVICE].load_weights(caller, body), model_id=body.get("model_id"))
+    return _future(await request.app[SERVICE].load_weights(caller, body), model_id=body.get("model_id"))
 
 
 async def save_for_sampler(request: web.Request) -> web.Response:
     caller, body = await _caller(request), await _json(request)
-    return _future(request.app[SERVICE].save_for_sampler(caller, body), model_id=body.get("model_id"))
+    return _future(await request.app[SERVICE].save_for_sampler(caller, body), model_id=body.get("model_id"))
 
 
 # ---------------------------------------------------------------- sampling
@@ -315,7 +321,7 @@ POSTS = {
     "forward_backward": forward_backward, "optim_step": optim_step, "save_weights": save_weights,
     "load_weights": load_weights, "save_weights_for_sampler": save_for_sampler,
     "create_sampling_session": create_sampling_session, "asample": asample, "retrieve_future": retrieve_future,
-    "weights_info": weights_info,
+    "weights_info": weights_info, "sessions/{session_id}/finish": finish_session,
 }
 GETS = {
     "get_server_capabilities": server_capabilities, "samplers/{sampler_id}": get_sampler,

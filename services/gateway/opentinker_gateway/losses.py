@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from opentinker_gateway.errors import BadRequest
 
-DEFAULT_CLIP_LOW_THRESHOLD = 0.8
-DEFAULT_CLIP_HIGH_THRESHOLD = 1.2
+DEFAULT_THRESHOLDS = {"ppo": (0.8, 1.2), "cispo": (0.0, 4.0)}
+"""Tinker's default (clip_low_threshold, clip_high_threshold) per loss."""
 
 
 @dataclass(frozen=True)
@@ -53,14 +53,18 @@ def loss_config(loss: TinkerLoss, config: Mapping[str, float | str] | None) -> d
     """The Trainer's LossConfig fields for `loss` with Tinker's loss_fn_config applied."""
     values = _numbers(loss, config or {})
     fields: dict = {"function": loss.function, "aggregation": "LOSS_AGGREGATION_SUM"}
-    if loss.name in ("ppo", "cispo"):
-        low = values.get("clip_low_threshold", DEFAULT_CLIP_LOW_THRESHOLD)
-        high = values.get("clip_high_threshold", DEFAULT_CLIP_HIGH_THRESHOLD)
+    if loss.name in DEFAULT_THRESHOLDS:
+        default_low, default_high = DEFAULT_THRESHOLDS[loss.name]
+        low = values.get("clip_low_threshold", default_low)
+        high = values.get("clip_high_threshold", default_high)
         if not 0 <= low <= 1 <= high:
             raise BadRequest(f"loss_fn_config: {loss.name} needs 0 <= clip_low_threshold <= 1 <= "
                              f"clip_high_threshold, got {low:g} and {high:g}")
         fields |= {"clip_low": 1.0 - low, "clip_high": high - 1.0}
-    if loss.name == "dro" and "beta" in values:
+    if loss.name == "dro":
+        if values.get("beta", 0.0) <= 0:
+            raise BadRequest("loss_fn_config: dro needs beta > 0 (the weight of its (logp - logp_sampling)^2 "
+                             "penalty), e.g. loss_fn_config={'beta': 0.05}")
         fields["dro_beta"] = values["beta"]
     return fields
 

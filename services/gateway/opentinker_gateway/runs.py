@@ -29,10 +29,12 @@ LORA_ALPHA = 32.0
 
 
 class SeqTurns:
-    """Runs calls in seq_id order: seq k waits until every seq below it has finished."""
+    """Runs calls in seq_id order: seq k waits until every seq below it has finished or was
+    skipped (a request refused before it started still used its number on the client)."""
 
     def __init__(self, first: int = 1) -> None:
         self.next = first
+        self._finished: set[int] = set()
         self._changed = asyncio.Condition()
 
     @asynccontextmanager
@@ -48,9 +50,18 @@ class SeqTurns:
         try:
             yield
         finally:
-            async with self._changed:
-                self.next = max(self.next, seq_id + 1)
-                self._changed.notify_all()
+            await self.finish(seq_id)
+
+    async def finish(self, seq_id: int | None) -> None:
+        """Count `seq_id` as done (also for a request refused before it ran)."""
+        if not seq_id:
+            return
+        async with self._changed:
+            self._finished.add(seq_id)
+            while self.next in self._finished:
+                self._finished.discard(self.next)
+                self.next += 1
+            self._changed.notify_all()
 
 
 @dataclass(eq=False)

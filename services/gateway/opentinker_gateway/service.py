@@ -64,6 +64,12 @@ class GatewayService:
     def heartbeat(self, caller: Caller, session_id: str) -> None:
         self.sessions.heartbeat(caller.tenant_id, session_id)
 
+    async def finish_session(self, caller: Caller, session_id: str) -> None:
+        """The client closed its ServiceClient: its runs end (their jobs succeed)."""
+        session = self.sessions.finish(caller.tenant_id, session_id)
+        for run in self.runs.of_session(session.session_id):
+            await self.close_run(run, "the client closed its session")
+
     async def end_expired_sessions(self) -> None:
         for session in self.sessions.expired():
             log.info("session_expired", session_id=session.session_id, tenant_id=session.tenant_id)
@@ -171,23 +177,31 @@ class GatewayService:
         return self.futures.submit(caller.tenant_id, kind, in_turn(),
                                    dedupe_key=f"{run.model_id}/{seq_id}" if seq_id else "")
 
-    def forward_backward(self, caller: Caller, request: wire.ForwardBackwardRequest) -> str:
+    async def refused(self, run: TrainingRun, seq_id: int | None, check: Callable[[], Any]) -> Any:
+        """`check()`; when it refuses the request (a 400 now, not in the future), the request's
+        seq_id still counts as done so the calls after it run."""
+        try:
+            return check()
+        except GatewayError:
+            await run.turns.finish(seq_id)
+            raise
+
+    async def forward_backward(self, caller: Caller, request: wire.ForwardBackwardRequest) -> str:
         run = self.runs.get(caller.tenant_id, request.model_id)
-        training.loss_of(request)  # an unknown loss or config key is a 400 now, not in the future
+        await self.refused(run, request.seq_id, lambda: training.datums.prepare(request.data, training.loss_of(request)[0]))
         kind = "Forward" if request.forward_only else "ForwardBackward"
         return self.submit_ordered(caller, run, kind, request.seq_id,
                                    lambda rid: training.forward_backward(run, request, rid))
 
-    def optim_step(self, caller: Caller, body: dict) -> str:
+    async def optim_step(self, caller: Caller, body: dict) -> str:
         run = self.runs.get(caller.tenant_id, str(body.get("model_id", "")))
-        adam = training.adam_params(body)
+        adam = await self.refused(run, body.get("seq_id"), lambda: training.adam_params(body))
         return self.submit_ordered(caller, run, "OptimStep", body.get("seq_id"),
                                    lambda rid: training.optim_step(run, adam, rid))
 
-    def save_weights(self, caller: Caller, body: dict) -> str:
+    async def save_weights(self, caller: Caller, body: dict) -> str:
         run = self.runs.get(caller.tenant_id, str(body.get("model_id", "")))
-        name = training.checkpoint_name(body.get("path"), f"step-{run.step:06d}")
-        training.expiry(body.get("ttl_seconds"))
+        name = await self.refused(run, body.get("seq_id"), lambda: _checked_name(body, f"step-{run.step:06d}"))
 
         async def work(rid: str) -> dict:
             record = await training.save_checkpoint(run, self.records, kind="training", name=name,
@@ -198,7 +212,7 @@ class GatewayService:
 
         return self.submit_ordered(caller, run, "SaveWeights", body.get("seq_id"), work)
 
-    def load_weights(self, caller: Caller, body: dict) -> str:
+    async def load_weights(self, caller: Caller, body: dict) -> str:
         path, with_optimizer = str(body.get("path", "")), bool(body.get("optimizer"))
         if body.get("session_id"):
             return self._create_via_load(caller, body, path, with_optimizer)
@@ -233,11 +247,10 @@ class GatewayService:
                                                     keep_optimizer=with_optimizer)
         run.step = int(session.step)
 
-    def save_for_sampler(self, caller: Caller, body: dict) -> str:
+    async def save_for_sampler(self, caller: Caller, body: dict) -> str:
         run = self.runs.get(caller.tenant_id, str(body.get("model_id", "")))
         named = body.get("path") is not None
-        name = training.checkpoint_name(body.get("path"), "ephemeral") if named else ""
-        training.expiry(body.get("ttl_seconds"))
+        name = await self.refused(run, body.get("seq_id"), lambda: _checked_name(body, "ephemeral") if named else "")
 
         async def work(rid: str) -> dict:
             policy = await self._snapshot_policy(run)
@@ -328,6 +341,11 @@ class GatewayService:
     def sampler_info(self, caller: Caller, sampler_id: str) -> dict:
         sampler = self.samplers.get(caller.tenant_id, sampler_id)
         return {"sampler_id": sampler.sampler_id, "base_model": sampler.base_model, "model_path": sampler.model_path}
+
+
+def _checked_name(body: dict, fallback: str) -> str:
+    training.expiry(body.get("ttl_seconds"))
+    return training.checkpoint_name(body.get("path"), fallback)
 
 
 def _prompt_tokens(prompt: dict) -> list[int]:

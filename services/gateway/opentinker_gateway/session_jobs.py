@@ -23,7 +23,7 @@ from opentinker.api.scheduler.v1 import job_pb2
 from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from opentinker.core.auth_interceptor import authenticated_channel
-from opentinker.core.job_tokens import job_token_of
+from opentinker.core.job_tokens import JOB_TOKEN_METADATA_KEY, job_token_of
 from opentinker.core.worker_agent import WorkerAgent
 from opentinker_gateway.backend import Placement, gateway_error
 from opentinker_gateway.errors import GatewayError, Unavailable
@@ -42,6 +42,7 @@ class SessionJobs:
         self.on_stop: StopCallback | None = None
         self._known: set[str] = set()
         self._driver: dict[str, resources_pb2.LeaseContext] = {}
+        self._tokens: dict[str, str] = {}
         self._tenant_channel = authenticated_channel(scheduler_address, "")
         self._tenant_stub = pb_grpc.SchedulerServiceStub(self._tenant_channel)
         self._admin_channel = authenticated_channel(scheduler_address, api_key)
@@ -74,14 +75,15 @@ class SessionJobs:
             raise
 
     async def finish(self, job_id: str, *, succeeded: bool, message: str) -> None:
-        lease = self._driver.pop(job_id, None)
+        lease, token = self._driver.pop(job_id, None), self._tokens.pop(job_id, "")
         self._known.discard(job_id)
         if lease is None:
             return
         state = job_pb2.Job.STATE_SUCCEEDED if succeeded else job_pb2.Job.STATE_FAILED
         request = pb.FinishJobRequest(lease=lease, final_state=state, message=message, request_id=uuid.uuid4().hex)
+        metadata = ((JOB_TOKEN_METADATA_KEY, token),) if token else ()
         try:
-            await self._admin_stub.FinishJob(request, timeout=10)
+            await self._admin_stub.FinishJob(request, timeout=10, metadata=metadata)
         except grpc.aio.AioRpcError as error:
             log.warning("finish_failed", job_id=job_id, code=error.code().name, details=error.details())
 
@@ -104,6 +106,7 @@ class SessionJobs:
                                                            resources_pb2.ROLE_GATEWAY} <= roles.keys():
                 driver = roles[resources_pb2.ROLE_GATEWAY].lease
                 self._driver[job_id] = driver
+                self._tokens[job_id] = job_token_of(job)
                 return _placement_of(job, roles), driver
             await asyncio.sleep(POLL_SECONDS)
 
@@ -129,12 +132,14 @@ class SessionJobs:
             return
         log.warning("unknown_session_job", job_id=job_id)
         self._driver[job_id] = assignment.lease
+        self._tokens[job_id] = assignment.job_token
         await self.finish(job_id, succeeded=False, message="the gateway that drove this Tinker session "
                           "restarted; the session's client state is gone (create a new training client, "
                           "e.g. from its last saved state)")
 
     async def _stopped(self, job_id: str) -> None:
         self._driver.pop(job_id, None)
+        self._tokens.pop(job_id, None)
         if job_id in self._known and self.on_stop is not None:
             self._known.discard(job_id)
             await self.on_stop(job_id)

@@ -52,6 +52,11 @@ class ClientSessions:
         session.last_heartbeat = self.clock()
         return session
 
+    def finish(self, tenant_id: str, session_id: str) -> ClientSession:
+        session = self.get(tenant_id, session_id)
+        del self._sessions[session_id]
+        return session
+
     def expired(self) -> list[ClientSession]:
         """Remove and return the sessions whose heartbeat is overdue."""
         now = self.clock()

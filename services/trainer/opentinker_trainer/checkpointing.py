@@ -100,8 +100,9 @@ def _adam_override_state(adam: AdamStep | None) -> dict[str, float] | None:
     return None if adam is None else dataclasses.asdict(adam)
 
 
-def load_checkpoint(session: TrainingSession, root: Path, checkpoint_id: str) -> bytes:
-    """Load a checkpoint into the session; the stored data cursor (empty if none)."""
+def load_checkpoint(session: TrainingSession, root: Path, checkpoint_id: str, *, weights_only: bool = False) -> bytes:
+    """Load a checkpoint into the session; the stored data cursor (empty if none). weights_only:
+    the weights alone, with the optimizer's state cleared (the step and RNG stay the session's)."""
     manifest = _read_manifest(root, checkpoint_id)
     _check_compatible(session, manifest)
     directory = checkpoints.checkpoint_path(root, checkpoint_id)
@@ -109,13 +110,13 @@ def load_checkpoint(session: TrainingSession, root: Path, checkpoint_id: str) ->
     session.optimizer.zero_grad(set_to_none=True)
     session.pending_datums = 0
     cursor = b""
-    if manifest.format == CheckpointFormat.TRAINING_STATE:
+    if manifest.format == CheckpointFormat.TRAINING_STATE and not weights_only:
         cursor = _restore_training_state(session, directory / checkpoints.TRAINING_STATE_FILE)
     else:
         session.optimizer.state.clear()
     session.policy_version = max(session.policy_version, manifest.policy_version) + 1
     if session.replicas:
-        session.replicas.call_all("load_checkpoint", checkpoint_id)
+        session.replicas.call_all("load_checkpoint", checkpoint_id, weights_only)
     return cursor
 
 

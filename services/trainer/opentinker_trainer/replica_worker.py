@@ -58,6 +58,6 @@ def _handlers(session: Any, checkpoint_root: Path) -> dict[str, Callable[..., An
         "optim_step": session.apply_update,
         "rng_state": lambda: session.rng_state,
         "parameters_digest": session.parameters_digest,
-        "load_checkpoint": lambda checkpoint_id: load_checkpoint(session, checkpoint_root,
-                                                                 checkpoint_id),
+        "load_checkpoint": lambda checkpoint_id, weights_only=False: load_checkpoint(
+            session, checkpoint_root, checkpoint_id, weights_only=weights_only),
     }

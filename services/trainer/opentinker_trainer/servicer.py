@@ -173,7 +173,8 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
         await self._job_token(context, lease=request.lease, session_id=request.session_id)
 
         def work(session: Any) -> tuple[bytes, Any]:
-            cursor = load_checkpoint(session, self.registry.checkpoint_root, request.checkpoint_id)
+            cursor = load_checkpoint(session, self.registry.checkpoint_root, request.checkpoint_id,
+                                     weights_only=request.weights_only)
             return cursor, session.view()
         cursor, view = await self.registry.run(request.session_id, convert.lease(request.lease), work)
         return pb.LoadCheckpointResponse(session=convert.session_message(view), data_cursor=cursor)

@@ -213,14 +213,16 @@ class SaveCheckpointResponse(_message.Message):
     def __init__(self, checkpoint: _Optional[_Union[Checkpoint, _Mapping]] = ...) -> None: ...
 
 class LoadCheckpointRequest(_message.Message):
-    __slots__ = ("session_id", "lease", "checkpoint_id")
+    __slots__ = ("session_id", "lease", "checkpoint_id", "weights_only")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_ONLY_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     lease: _resources_pb2.LeaseContext
     checkpoint_id: str
-    def __init__(self, session_id: _Optional[str] = ..., lease: _Optional[_Union[_resources_pb2.LeaseContext, _Mapping]] = ..., checkpoint_id: _Optional[str] = ...) -> None: ...
+    weights_only: bool
+    def __init__(self, session_id: _Optional[str] = ..., lease: _Optional[_Union[_resources_pb2.LeaseContext, _Mapping]] = ..., checkpoint_id: _Optional[str] = ..., weights_only: _Optional[bool] = ...) -> None: ...
 
 class LoadCheckpointResponse(_message.Message):
     __slots__ = ("session", "data_cursor")

@@ -1,0 +1,74 @@
+"""One live stack with the Tinker gateway (auth on) and two tenants, for the real tinker SDK."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from tests._stack import LocalStack
+
+tinker = pytest.importorskip("tinker", reason="the tinker SDK is a dev dependency (requirements/dev.txt)")
+
+
+@dataclass(frozen=True)
+class GatewayStack:
+    stack: LocalStack
+    url: str
+    acme_key: str
+    other_key: str
+
+
+def _tenant_key(stack: LocalStack, tenant: str) -> str:
+    from tests._stack import run_cli
+
+    result = run_cli("admin", "tenants", "create", tenant, "--scheduler", stack.address("scheduler"),
+                     env={**os.environ, "OPENTINKER_API_KEY": stack.api_key})
+    assert result.returncode == 0, result.stderr
+    return next(line for line in result.stdout.splitlines() if line.startswith("otk_")).strip()
+
+
+SLOTS = "8"
+"""Device slots of the Trainer and the Rollout: every Tinker training client is a SESSION job that
+leases one of each, and the suite holds several clients at once."""
+
+
+@pytest.fixture(scope="package")
+def gateway_stack(tmp_path_factory) -> Iterator[GatewayStack]:
+    stack = LocalStack(tmp_path_factory.mktemp("gateway-stack").resolve(), dashboard=False, gateway=True)
+    with pytest.MonkeyPatch.context() as patch:  # `opentinker up` passes its environment on
+        patch.setenv("OPENTINKER_TRAINER_CPU_SLOTS", SLOTS)
+        patch.setenv("OPENTINKER_ROLLOUT_CPU_SLOTS", SLOTS)
+        stack.up()
+    try:
+        yield GatewayStack(stack=stack, url=stack.gateway_url, acme_key=_tenant_key(stack, "acme"),
+                           other_key=_tenant_key(stack, "globex"))
+    finally:
+        stack.down()
+
+
+@pytest.fixture(scope="package")
+def service_client(gateway_stack: GatewayStack):
+    client = tinker.ServiceClient(base_url=gateway_stack.url, api_key=f"tml-{gateway_stack.acme_key}")
+    yield client
+    client.close("success").result()
+
+
+@pytest.fixture(scope="package")
+def other_client(gateway_stack: GatewayStack):
+    client = tinker.ServiceClient(base_url=gateway_stack.url, api_key=f"tml-{gateway_stack.other_key}")
+    yield client
+    client.close("success").result()
+
+
+@pytest.fixture(autouse=True, scope="package")
+def _no_telemetry():
+    previous = os.environ.get("TINKER_TELEMETRY")
+    os.environ["TINKER_TELEMETRY"] = "0"
+    yield
+    if previous is None:
+        os.environ.pop("TINKER_TELEMETRY", None)
+    else:
+        os.environ["TINKER_TELEMETRY"] = previous
