@@ -11,6 +11,9 @@ fi
 echo "==> installing pinned dependencies (requirements/dev.txt)"
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -r requirements/dev.txt
+echo "==> installing tinker-cookbook (requirements/tinker.txt; the cookbook itself without its deps)"
+.venv/bin/python -m pip install -q -r requirements/tinker.txt
+.venv/bin/python -m pip install -q --no-deps tinker-cookbook==0.6.1
 echo "==> installing opentinker and the services (editable)"
 .venv/bin/python -m pip install -q --no-deps -e clients/python \
   -e services/scheduler -e services/trainer -e services/rollout \
