@@ -34,6 +34,11 @@ SLOTS = "8"
 """Device slots of the Trainer and the Rollout: every Tinker training client is a SESSION job that
 leases one of each, and the suite holds several clients at once."""
 
+COOKBOOK_ALIAS = "Qwen/Qwen3.5-9B-Base=builtin:tiny-llama"
+"""tinker-cookbook's recipes (recipes/sl_loop.py, rl_loop.py) pick their renderer from the model's
+name in the cookbook's own table, so they need a name it knows: their default model, offered
+here as tiny-llama (test_cookbook_loops.py)."""
+
 
 @pytest.fixture(scope="package")
 def gateway_stack(tmp_path_factory) -> Iterator[GatewayStack]:
@@ -41,6 +46,7 @@ def gateway_stack(tmp_path_factory) -> Iterator[GatewayStack]:
     with pytest.MonkeyPatch.context() as patch:  # `opentinker up` passes its environment on
         patch.setenv("OPENTINKER_TRAINER_CPU_SLOTS", SLOTS)
         patch.setenv("OPENTINKER_ROLLOUT_CPU_SLOTS", SLOTS)
+        patch.setenv("OPENTINKER_GATEWAY_MODELS", COOKBOOK_ALIAS)
         stack.up()
     try:
         yield GatewayStack(stack=stack, url=stack.gateway_url, acme_key=_tenant_key(stack, "acme"),
