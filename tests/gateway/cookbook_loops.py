@@ -118,16 +118,17 @@ def main() -> None:
     parser.add_argument("--log-path", required=True)
     parser.add_argument("--data", help="JSONL of {'messages': [...]} conversations (sl)")
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=6, help="RL steps (sl runs one epoch of --data)")
-    parser.add_argument("--learning-rate", type=float, default=1e-2)
+    parser.add_argument("--steps", type=int, default=10, help="RL steps (sl runs one epoch of --data)")
+    parser.add_argument("--learning-rate", type=float,
+                        help="default 1e-2 for sl, 5e-3 for rl (at 1e-2 the policy can overshoot and fall back)")
     args = parser.parse_args()
     if args.loop == "sl":
         config = sl_config(log_path=args.log_path, data=args.data, batch_size=args.batch_size,
-                           learning_rate=args.learning_rate)
+                           learning_rate=args.learning_rate or 1e-2)
         asyncio.run(sl_train.main(config))
     else:
         asyncio.run(rl_train.main(rl_config(log_path=args.log_path, steps=args.steps,
-                                            learning_rate=args.learning_rate)))
+                                            learning_rate=args.learning_rate or 5e-3)))
 
 
 if __name__ == "__main__":

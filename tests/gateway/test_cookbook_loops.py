@@ -19,6 +19,9 @@ from pathlib import Path
 
 import pytest
 
+tinker = pytest.importorskip("tinker")
+from tinker import types  # noqa: E402
+
 pytest.importorskip("tinker_cookbook", reason="tinker-cookbook is installed by scripts/setup.sh (requirements/tinker.txt)")
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,11 +99,11 @@ def test_the_cookbook_supervised_loop_on_a_local_conversation_file_lowers_the_nl
 
 def test_the_cookbook_rl_loop_with_a_cookbook_env_raises_the_reward(cookbook_env, tmp_path):
     log_path = tmp_path / "rl"
-    run(["-m", "tests.gateway.cookbook_loops", "rl", "--log-path", str(log_path), "--steps", "8"],
+    run(["-m", "tests.gateway.cookbook_loops", "rl", "--log-path", str(log_path), "--steps", "10"],
         cwd=REPO, env=cookbook_env)
     reward = [row["env/all/reward/total"] for row in metrics(log_path) if "env/all/reward/total" in row]
-    assert len(reward) == 8, reward
-    assert mean(reward[-2:]) > mean(reward[:2]) + 0.15, reward  # random weights: ~0.1 lowercase
+    assert len(reward) == 10, reward
+    assert mean(reward[-2:]) > mean(reward[:2]) + 0.2, reward  # random weights: ~0.1 lowercase
 
 
 def test_the_sl_loop_recipe_with_local_data_lowers_the_nll(cookbook_env, tmp_path):
@@ -125,3 +128,19 @@ def test_the_rl_loop_recipe_with_local_data_samples_grades_and_logs_every_step(c
     assert [row["progress/batch"] for row in rows] == [0, 1]
     assert all(0.0 <= row["reward/total"] <= 1.0 for row in rows), rows
     assert '"final"' in (tmp_path / "log" / "checkpoints.jsonl").read_text()
+
+
+@pytest.mark.xfail(strict=True, raises=tinker.BadRequestError,
+                   reason="gateway: target_tokens must be model_input shifted by one; rl_loop.py puts 0 at the "
+                          "prompt positions (advantage 0 there)")
+def test_the_rl_loop_recipes_datum_trains(service_client):
+    """recipes/rl_loop.py's datum, built as it builds it: its first step with a non-zero advantage."""
+    training = service_client.create_lora_training_client(base_model="tiny-llama", rank=4).result()
+    prompt, sampled = types.ModelInput.from_ints([85, 115, 101, 114, 58, 32, 97]), [98, 99, 100]
+    ob_len = prompt.length - 1
+    datum = types.Datum(model_input=prompt.append(types.EncodedTextChunk(tokens=sampled[:-1])),
+                        loss_fn_inputs={"target_tokens": [0] * ob_len + sampled,
+                                        "logprobs": [0.0] * ob_len + [-5.0] * len(sampled),
+                                        "advantages": [0.0] * ob_len + [1.0] * len(sampled)})
+    result = training.forward_backward([datum], "importance_sampling").result()
+    assert len(result.loss_fn_outputs[0]["logprobs"].tolist()) == datum.model_input.length
