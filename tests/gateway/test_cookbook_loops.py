@@ -22,7 +22,7 @@ import pytest
 tinker = pytest.importorskip("tinker")
 from tinker import types  # noqa: E402
 
-pytest.importorskip("tinker_cookbook", reason="tinker-cookbook is installed by scripts/setup.sh (requirements/tinker.txt)")
+pytest.importorskip("tinker_cookbook", reason="scripts/setup.sh installs tinker-cookbook (requirements/tinker.txt)")
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE_DATA_LINES = {
