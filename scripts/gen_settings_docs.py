@@ -12,6 +12,7 @@ from _generated_docs import markdown_cell, write_or_check
 from opentinker.core.settings import ServiceSettings, describe_settings
 from opentinker_coordinator.settings import CoordinatorSettings
 from opentinker_envhost.settings import EnvHostSettings
+from opentinker_gateway.settings import GatewaySettings
 from opentinker_rollout.settings import RolloutSettings
 from opentinker_scheduler.settings import SchedulerSettings
 from opentinker_trainer.settings import TrainerSettings
@@ -23,6 +24,7 @@ SERVICES: tuple[tuple[str, type[ServiceSettings]], ...] = (
     ("rollout", RolloutSettings),
     ("envhost", EnvHostSettings),
     ("coordinator", CoordinatorSettings),
+    ("gateway", GatewaySettings),
 )
 HEADER = """# Settings
 

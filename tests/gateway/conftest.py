@@ -30,7 +30,7 @@ def _tenant_key(stack: LocalStack, tenant: str) -> str:
     return next(line for line in result.stdout.splitlines() if line.startswith("otk_")).strip()
 
 
-SLOTS = "8"
+SLOTS = "16"
 """Device slots of the Trainer and the Rollout: every Tinker training client is a SESSION job that
 leases one of each, and the suite holds several clients at once."""
 

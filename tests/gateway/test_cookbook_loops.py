@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 tinker = pytest.importorskip("tinker")
@@ -130,9 +131,6 @@ def test_the_rl_loop_recipe_with_local_data_samples_grades_and_logs_every_step(c
     assert '"final"' in (tmp_path / "log" / "checkpoints.jsonl").read_text()
 
 
-@pytest.mark.xfail(strict=True, raises=tinker.BadRequestError,
-                   reason="gateway: target_tokens must be model_input shifted by one; rl_loop.py puts 0 at the "
-                          "prompt positions (advantage 0 there)")
 def test_the_rl_loop_recipes_datum_trains(service_client):
     """recipes/rl_loop.py's datum, built as it builds it: its first step with a non-zero advantage."""
     training = service_client.create_lora_training_client(base_model="tiny-llama", rank=4).result()
@@ -144,3 +142,11 @@ def test_the_rl_loop_recipes_datum_trains(service_client):
                                         "advantages": [0.0] * ob_len + [1.0] * len(sampled)})
     result = training.forward_backward([datum], "importance_sampling").result()
     assert len(result.loss_fn_outputs[0]["logprobs"].tolist()) == datum.model_input.length
+    elementwise = result.loss_fn_outputs[0]["elementwise_loss"].to_numpy()
+    assert np.all(elementwise[:ob_len] == 0) and np.all(elementwise[ob_len:] != 0)  # the placeholders train nothing
+    assert result.metrics["loss:sum"] == pytest.approx(float(elementwise.sum()), rel=1e-5)
+    with pytest.raises(tinker.BadRequestError, match="is not model_input"):  # a placeholder that would train
+        bad = types.Datum(model_input=datum.model_input, loss_fn_inputs={
+            "target_tokens": [0] * ob_len + sampled, "logprobs": [0.0] * ob_len + [-5.0] * len(sampled),
+            "advantages": [1.0] * (ob_len + len(sampled))})
+        training.forward_backward([bad], "importance_sampling").result()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import time
 
 import numpy as np
@@ -232,3 +233,68 @@ def test_a_training_client_is_a_session_job_of_its_tenant_that_succeeds_when_the
     while scheduler.get_job(jobs[0].job_id).state == job_pb2.Job.STATE_RUNNING and time.monotonic() < deadline:
         time.sleep(0.2)
     assert scheduler.get_job(jobs[0].job_id).state == job_pb2.Job.STATE_SUCCEEDED
+
+
+def test_standalone_samplers_of_a_base_model_and_of_an_ended_runs_checkpoint(gateway_stack):
+    """No live training run needed: the client session gets a rollout-only SESSION job; a named
+    sampler checkpoint samples after its run ended, the same as it did while the run lived."""
+    key = f"tml-{gateway_stack.acme_key}"
+    trainer_client = tinker.ServiceClient(base_url=gateway_stack.url, api_key=key)
+    training = trainer_client.create_lora_training_client(base_model=BASE, rank=4, seed=5).result()
+    datum = sft_datum(training.get_tokenizer(), "standalone")
+    training.forward_backward([datum], "cross_entropy").result()
+    training.optim_step(types.AdamParams(learning_rate=5e-2)).result()
+    path = training.save_weights_for_sampler("standalone").result().path
+    prompt, params = types.ModelInput.from_ints([65, 66, 67]), types.SamplingParams(max_tokens=5, seed=9)
+    live = training.create_sampling_client(path).sample(prompt, 2, params).result()
+    trainer_client.close("success").result()
+
+    sampling_client = tinker.ServiceClient(base_url=gateway_stack.url, api_key=key)
+    after = sampling_client.create_sampling_client(model_path=path).sample(prompt, 2, params).result()
+    assert [s.tokens for s in after.sequences] == [s.tokens for s in live.sequences]
+    assert np.allclose([s.logprobs for s in after.sequences], [s.logprobs for s in live.sequences], atol=1e-4)
+    base = sampling_client.create_sampling_client(base_model=BASE)
+    assert base.get_base_model() == BASE
+    assert len(base.sample(prompt, 1, params).result().sequences[0].tokens) >= 1
+    sampling_client.close("success").result()
+
+
+def test_a_sampler_of_an_untrained_model_samples_the_base_model(service_client):
+    training = service_client.create_lora_training_client(base_model=BASE, rank=4).result()
+    prompt, params = types.ModelInput.from_ints([70, 71]), types.SamplingParams(max_tokens=4, seed=2)
+    snapshot = training.save_weights_and_get_sampling_client().result().sample(prompt, 1, params).result()
+    base = service_client.create_sampling_client(base_model=BASE).sample(prompt, 1, params).result()
+    assert snapshot.sequences[0].tokens == base.sequences[0].tokens
+
+
+def test_a_base_models_tokenizer_loads_by_name_from_the_gateways_hub_endpoint(gateway_stack, tmp_path):
+    """HF_ENDPOINT=<gateway>/hf: AutoTokenizer.from_pretrained(<catalog name>) works on any client
+    (SamplingClient.get_tokenizer and tinker-cookbook load tokenizers by model name)."""
+    import subprocess
+    import sys
+
+    script = ("import sys\nfrom transformers import AutoTokenizer\n"
+              f"t = AutoTokenizer.from_pretrained({BASE!r})\nprint(t.decode(t.encode({TEXT!r})), t.eos_token)\n"
+              "try:\n    AutoTokenizer.from_pretrained('not-in-the-catalog')\nexcept OSError:\n    print('missing')\n")
+    env = {**os.environ, "HF_ENDPOINT": f"{gateway_stack.url}/hf", "HF_HOME": str(tmp_path / "hf")}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines() == [f"{TEXT} <|im_end|>", "missing"]
+
+
+def test_a_tenant_cancelling_the_session_job_ends_the_training_client(gateway_stack):
+    from opentinker.api.scheduler.v1 import job_pb2
+    from opentinker.client.scheduler_client import SchedulerClient
+
+    client = tinker.ServiceClient(base_url=gateway_stack.url, api_key=f"tml-{gateway_stack.acme_key}")
+    training = client.create_lora_training_client(base_model=BASE, rank=4).result()
+    scheduler = SchedulerClient(gateway_stack.stack.address("scheduler"), api_key=gateway_stack.acme_key)
+    job = next(j for j in scheduler.list_jobs() if j.spec.labels.get("tinker/model_id") == training.model_id)
+    scheduler.cancel_job(job.job_id)
+    deadline = time.monotonic() + 30
+    while scheduler.get_job(job.job_id).state != job_pb2.Job.STATE_CANCELLED and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert scheduler.get_job(job.job_id).state == job_pb2.Job.STATE_CANCELLED
+    with pytest.raises((tinker.NotFoundError, tinker.RequestFailedError)):
+        training.forward([sft_datum(training.get_tokenizer())], "cross_entropy").result()
+    client.close("success").result()

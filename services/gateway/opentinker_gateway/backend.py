@@ -66,7 +66,8 @@ class JobBackend:
         self.placement = placement
         self.timeout = timeout
         self.metadata = job_call_metadata(placement.job_id, placement.job_token)
-        self.trainer = trainer_grpc.TrainerServiceStub(pool.channel(placement.trainer_address))
+        self.trainer = (trainer_grpc.TrainerServiceStub(pool.channel(placement.trainer_address))
+                        if placement.trainer_address else None)  # a sampler-only job has no Trainer
         self.rollout = rollout_grpc.RolloutServiceStub(pool.channel(placement.rollout_address))
 
     async def _call(self, method: Any, request: Any, what: str) -> Any:

@@ -19,6 +19,8 @@ from opentinker_gateway.errors import BadRequest
 from opentinker_gateway.losses import TinkerLoss
 from opentinker_gateway.wire import tinker_public_pb2 as wire
 
+LOG_RATIO_CLAMP = 20.0
+"""The Trainer clamps |log r| at 20 before exp (its ratio losses); the outputs follow it."""
 DTYPES = {wire.DTYPE_FLOAT32: np.float32, wire.DTYPE_INT64: np.int64, wire.DTYPE_INT32: np.int32}
 
 
@@ -36,7 +38,10 @@ def model_input_tokens(chunks: Sequence[wire.Chunk], where: str) -> list[int]:
         if chunk.WhichOneof("chunk") != "encoded_text":
             raise BadRequest(f"{where}.model_input.chunks[{index}]: only encoded_text chunks are supported "
                              f"(got {chunk.WhichOneof('chunk')}: images and audio need a multimodal model)")
-        tokens.extend(np.frombuffer(chunk.encoded_text.tokens, dtype=np.int32).tolist())
+        data = chunk.encoded_text.tokens
+        if len(data) % 4:
+            raise BadRequest(f"{where}.model_input.chunks[{index}]: {len(data)} bytes are not int32 token ids")
+        tokens.extend(np.frombuffer(data, dtype=np.int32).tolist())
     return tokens
 
 
@@ -67,12 +72,28 @@ def _prepare_one(datum: wire.Datum, loss: TinkerLoss, where: str) -> PreparedDat
     if not tokens:
         raise BadRequest(f"{where}.model_input is empty")
     inputs = _loss_inputs(datum, loss, len(tokens), where)
-    targets = inputs["target_tokens"]
-    if not np.array_equal(targets[:-1], np.asarray(tokens[1:])):
-        raise BadRequest(f"{where}.loss_fn_inputs.target_tokens must be model_input shifted by one "
-                         f"(position i predicts token i+1 of the sequence); other targets are not supported")
-    sequence = [*tokens, int(targets[-1])]
-    return PreparedDatum(datum=_trainer_datum(sequence, inputs, loss), inputs=inputs)
+    untrained = _other_targets(inputs, np.asarray(tokens[1:]), loss, where)
+    sequence = [*tokens, int(inputs["target_tokens"][-1])]
+    return PreparedDatum(datum=_trainer_datum(sequence, inputs, loss, untrained), inputs=inputs)
+
+
+def _other_targets(inputs: dict[str, np.ndarray], next_tokens: np.ndarray, loss: TinkerLoss, where: str) -> np.ndarray:
+    """Positions whose target is not the next input token. Accepted only where they train nothing
+    (weight 0, or advantage 0 for the policy losses: e.g. a recipe's placeholder targets on the
+    prompt); there the Trainer scores the next input token instead, under a zero loss weight."""
+    other = np.zeros(len(inputs["target_tokens"]), dtype=bool)
+    other[:-1] = inputs["target_tokens"][:-1] != next_tokens
+    if not other.any():
+        return other
+    weight = inputs["weights"] if "weights" in inputs else inputs["advantages"]
+    trains = other & (weight != 0)
+    if loss.name == "dro" or trains.any():
+        position = int(np.flatnonzero(trains if trains.any() else other)[0])
+        why = "dro penalises every position" if loss.name == "dro" and not trains.any() else "it trains"
+        raise BadRequest(f"{where}.loss_fn_inputs.target_tokens[{position}] is not model_input[{position + 1}] and "
+                         f"{why}: a target that is not the next token is supported only where the weight "
+                         f"(or advantage) is 0")
+    return other
 
 
 def _loss_inputs(datum: wire.Datum, loss: TinkerLoss, length: int, where: str) -> dict[str, np.ndarray]:
@@ -95,12 +116,13 @@ def _loss_inputs(datum: wire.Datum, loss: TinkerLoss, length: int, where: str) -
     return inputs
 
 
-def _trainer_datum(sequence: list[int], inputs: dict[str, np.ndarray], loss: TinkerLoss) -> datum_pb2.Datum:
+def _trainer_datum(sequence: list[int], inputs: dict[str, np.ndarray], loss: TinkerLoss,
+                   untrained: np.ndarray) -> datum_pb2.Datum:
     def shifted(values: np.ndarray) -> list[float]:
         return [0.0, *values.tolist()]
 
     length = len(sequence) - 1
-    mask = inputs["weights"] if "weights" in inputs else np.ones(length, dtype=np.float32)
+    mask = inputs["weights"] if "weights" in inputs else np.where(untrained, 0.0, 1.0).astype(np.float32)
     datum = datum_pb2.Datum(tokens=sequence, loss_mask=shifted(mask))
     if loss.uses_advantages:
         datum.advantages.extend(shifted(inputs["advantages"]))
@@ -118,7 +140,7 @@ def elementwise_loss(loss: TinkerLoss, config: dict, logprobs: np.ndarray, input
     if loss.name == "cross_entropy":
         return -inputs["weights"] * logprobs
     advantages, old = inputs["advantages"], inputs["logprobs"]
-    ratio = np.exp(logprobs.astype(np.float64) - old)
+    ratio = np.exp(np.clip(logprobs.astype(np.float64) - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     if loss.name == "importance_sampling":
         return (-ratio * advantages).astype(np.float32)
     clipped = np.clip(ratio, 1 - config["clip_low"], 1 + config["clip_high"]) if "clip_low" in config else ratio

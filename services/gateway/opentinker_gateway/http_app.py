@@ -16,6 +16,7 @@ import zstandard
 from aiohttp import web
 from google.protobuf.message import DecodeError
 
+from opentinker_gateway import fields, hf_files
 from opentinker_gateway.auth import TenantAuth
 from opentinker_gateway.errors import BadRequest, GatewayError, NotFound
 from opentinker_gateway.futures import Done, Failed
@@ -42,12 +43,13 @@ def build_app(service: GatewayService, auth: TenantAuth, *, long_poll_seconds: f
     app[SERVICE], app[AUTH], app[LONG_POLL] = service, auth, long_poll_seconds
     app.router.add_get("/api/v1/healthz", healthz)
     app.router.add_get("/healthz", healthz)
-    app.router.add_post("/api/v1/telemetry", lambda _: web.json_response({"status": "accepted"}))
+    app.router.add_post("/api/v1/telemetry", telemetry)
     for path, handler in POSTS.items():
         app.router.add_post(f"/api/v1/{path}", handler)
     for path, handler in GETS.items():
         app.router.add_get(f"/api/v1/{path}", handler)
     app.router.add_delete("/api/v1/training_runs/{run_id}/checkpoints/{checkpoint:.+}", delete_checkpoint)
+    hf_files.add_routes(app, service.tokenizer_dirs)
     return app
 
 
@@ -85,6 +87,11 @@ def _future(request_id: str, **extra: Any) -> web.Response:
 
 async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
+
+
+async def telemetry(request: web.Request) -> web.Response:
+    """The SDK's telemetry events: accepted and dropped (nothing leaves this stack)."""
+    return web.json_response({"status": "accepted"})
 
 
 async def client_config(request: web.Request) -> web.Response:
@@ -128,10 +135,10 @@ async def server_capabilities(request: web.Request) -> web.Response:
 async def create_model(request: web.Request) -> web.Response:
     caller, body = await _caller(request), await _json(request)
     service = request.app[SERVICE]
-    model = service.base_model(str(body.get("base_model", "")))
-    lora = service.lora_settings(body.get("lora_config"))
-    service.check_optimizer(body.get("optimizer_config"))
-    session_id, seq = str(body.get("session_id", "")), int(body.get("model_seq_id") or 0)
+    model = service.base_model(fields.text(body, "base_model"))
+    lora = service.lora_settings(fields.mapping(body, "lora_config"))
+    service.check_optimizer(fields.mapping(body, "optimizer_config"))
+    session_id, seq = fields.text(body, "session_id"), fields.integer(body, "model_seq_id", 0)
     service.sessions.get(caller.tenant_id, session_id)
 
     async def work() -> dict:

@@ -57,9 +57,11 @@ def loss_config(loss: TinkerLoss, config: Mapping[str, float | str] | None) -> d
         default_low, default_high = DEFAULT_THRESHOLDS[loss.name]
         low = values.get("clip_low_threshold", default_low)
         high = values.get("clip_high_threshold", default_high)
-        if not 0 <= low <= 1 <= high:
-            raise BadRequest(f"loss_fn_config: {loss.name} needs 0 <= clip_low_threshold <= 1 <= "
-                             f"clip_high_threshold, got {low:g} and {high:g}")
+        strict = loss.name == "ppo"  # a ppo clip range must be a real band around 1
+        if not (0 < low < 1 < high if strict else 0 <= low <= 1 <= high):
+            rule = "0 < clip_low_threshold < 1 < clip_high_threshold" if strict else \
+                "0 <= clip_low_threshold <= 1 <= clip_high_threshold"
+            raise BadRequest(f"loss_fn_config: {loss.name} needs {rule}, got {low:g} and {high:g}")
         fields |= {"clip_low": 1.0 - low, "clip_high": high - 1.0}
     if loss.name == "dro":
         if values.get("beta", 0.0) <= 0:

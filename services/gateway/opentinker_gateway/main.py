@@ -18,7 +18,7 @@ from opentinker.core.channel_pool import ChannelPool
 from opentinker.core.entrypoint import EXIT_CONFIG, EXIT_CRASH, EXIT_OK
 from opentinker.core.errors import SettingsError
 from opentinker.core.logging import configure_logging
-from opentinker.core.server import install_stop_signals
+from opentinker.core.server import install_stop_signals, start_metrics_endpoint
 from opentinker.core.settings import load_settings
 from opentinker_gateway.auth import TenantAuth
 from opentinker_gateway.catalog import CatalogModel, parse_catalog
@@ -68,7 +68,8 @@ async def serve(settings: GatewaySettings) -> None:
     await runner.setup()
     await web.TCPSite(runner, settings.host, settings.port).start()
     await jobs.start()
-    log.info("gateway_started", url=f"http://{settings.reachable_address}", scheduler=settings.scheduler_address,
+    metrics = start_metrics_endpoint(settings)
+    log.info("gateway_started", metrics_url=metrics.url if metrics else None, url=f"http://{settings.reachable_address}", scheduler=settings.scheduler_address,
              models=sorted(service.catalog))
     stop = asyncio.Event()
     install_stop_signals(stop)
@@ -76,6 +77,8 @@ async def serve(settings: GatewaySettings) -> None:
     await stop.wait()
     sweeper.cancel()
     await _shut_down(service, jobs, runner, pool, redis)
+    if metrics is not None:
+        await asyncio.to_thread(metrics.stop)
 
 
 def build_service(settings: GatewaySettings, redis, pool: ChannelPool, jobs: SessionJobs) -> GatewayService:  # noqa: ANN001
@@ -84,7 +87,7 @@ def build_service(settings: GatewaySettings, redis, pool: ChannelPool, jobs: Ses
                           records=Records(redis), jobs=jobs, pool=pool,
                           futures=FutureStore(ttl_seconds=settings.future_ttl_seconds),
                           sessions=ClientSessions(timeout_seconds=settings.session_timeout_seconds),
-                          call_timeout=settings.call_timeout_seconds, max_runs=settings.max_capacity)
+                          call_timeout=settings.call_timeout_seconds)
 
 
 def write_tokenizers(catalog: dict[str, CatalogModel], directory: Path) -> dict[str, Path]:

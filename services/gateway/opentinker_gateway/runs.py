@@ -76,6 +76,8 @@ class TrainingRun:
     trainer_session: str
     turns: SeqTurns = field(default_factory=SeqTurns)
     step: int = 0
+    policy_version: int = 0
+    """The Trainer session's weights version (0: as created: a fresh adapter changes nothing)."""
     last_request: float = field(default_factory=time.time)
     sampler_policies: dict[str, str] = field(default_factory=dict)
     """Rollout policy id per sampler path (and per ephemeral sampling session id)."""
@@ -87,6 +89,27 @@ class TrainingRun:
 
     def touch(self) -> None:
         self.last_request = time.time()
+
+
+@dataclass(eq=False)
+class SamplerHost:
+    """A client session's devices for samplers of no live training run of its own (a saved sampler
+    checkpoint, or a base model): a SESSION job leased on first use, whose Trainer only restores
+    checkpoints' adapters for the Rollout."""
+
+    tenant_id: str
+    client_session: str
+    backend: JobBackend
+    sampler_policies: dict[str, str] = field(default_factory=dict)
+    closed: bool = False
+
+    @property
+    def job_id(self) -> str:
+        return self.backend.placement.job_id
+
+    @property
+    def model_id(self) -> str:
+        return f"{self.client_session}:samplers"
 
 
 def adaptation(lora: LoraSettings) -> dict:

@@ -15,13 +15,13 @@ from typing import Any
 import structlog
 
 from opentinker.core.channel_pool import ChannelPool
-from opentinker_gateway import sampling, training
+from opentinker_gateway import fields, sampling, training
 from opentinker_gateway.backend import JobBackend
 from opentinker_gateway.catalog import CatalogModel
-from opentinker_gateway.errors import BadRequest, GatewayError, NotFound, Unavailable
+from opentinker_gateway.errors import BadRequest, GatewayError, NotFound
 from opentinker_gateway.futures import FutureStore
-from opentinker_gateway.records import LoraSettings, Records, RunRecord
-from opentinker_gateway.runs import Runs, SeqTurns, TrainingRun, adaptation
+from opentinker_gateway.records import CheckpointRecord, LoraSettings, Records, RunRecord
+from opentinker_gateway.runs import Runs, SamplerHost, SeqTurns, TrainingRun, adaptation
 from opentinker_gateway.sessions import ClientSession, ClientSessions
 from opentinker_gateway.wire import tinker_public_pb2 as wire
 
@@ -41,7 +41,7 @@ class Caller:
 class GatewayService:
     def __init__(self, *, catalog: dict[str, CatalogModel], tokenizer_dirs: dict[str, Path], records: Records,
                  jobs: Any, pool: ChannelPool, futures: FutureStore, sessions: ClientSessions,
-                 call_timeout: float, max_runs: int) -> None:
+                 call_timeout: float) -> None:
         self.catalog = catalog
         self.tokenizer_dirs = tokenizer_dirs
         self.records = records
@@ -50,9 +50,10 @@ class GatewayService:
         self.futures = futures
         self.sessions = sessions
         self.call_timeout = call_timeout
-        self.max_runs = max_runs
         self.runs = Runs()
         self.samplers = sampling.Samplers()
+        self.hosts: dict[str, SamplerHost] = {}
+        """Each client session's sampler host (rollout-only SESSION job), by session id."""
 
     # ------------------------------------------------------------ sessions
 
@@ -67,14 +68,18 @@ class GatewayService:
     async def finish_session(self, caller: Caller, session_id: str) -> None:
         """The client closed its ServiceClient: its runs end (their jobs succeed)."""
         session = self.sessions.finish(caller.tenant_id, session_id)
+        await self._end_session(session, "the client closed its session")
+
+    async def _end_session(self, session: ClientSession, message: str) -> None:
         for run in self.runs.of_session(session.session_id):
-            await self.close_run(run, "the client closed its session")
+            await self.close_run(run, message)
+        if (host := self.hosts.get(session.session_id)) is not None:
+            await self.close_host(host, message)
 
     async def end_expired_sessions(self) -> None:
         for session in self.sessions.expired():
             log.info("session_expired", session_id=session.session_id, tenant_id=session.tenant_id)
-            for run in self.runs.of_session(session.session_id):
-                await self.close_run(run, "the client session ended (no heartbeat)")
+            await self._end_session(session, "the client session ended (no heartbeat)")
 
     # ------------------------------------------------------------ models
 
@@ -87,11 +92,11 @@ class GatewayService:
     def lora_settings(self, body: dict | None) -> LoraSettings:
         body = body or {"rank": 32}
         rank = body.get("rank")
-        if not isinstance(rank, int) or not 1 <= rank <= MAX_LORA_RANK:
+        if not isinstance(rank, int) or isinstance(rank, bool) or not 1 <= rank <= MAX_LORA_RANK:
             raise BadRequest(f"lora_config.rank must be an integer in 1..{MAX_LORA_RANK}, got {rank!r}")
         if not (body.get("train_mlp", True) or body.get("train_attn", True) or body.get("train_unembed", True)):
             raise BadRequest("lora_config: train_mlp, train_attn and train_unembed are all false: nothing would train")
-        return LoraSettings(rank=rank, seed=body.get("seed"), train_mlp=bool(body.get("train_mlp", True)),
+        return LoraSettings(rank=rank, seed=fields.integer(body, "seed", None, low=-2**63, high=2**63 - 1), train_mlp=bool(body.get("train_mlp", True)),
                             train_attn=bool(body.get("train_attn", True)),
                             train_unembed=bool(body.get("train_unembed", True)))
 
@@ -106,8 +111,6 @@ class GatewayService:
         model_id = f"{session.session_id}:train:{model_seq_id}"
         if (existing := self.runs.find(model_id)) is not None and not existing.closed:
             return existing
-        if len(self.runs.of_tenant(caller.tenant_id)) >= self.max_runs:
-            raise Unavailable(f"this gateway drives at most {self.max_runs} training runs at once")
         spec = self._session_spec(model, lora, model_id)
         placement, _driver = await self.jobs.lease(caller.key, spec)
         backend = JobBackend(self.pool, placement, timeout=self.call_timeout)
@@ -145,6 +148,10 @@ class GatewayService:
 
     async def job_stopped(self, job_id: str) -> None:
         """The Scheduler stopped the job (the tenant cancelled it): the run ends, its job is over."""
+        for host in [h for h in self.hosts.values() if h.job_id == job_id]:
+            host.closed = True
+            self.samplers.drop_run(host)
+            self.hosts.pop(host.client_session, None)
         run = self.runs.of_job(job_id)
         if run is not None:
             run.closed = True
@@ -182,16 +189,16 @@ class GatewayService:
         seq_id still counts as done so the calls after it run."""
         try:
             return check()
-        except GatewayError:
+        except BaseException:
             await run.turns.finish(seq_id)
             raise
 
     async def forward_backward(self, caller: Caller, request: wire.ForwardBackwardRequest) -> str:
         run = self.runs.get(caller.tenant_id, request.model_id)
-        await self.refused(run, request.seq_id, lambda: training.datums.prepare(request.data, training.loss_of(request)[0]))
+        prepared = await self.refused(run, request.seq_id, lambda: training.prepare(request))
         kind = "Forward" if request.forward_only else "ForwardBackward"
         return self.submit_ordered(caller, run, kind, request.seq_id,
-                                   lambda rid: training.forward_backward(run, request, rid))
+                                   lambda rid: training.forward_backward(run, request, prepared, rid))
 
     async def optim_step(self, caller: Caller, body: dict) -> str:
         run = self.runs.get(caller.tenant_id, str(body.get("model_id", "")))
@@ -225,7 +232,7 @@ class GatewayService:
         return self.submit_ordered(caller, run, "LoadWeights", body.get("seq_id"), work)
 
     def _create_via_load(self, caller: Caller, body: dict, path: str, with_optimizer: bool) -> str:
-        session_id, model_seq_id = str(body["session_id"]), int(body.get("model_seq_id") or 0)
+        session_id, model_seq_id = fields.text(body, "session_id"), fields.integer(body, "model_seq_id", 0)
         self.sessions.get(caller.tenant_id, session_id)
 
         async def work() -> dict:
@@ -245,7 +252,7 @@ class GatewayService:
                              f"{run.base_model.name} rank {run.lora.rank}")
         session = await run.backend.load_checkpoint(run.trainer_session, record.checkpoint_id,
                                                     keep_optimizer=with_optimizer)
-        run.step = int(session.step)
+        run.step, run.policy_version = int(session.step), int(session.policy_version)
 
     async def save_for_sampler(self, caller: Caller, body: dict) -> str:
         run = self.runs.get(caller.tenant_id, str(body.get("model_id", "")))
@@ -255,7 +262,7 @@ class GatewayService:
         async def work(rid: str) -> dict:
             policy = await self._snapshot_policy(run)
             if not named:
-                sampler = self.samplers.add(caller.tenant_id, run, policy, None)
+                sampler = self.samplers.add(caller.tenant_id, run, policy, None, run.base_model.name)
                 run.sampler_policies[sampler.sampler_id] = policy
                 await self._evict_snapshots(run)
                 return {"type": "save_weights_for_sampler", "sampling_session_id": sampler.sampler_id}
@@ -270,7 +277,8 @@ class GatewayService:
 
     async def _snapshot_policy(self, run: TrainingRun) -> str:
         policy = await run.backend.load_policy(run.base_model.reference(), adaptation(run.lora))
-        await run.backend.push_weights(policy.policy_id, run.trainer_session)
+        if run.policy_version > 0:  # before any step the adapter is the fresh one the Rollout built
+            await run.backend.push_weights(policy.policy_id, run.trainer_session)
         return policy.policy_id
 
     async def _evict_snapshots(self, run: TrainingRun) -> None:
@@ -283,40 +291,65 @@ class GatewayService:
     # ------------------------------------------------------------ sampling
 
     async def create_sampling_session(self, caller: Caller, body: dict) -> str:
-        self.sessions.get(caller.tenant_id, str(body.get("session_id", "")))
+        """A sampler of a saved sampler/training checkpoint (on its run's Rollout lease while the run
+        lives, else on the client session's own rollout-only SESSION job) or of a base model."""
+        session = self.sessions.get(caller.tenant_id, str(body.get("session_id", "")))
         path, base = body.get("model_path"), body.get("base_model")
         if path:
             record = await training.resolve_checkpoint(self.records, caller.tenant_id, path)
-            run = self._live_run_for(caller, record.model_id, path)
-            policy = run.sampler_policies.get(path) or await self._checkpoint_policy(run, path, record.checkpoint_id)
-            return self.samplers.add(caller.tenant_id, run, policy, path).sampler_id
+            run = self.runs.find(record.model_id)
+            if run is not None and not run.closed and run.tenant_id == caller.tenant_id:
+                policy = run.sampler_policies.get(path) or await self._checkpoint_policy(run, path, record)
+                return self.samplers.add(caller.tenant_id, run, policy, path, record.base_model).sampler_id
+            host = await self._sampler_host(caller, session, self.base_model(record.base_model))
+            policy = host.sampler_policies.get(path) or await self._checkpoint_policy(host, path, record)
+            return self.samplers.add(caller.tenant_id, host, policy, path, record.base_model).sampler_id
         if not base:
             raise BadRequest("create_sampling_session needs model_path or base_model")
         model = self.base_model(base)
-        run = next((r for r in self.runs.of_tenant(caller.tenant_id) if r.base_model.name == model.name), None)
-        if run is None:
-            raise BadRequest(f"sampling {model.name} needs a live training run of it in your session here "
-                             f"(standalone samplers are not supported yet: create a LoRA training client first)")
-        policy = run.sampler_policies.get(f"base:{model.name}")
-        if policy is None:
-            policy = (await run.backend.load_policy(model.reference(), {"full": {}})).policy_id
-            run.sampler_policies[f"base:{model.name}"] = policy
-        return self.samplers.add(caller.tenant_id, run, policy, None).sampler_id
+        host = await self._sampler_host(caller, session, model)
+        key = f"base:{model.name}"
+        if key not in host.sampler_policies:
+            host.sampler_policies[key] = (await host.backend.load_policy(model.reference(), {"full": {}})).policy_id
+        return self.samplers.add(caller.tenant_id, host, host.sampler_policies[key], None, model.name).sampler_id
 
-    def _live_run_for(self, caller: Caller, model_id: str, path: str) -> TrainingRun:
-        run = self.runs.find(model_id)
-        if run is None or run.closed or run.tenant_id != caller.tenant_id:
-            live = self.runs.of_tenant(caller.tenant_id)
-            if not live:
-                raise BadRequest(f"sampling {path} needs a live training run of yours here (its Rollout device); "
-                                 f"standalone samplers are not supported yet")
-            return live[0]
-        return run
+    async def _sampler_host(self, caller: Caller, session: ClientSession, model: CatalogModel) -> SamplerHost:
+        host = self.hosts.get(session.session_id)
+        if host is not None and not host.closed:
+            return host
+        spec = {"type": "JOB_TYPE_SESSION", "display_name": "tinker samplers",
+                "policy": {"model": model.reference(), "adaptation": {"full": {}}},
+                "labels": {"tinker/samplers_of": session.session_id[:256]}}
+        placement, _driver = await self.jobs.lease(session.tenant_key, spec)
+        host = SamplerHost(tenant_id=caller.tenant_id, client_session=session.session_id,
+                           backend=JobBackend(self.pool, placement, timeout=self.call_timeout))
+        self.hosts[session.session_id] = host
+        return host
 
-    async def _checkpoint_policy(self, run: TrainingRun, path: str, checkpoint_id: str) -> str:
-        policy = await run.backend.load_policy({"checkpoint": {"checkpoint_id": checkpoint_id}}, adaptation(run.lora))
-        run.sampler_policies[path] = policy.policy_id
+    async def _checkpoint_policy(self, host: TrainingRun | SamplerHost, path: str, record: CheckpointRecord) -> str:
+        """The checkpoint's adapter as a policy of `host`'s Rollout, the way a live run's snapshot is
+        made (a Trainer session restores it and streams it over): exact, where merging the adapter
+        into the base would also change embeddings tied to an adapted lm_head."""
+        model = self.base_model(record.base_model)
+        trainer = await host.backend.create_session(model.reference(), adaptation(record.lora), 0)
+        try:
+            await host.backend.load_checkpoint(trainer.session_id, record.checkpoint_id, keep_optimizer=False)
+            policy = await host.backend.load_policy(model.reference(), adaptation(record.lora))
+            await host.backend.push_weights(policy.policy_id, trainer.session_id)
+        finally:
+            await _quietly(host.backend.close_session(trainer.session_id))
+        host.sampler_policies[path] = policy.policy_id
         return policy.policy_id
+
+    async def close_host(self, host: SamplerHost, message: str) -> None:
+        if host.closed:
+            return
+        host.closed = True
+        self.samplers.drop_run(host)
+        for policy_id in set(host.sampler_policies.values()):
+            await _quietly(host.backend.unload_policy(policy_id))
+        await self.jobs.finish(host.job_id, succeeded=True, message=message)
+        self.hosts.pop(host.client_session, None)
 
     def sample(self, caller: Caller, body: dict) -> tuple[str, list[str]]:
         sampler = self.samplers.get(caller.tenant_id, str(body.get("sampling_session_id", "")))
@@ -324,8 +357,8 @@ class GatewayService:
                 or body.get("target_prompt_logprobs") is not None or body.get("prompt_logprobs_last_n") is not None:
             raise BadRequest("top-k logprobs, target_prompt_logprobs, prompt_alt_tokens and prompt_logprobs_last_n "
                              "are not supported here")
-        num_samples = int(body.get("num_samples", 1))
-        params = sampling.sampling_params(body.get("sampling_params") or {}, num_samples)
+        num_samples = fields.integer(body, "num_samples", 1, low=1, high=sampling.MAX_SAMPLES)
+        params = sampling.sampling_params(fields.mapping(body, "sampling_params") or {}, num_samples)
         prompt = _prompt_tokens(body.get("prompt") or {})
         with_prompt_logprobs = bool(body.get("prompt_logprobs"))
 

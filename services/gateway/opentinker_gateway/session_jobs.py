@@ -64,7 +64,7 @@ class SessionJobs:
         job_id = await self._submit(tenant_key, spec)
         self._known.add(job_id)
         try:
-            return await asyncio.wait_for(self._placement(job_id), self.lease_timeout)
+            return await asyncio.wait_for(self._placement(job_id, _roles_of(spec)), self.lease_timeout)
         except asyncio.TimeoutError:
             await self._cancel(tenant_key, job_id)
             raise Unavailable(f"job {job_id} got no devices within {self.lease_timeout:g} s (the Scheduler "
@@ -96,14 +96,13 @@ class SessionJobs:
             raise gateway_error(error, "create_model") from None
         return response.job.job_id
 
-    async def _placement(self, job_id: str) -> tuple[Placement, resources_pb2.LeaseContext]:
+    async def _placement(self, job_id: str, roles_needed: set[int]) -> tuple[Placement, resources_pb2.LeaseContext]:
         while True:
             job = await self._job(job_id)
             if job.state in ENDED:
                 raise GatewayError(f"job {job_id} ended before it started: {job.status_message}")
             roles = {a.role: a for a in job.assignments}
-            if job.state == job_pb2.Job.STATE_RUNNING and {resources_pb2.ROLE_TRAINER, resources_pb2.ROLE_ROLLOUT,
-                                                           resources_pb2.ROLE_GATEWAY} <= roles.keys():
+            if job.state == job_pb2.Job.STATE_RUNNING and roles_needed <= roles.keys():
                 driver = roles[resources_pb2.ROLE_GATEWAY].lease
                 self._driver[job_id] = driver
                 self._tokens[job_id] = job_token_of(job)
@@ -145,10 +144,18 @@ class SessionJobs:
             await self.on_stop(job_id)
 
 
+def _roles_of(spec: dict) -> set[int]:
+    """The roles whose leases a SESSION job's spec asks for (default: a Trainer and a Rollout), and
+    the gateway's own driver slot."""
+    names = [r["role"] for r in spec.get("resources", ())] or ["ROLE_TRAINER", "ROLE_ROLLOUT"]
+    return {resources_pb2.Role.Value(name) for name in names} | {resources_pb2.ROLE_GATEWAY}
+
+
 def _placement_of(job: job_pb2.Job, roles: dict[int, job_pb2.Assignment]) -> Placement:
-    trainer, rollout = roles[resources_pb2.ROLE_TRAINER], roles[resources_pb2.ROLE_ROLLOUT]
-    return Placement(job_id=job.job_id, job_token=job_token_of(job), trainer_address=trainer.address,
-                     trainer_lease=trainer.lease, trainer_devices=tuple(trainer.device_ids),
+    trainer, rollout = roles.get(resources_pb2.ROLE_TRAINER), roles[resources_pb2.ROLE_ROLLOUT]
+    return Placement(job_id=job.job_id, job_token=job_token_of(job), trainer_address=trainer.address if trainer else "",
+                     trainer_lease=trainer.lease if trainer else resources_pb2.LeaseContext(),
+                     trainer_devices=tuple(trainer.device_ids) if trainer else (),
                      rollout_address=rollout.address, rollout_lease=rollout.lease)
 
 

@@ -27,6 +27,7 @@ class GatewaySettings(ServiceSettings):
 
     ENV_PREFIX: ClassVar[str] = "OPENTINKER_GATEWAY_"
 
+    host: str = setting("127.0.0.1", "Address the HTTP server binds (0.0.0.0 for all interfaces).")
     port: int = setting(DEFAULT_GATEWAY_PORT, "TCP port of the Tinker REST API (plain HTTP; 0 picks a "
                         "free port). Point the SDK at it: TINKER_BASE_URL=http://host:port.", min=0, max=65535)
     scheduler_address: str = address_setting(
@@ -51,8 +52,6 @@ class GatewaySettings(ServiceSettings):
         "queues behind others of the fair queue) before it fails.", positive=True)
     future_ttl_seconds: float = setting(
         3600.0, "How long a finished result waits to be retrieved before it is forgotten.", positive=True)
-    max_capacity: int = setting(
-        64, "SESSION jobs this gateway drives at once (its slots as a GATEWAY worker).", min=1, max=4096)
     call_timeout_seconds: float = setting(
         600.0, "Deadline of one call to a Trainer or Rollout (a forward_backward of a large batch).",
         positive=True)

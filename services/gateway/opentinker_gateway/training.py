@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from opentinker_gateway import datums, losses
+from opentinker_gateway import datums, fields, losses
 from opentinker_gateway.errors import BadRequest, Conflict, NotFound
 from opentinker_gateway.records import CheckpointRecord, Records
 from opentinker_gateway.runs import TrainingRun
@@ -35,9 +35,14 @@ def loss_of(request: wire.ForwardBackwardRequest) -> tuple[losses.TinkerLoss, di
     return loss, losses.loss_config(loss, config)
 
 
-async def forward_backward(run: TrainingRun, request: wire.ForwardBackwardRequest, request_id: str) -> bytes:
+def prepare(request: wire.ForwardBackwardRequest) -> list[datums.PreparedDatum]:
+    """The request's datums in the Trainer's form; a 400 for an unknown loss or a bad datum."""
+    return datums.prepare(request.data, loss_of(request)[0])
+
+
+async def forward_backward(run: TrainingRun, request: wire.ForwardBackwardRequest,
+                           prepared: Sequence[datums.PreparedDatum], request_id: str) -> bytes:
     loss, config = loss_of(request)
-    prepared = datums.prepare(request.data, loss)
     if request.forward_only:
         return await _forward(run, loss, config, prepared)
     response = await run.backend.forward_backward(run.trainer_session, [p.datum for p in prepared], config,
@@ -73,12 +78,14 @@ def adam_params(body: dict) -> dict:
     unknown = sorted(set(params) - set(ADAM_FIELDS) - {"type"})
     if unknown:
         raise BadRequest(f"optim_step.adam_params: unknown field(s) {', '.join(unknown)}")
-    return {ADAM_FIELDS[k]: float(v) for k, v in params.items() if k in ADAM_FIELDS}
+    if not isinstance(params, dict):
+        raise BadRequest("optim_step.adam_params must be an object")
+    return {ADAM_FIELDS[k]: fields.number(params, k) for k in params if k in ADAM_FIELDS}
 
 
 async def optim_step(run: TrainingRun, adam: dict, request_id: str) -> dict:
     response = await run.backend.optim_step(run.trainer_session, adam, request_id)
-    run.step = int(response.step)
+    run.step, run.policy_version = int(response.step), int(response.policy_version)
     metrics = {"grad_norm:mean": response.grad_norm, "learning_rate:mean": response.learning_rate}
     metrics |= {f"{k}:mean": v for k, v in response.metrics.items() if math.isfinite(v)}
     return {"type": "optim_step", "metrics": metrics}
@@ -86,7 +93,7 @@ async def optim_step(run: TrainingRun, adam: dict, request_id: str) -> dict:
 
 def checkpoint_name(name: str | None, fallback: str) -> str:
     name = name or fallback
-    if not CHECKPOINT_NAME.match(name):
+    if not isinstance(name, str) or not CHECKPOINT_NAME.match(name):
         raise BadRequest(f"path {name!r} must be 1-128 letters, digits, '.', '_' or '-', starting with a "
                          f"letter or digit (it becomes tinker://<model>/weights/<path>)")
     return name
@@ -95,7 +102,8 @@ def checkpoint_name(name: str | None, fallback: str) -> str:
 def expiry(ttl_seconds: int | None) -> float | None:
     if ttl_seconds is None:
         return None
-    if not MIN_TTL_SECONDS <= ttl_seconds <= MAX_TTL_SECONDS:
+    if not isinstance(ttl_seconds, int) or isinstance(ttl_seconds, bool) or \
+            not MIN_TTL_SECONDS <= ttl_seconds <= MAX_TTL_SECONDS:
         raise BadRequest(f"ttl_seconds must be between {MIN_TTL_SECONDS} (1 hour) and {MAX_TTL_SECONDS} "
                          f"(10 years), or null (never expires); got {ttl_seconds}")
     return time.time() + ttl_seconds

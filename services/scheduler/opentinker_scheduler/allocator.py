@@ -308,7 +308,8 @@ class Allocator:
         would hold every tenant's jobs back for good."""
         if self._waited_s(job) * 1000 < self.config.starvation_ms:
             return False
-        idle = {w.worker_id: worker_slots(w, self.config.coordinator_capacity) for w in view.alive}
+        idle = {w.worker_id: worker_slots(w, self.config.coordinator_capacity, self.config.gateway_capacity)
+                for w in view.alive}
         return not isinstance(place(job_requests(job), view.alive, idle), str)
 
     def _waited_s(self, job: QueuedJob) -> int:

@@ -62,7 +62,7 @@ def build_scheduler(client: redis.asyncio.Redis, blocking_client: redis.asyncio.
     pool = WorkerPool(config=config, registry=registry, store=store, leases=leases, lifecycle=lifecycle,
                       tokens=tokens, envhosts=directory)
     reader = QueueReader(client=client, keys=keys, scripts=scripts, clock=clock,
-                         coordinator_capacity=config.coordinator_capacity)
+                         coordinator_capacity=config.coordinator_capacity, gateway_capacity=config.gateway_capacity)
     allocator = Allocator(config=config, store=store, leases=leases, workers=registry,
                           lifecycle=lifecycle, reader=reader, tokens=tokens, on_workers=directory.snapshot.saw)
     jobs = JobService(config=config, store=store, events=events, leases=leases, lifecycle=lifecycle,

@@ -23,7 +23,9 @@ class SchedulerConfig:
     dead_worker_retention_ms: int = 300_000
     """How long a DEAD worker is still listed by ListWorkers before it is forgotten."""
     coordinator_capacity: int = 8
-    """Jobs one device-less worker (a Coordinator; a gateway, for SESSION jobs) serves at once."""
+    """Jobs one Coordinator serves at once."""
+    gateway_capacity: int = 256
+    """SESSION jobs (Tinker training clients and sampler hosts) one gateway drives at once."""
     request_id_ttl_s: int = 86_400
     """How long a request_id is remembered for idempotent retries."""
     allocator_interval_ms: int = 500

@@ -43,8 +43,11 @@ def capacity_slots(capacity: int) -> tuple[str, ...]:
     return tuple(f"slot:{index}" for index in range(capacity))
 
 
-def worker_slots(worker: Worker, capacity: int) -> tuple[str, ...]:
-    """Every slot a worker offers: its device ids, or capacity slots when it has none."""
+def worker_slots(worker: Worker, capacity: int, gateway_capacity: int | None = None) -> tuple[str, ...]:
+    """Every slot a worker offers: its device ids, or capacity slots when it has none (a gateway:
+    `gateway_capacity` of them, one per SESSION job it drives, when given)."""
+    if worker.role is Role.GATEWAY and gateway_capacity is not None:
+        capacity = gateway_capacity
     return tuple(d.device_id for d in worker.devices) or capacity_slots(capacity)
 
 

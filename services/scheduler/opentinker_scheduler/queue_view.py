@@ -50,6 +50,7 @@ class QueueReader:
     scripts: Scripts
     clock: Clock
     coordinator_capacity: int
+    gateway_capacity: int | None = None
 
     async def read(self, *, owner: str, lock_ttl_ms: int, scan_limit: int, workers_wanted: bool = False) -> PassView:
         """Nothing but `holds_lock` when another replica allocates; no workers or slots read
@@ -79,7 +80,7 @@ class QueueReader:
             if worker is not None and worker.state is WorkerState.ALIVE:
                 held = {slot.decode() for slot in held_slots}
                 alive.append(worker)
-                free[worker.worker_id] = [s for s in worker_slots(worker, self.coordinator_capacity) if s not in held]
+                free[worker.worker_id] = [s for s in worker_slots(worker, self.coordinator_capacity, self.gateway_capacity) if s not in held]
         return sorted(alive, key=lambda w: w.worker_id), free
 
 

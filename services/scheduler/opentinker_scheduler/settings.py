@@ -37,8 +37,11 @@ class SchedulerSettings(ServiceSettings):
         "trip that queues it (submit -> RUNNING without waiting for an allocator pass); false: every "
         "job waits for the next pass.")
     coordinator_capacity: int = setting(
-        8, "Jobs one worker without devices (a Coordinator, or a gateway for SESSION jobs) serves at "
-        "once.", min=1, max=1024)
+        8, "Jobs one Coordinator serves at once.", min=1, max=1024)
+    gateway_capacity: int = setting(
+        256, "SESSION jobs one Tinker gateway drives at once (each training client, and each client "
+        "session's sampler host, is one; the devices they lease are counted by the tenants' quotas).",
+        min=1, max=65536)
     dead_worker_retention_seconds: float = setting(
         300.0, "How long ListWorkers still shows a DEAD worker before it is forgotten.", min=0)
     queue_aging_seconds: float = setting(
@@ -85,7 +88,7 @@ class SchedulerSettings(ServiceSettings):
             heartbeat_interval_ms=_ms(self.heartbeat_interval_seconds),
             worker_ttl_ms=_ms(self.worker_ttl_seconds),
             dead_worker_retention_ms=_ms(self.dead_worker_retention_seconds),
-            coordinator_capacity=self.coordinator_capacity,
+            coordinator_capacity=self.coordinator_capacity, gateway_capacity=self.gateway_capacity,
             request_id_ttl_s=self.request_id_ttl_seconds,
             allocator_interval_ms=_ms(self.allocator_interval_seconds), start_at_submit=self.start_at_submit,
             queue_aging_ms=_ms(self.queue_aging_seconds), starvation_ms=_ms(self.starvation_seconds),
