@@ -29,6 +29,7 @@ from opentinker.core.channel_pool import ChannelPool
 from opentinker_gateway.auth import TenantAuth
 from opentinker_gateway.backend import JobBackend, Placement
 from opentinker_gateway.catalog import parse_catalog
+from opentinker_gateway.errors import BadRequest
 from opentinker_gateway.futures import FutureStore
 from opentinker_gateway.http_app import build_app
 from opentinker_gateway.records import LoraSettings, Records
@@ -482,3 +483,31 @@ def test_the_caller_of_a_request_is_its_keys_tenant() -> None:
     assert acme == Caller(tenant_id="acme", key="otk_acme_secret")
     assert globex == Caller(tenant_id="globex", key="otk_globex_secret")
     assert local.key == "" and local.tenant_id  # auth off: the local system tenant
+
+
+def test_retrieve_future_long_polls_then_answers_408_try_again_then_the_result(redis_url: str):
+    """The SDK's contract: a future still running answers 408 {"type": "try_again"} after the long
+    poll (the SDK asks again at once); once done, the result; a failure is {"error", "category"}."""
+    async def scenario(gw: Gateway) -> None:
+        release = asyncio.Event()
+
+        async def work() -> dict:
+            await release.wait()
+            return {"type": "optim_step", "metrics": {}}
+
+        async def refused() -> dict:
+            raise BadRequest("the datum is wrong")
+
+        request_id = gw.service.futures.submit("acme", "OptimStep", work())
+        status, body = await gw.post("retrieve_future", {"request_id": request_id})
+        assert status == 408 and body["type"] == "try_again" and body["request_id"] == request_id
+        release.set()
+        status, body = await gw.post("retrieve_future", {"request_id": request_id})
+        assert (status, body) == (200, {"type": "optim_step", "metrics": {}})
+        failed = gw.service.futures.submit("acme", "ForwardBackward", refused())
+        status, body = await gw.post("retrieve_future", {"request_id": failed})
+        assert status == 200 and body == {"error": "the datum is wrong", "category": "user"}
+        status, _ = await gw.post("retrieve_future", {"request_id": request_id}, key=GLOBEX)
+        assert status == 404  # another tenant's future reads as missing
+
+    run_with_gateway(redis_url, scenario)

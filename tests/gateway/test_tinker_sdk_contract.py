@@ -298,3 +298,85 @@ def test_a_tenant_cancelling_the_session_job_ends_the_training_client(gateway_st
     with pytest.raises((tinker.NotFoundError, tinker.RequestFailedError)):
         training.forward([sft_datum(training.get_tokenizer())], "cross_entropy").result()
     client.close("success").result()
+
+
+def test_forward_backward_custom_runs_a_client_side_loss_like_the_builtin_one(service_client):
+    """The SDK's custom loss: a forward for logprobs, the loss and its gradient on the client, then a
+    cross_entropy backward with weights = -dloss/dlogprobs. A loss equal to cross_entropy trains the same."""
+    import torch
+
+    def nll(data, logprobs_list):
+        loss = sum(-(lp * torch.tensor(d.loss_fn_inputs["weights"].data)).sum() for d, lp in zip(data, logprobs_list))
+        return loss, {"custom_nll": float(loss)}
+
+    results = {}
+    for mode in ("builtin", "custom"):
+        client = service_client.create_lora_training_client(base_model=BASE, rank=4, seed=21).result()
+        data = [sft_datum(client.get_tokenizer(), "custom losses run here")]
+        if mode == "custom":
+            out = client.forward_backward_custom(data, nll).result()
+            assert out.metrics["custom_nll"] > 0
+        else:
+            client.forward_backward(data, "cross_entropy").result()
+        client.optim_step(types.AdamParams(learning_rate=5e-2)).result()
+        results[mode] = client.forward(data, "cross_entropy").result().metrics["loss:sum"]
+    assert results["custom"] == pytest.approx(results["builtin"], rel=1e-4)
+
+
+def test_the_remaining_awaitable_forms(service_client, training):
+    async def flow() -> None:
+        capabilities = await service_client.get_server_capabilities_async()
+        assert BASE in {m.model_name for m in capabilities.supported_models}
+        datum = sft_datum(training.get_tokenizer(), "awaited forms")
+        forward = await (await training.forward_async([datum], "cross_entropy"))
+        assert forward.metrics["loss:sum"] > 0
+        path = (await (await training.save_state_async("awaited"))).path
+        await (await training.load_state_with_optimizer_async(path))
+        from_state = await service_client.create_training_client_from_state_async(path)
+        assert (await from_state.get_info_async()).lora_rank == training.get_info().lora_rank
+        sampler_path = (await (await training.save_weights_for_sampler_async("awaited-sampler"))).path
+        sampler = await training.create_sampling_client_async(sampler_path)
+        also = await service_client.create_sampling_client_async(model_path=sampler_path)
+        assert await sampler.get_base_model_async() == BASE == await also.get_base_model_async()
+        logprobs = await sampler.compute_logprobs_async(types.ModelInput.from_ints([72, 105, 33]))
+        assert logprobs[0] is None and len(logprobs) == 3
+
+    asyncio.run(flow())
+
+
+def test_a_sampler_handle_makes_another_client_of_the_same_sampler(gateway_stack, training):
+    sampler = training.save_weights_and_get_sampling_client().result()
+    again = tinker.SamplingClient.from_sampler_handle(sampler.get_sampler_handle(), api_key=f"tml-{gateway_stack.acme_key}")
+    prompt, params = types.ModelInput.from_ints([80, 81]), types.SamplingParams(max_tokens=4, seed=4)
+    assert again.sample(prompt, 1, params).result().sequences[0].tokens == \
+        sampler.sample(prompt, 1, params).result().sequences[0].tokens
+    with pytest.raises((tinker.NotFoundError, tinker.RequestFailedError)):  # the handle carries no credentials
+        tinker.SamplingClient.from_sampler_handle(sampler.get_sampler_handle(), api_key=f"tml-{gateway_stack.other_key}") \
+            .sample(prompt, 1, params).result()
+
+
+def test_calls_the_gateway_does_not_serve_are_bad_requests_that_say_so(training):
+    with pytest.raises(tinker.BadRequestError, match="save_weights_external is not supported"):
+        training.save_weights_external("external").result()
+
+
+def test_sampling_parameters_take_effect(training):
+    """stop strings and stop token ids end a sample (kept, stop reason "stop"), max_tokens cuts it
+    (reason "length"), top_k=1 is greedy whatever the temperature and seed."""
+    tokenizer = training.get_tokenizer()
+    sampler = training.save_weights_and_get_sampling_client().result()
+    prompt = types.ModelInput.from_ints(tokenizer.encode("stop here"))
+    free = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=12, temperature=1.0, seed=5)).result().sequences[0]
+    assert free.stop_reason in ("length", "stop") and 1 <= len(free.tokens) <= 12
+    stop_token = free.tokens[2]
+    cut = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=12, seed=5, stop=[stop_token])).result().sequences[0]
+    assert cut.tokens == free.tokens[:free.tokens.index(stop_token) + 1] and cut.stop_reason == "stop"
+    text = tokenizer.decode(free.tokens[:3])
+    by_text = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=12, seed=5, stop=[text])).result().sequences[0]
+    assert tokenizer.decode(by_text.tokens).endswith(text) and len(by_text.tokens) <= 3 + 1
+    short = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=2, seed=5)).result().sequences[0]
+    assert len(short.tokens) == 2 and short.stop_reason == "length"
+    greedy = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=6, temperature=0.0)).result().sequences[0]
+    for seed in (1, 2):
+        top1 = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=6, temperature=1.0, top_k=1, seed=seed))
+        assert top1.result().sequences[0].tokens == greedy.tokens

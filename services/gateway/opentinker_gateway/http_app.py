@@ -49,6 +49,8 @@ def build_app(service: GatewayService, auth: TenantAuth, *, long_poll_seconds: f
     for path, handler in GETS.items():
         app.router.add_get(f"/api/v1/{path}", handler)
     app.router.add_delete("/api/v1/training_runs/{run_id}/checkpoints/{checkpoint:.+}", delete_checkpoint)
+    for path in UNSUPPORTED:
+        app.router.add_post(f"/api/v1/{path}", unsupported)
     hf_files.add_routes(app, service.tokenizer_dirs)
     return app
 
@@ -87,6 +89,13 @@ def _future(request_id: str, **extra: Any) -> web.Response:
 
 async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
+
+
+async def unsupported(request: web.Request) -> web.Response:
+    """A Tinker call this gateway does not serve: a 400 that says so (not a bare 404)."""
+    await _caller(request)
+    name = request.path.removeprefix("/api/v1/")
+    raise BadRequest(f"{name} is not supported by this OpenTinker gateway (docs/tinker.md lists what is)")
 
 
 async def telemetry(request: web.Request) -> web.Response:
@@ -322,6 +331,10 @@ def _time(seconds: float) -> str:
     return dt.datetime.fromtimestamp(seconds, tz=dt.timezone.utc).isoformat()
 
 
+UNSUPPORTED = ("copy_weights", "save_weights_external", "create_custom_loss", "cancel_future", "retrieve_futures",
+               "join_sampling_session", "unload_model")
+"""Tinker calls the gateway refuses with a clear 400 (its client config never asks the SDK to use
+the optional ones: custom losses run on the client, each future is polled on its own)."""
 POSTS = {
     "client/config": client_config, "client/dynamic_config": dynamic_config, "create_session": create_session,
     "session_heartbeat": session_heartbeat, "create_model": create_model, "get_info": get_info,
