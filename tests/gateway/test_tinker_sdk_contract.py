@@ -358,6 +358,9 @@ def test_a_sampler_handle_makes_another_client_of_the_same_sampler(gateway_stack
 def test_calls_the_gateway_does_not_serve_are_bad_requests_that_say_so(training):
     with pytest.raises(tinker.BadRequestError, match="save_weights_external is not supported"):
         training.save_weights_external("external").result()
+    # the refused call used a seq_id on the client: the model's next calls still run
+    datum = sft_datum(training.get_tokenizer(), "after a refusal")
+    assert training.forward([datum], "cross_entropy").result(timeout=60).metrics["loss:sum"] > 0
 
 
 def test_sampling_parameters_take_effect(training):

@@ -93,7 +93,13 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def unsupported(request: web.Request) -> web.Response:
     """A Tinker call this gateway does not serve: a 400 that says so (not a bare 404)."""
-    await _caller(request)
+    caller = await _caller(request)
+    try:
+        body = await request.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):  # a model's call used a seq_id on the client: the calls after it must run
+        await request.app[SERVICE].skip_turn(caller, body.get("model_id"), body.get("seq_id"))
     name = request.path.removeprefix("/api/v1/")
     raise BadRequest(f"{name} is not supported by this OpenTinker gateway (docs/tinker.md lists what is)")
 

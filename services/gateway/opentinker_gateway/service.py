@@ -184,6 +184,13 @@ class GatewayService:
         return self.futures.submit(caller.tenant_id, kind, in_turn(),
                                    dedupe_key=f"{run.model_id}/{seq_id}" if seq_id else "")
 
+    async def skip_turn(self, caller: Caller, model_id: object, seq_id: object) -> None:
+        """A refused call of the caller's live run still counts its seq_id as done."""
+        if isinstance(model_id, str) and isinstance(seq_id, int) and not isinstance(seq_id, bool):
+            run = self.runs.find(model_id)
+            if run is not None and run.tenant_id == caller.tenant_id:
+                await run.turns.finish(seq_id)
+
     async def refused(self, run: TrainingRun, seq_id: int | None, check: Callable[[], Any]) -> Any:
         """`check()`; when it refuses the request (a 400 now, not in the future), the request's
         seq_id still counts as done so the calls after it run."""
