@@ -12,9 +12,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
 
 WORKDIR /opt/opentinker
+COPY packages/ packages/
 COPY clients/python/ clients/python/
 COPY services/ services/
 RUN pip install \
+        ./packages/api \
+        ./packages/env \
+        ./packages/runtime \
         ./clients/python \
         ./services/scheduler \
         ./services/trainer \

@@ -10,7 +10,7 @@ observation and reward and an empty `info` Struct). No sessions, locks, tasks, t
 calls or Struct conversions; the only state is a step counter per stream, so CloseSession can
 answer the steps served like the EnvHost does (the bench opens one session per stream).
 
-Server set-up as the EnvHost's `start_server`: the same options (opentinker.core.server
+Server set-up as the EnvHost's `start_server`: the same options (opentinker_runtime.core.server
 SERVER_OPTIONS; the EnvHost adds none), no interceptors (the EnvHost runs with
 OPENTINKER_AUTH=disabled), grpc.health.v1 (the bench waits for SERVING). Not registered:
 reflection (never called). Runs until SIGTERM/SIGINT, or until its parent dies (Linux).
@@ -28,9 +28,9 @@ from google.protobuf import struct_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from _envhost_games import INITIAL_USER_MESSAGE, OBSERVATION, RESET_OBSERVATION, REWARD, SYSTEM_PROMPT
-from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
-from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
-from opentinker.core.server import SERVER_OPTIONS
+from opentinker_api.envhost.v1 import envhost_service_pb2 as pb
+from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
+from opentinker_runtime.core.server import SERVER_OPTIONS
 
 SERVICE_FULL_NAME = pb.DESCRIPTOR.services_by_name["EnvHostService"].full_name
 

@@ -9,7 +9,7 @@ servers send responses of the same size.
 
 from __future__ import annotations
 
-from opentinker.env import AbstractGame, AsyncAbstractGame, StepResult
+from opentinker_env import AbstractGame, AsyncAbstractGame, StepResult
 
 OBSERVATION = "observation: ok, go on"
 """What every step returns (also the echo baseline's observation)."""

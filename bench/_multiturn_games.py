@@ -11,9 +11,9 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from opentinker.env.guess_number_game import DEFAULT_SYSTEM_PROMPT as GUESS_SYSTEM
-from opentinker.env.nim_game import DEFAULT_SYSTEM_PROMPT as NIM_SYSTEM
-from opentinker.env.nim_game import NimGame
+from opentinker_runtime.games.guess_number_game import DEFAULT_SYSTEM_PROMPT as GUESS_SYSTEM
+from opentinker_runtime.games.nim_game import DEFAULT_SYSTEM_PROMPT as NIM_SYSTEM
+from opentinker_runtime.games.nim_game import NimGame
 
 Chat = dict[str, list[dict[str, str]]]
 

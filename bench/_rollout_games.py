@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
-from opentinker.env import AsyncAbstractGame, StepResult
+from opentinker_env import AsyncAbstractGame, StepResult
 
 SYSTEM_PROMPT = "Reply briefly."
 INITIAL_USER_MESSAGE = "Begin."

@@ -27,13 +27,13 @@ os.environ.setdefault("OPENTINKER_AUTH", "disabled")
 
 import grpc  # noqa: E402
 
-from opentinker.api.scheduler.v1 import job_pb2  # noqa: E402
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb  # noqa: E402
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc  # noqa: E402
-from opentinker.core.devices import CPU, Device  # noqa: E402
-from opentinker.core.logging import configure_logging  # noqa: E402
-from opentinker.core.redis_store import Backoff  # noqa: E402
-from opentinker.core.worker_agent import WorkerAgent  # noqa: E402
+from opentinker_api.scheduler.v1 import job_pb2  # noqa: E402
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb  # noqa: E402
+from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc  # noqa: E402
+from opentinker_runtime.workers.devices import CPU, Device  # noqa: E402
+from opentinker_runtime.core.logging import configure_logging  # noqa: E402
+from opentinker_runtime.core.redis_store import Backoff  # noqa: E402
+from opentinker_runtime.workers.agent import WorkerAgent  # noqa: E402
 
 FINISH_ATTEMPTS = 5
 

@@ -33,8 +33,8 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from opentinker.ml.chat import encode, render_prompt
-from opentinker.ml.tokenizer import build_byte_tokenizer
+from opentinker_runtime.ml.chat import encode, render_prompt
+from opentinker_runtime.ml.tokenizer import build_byte_tokenizer
 from opentinker_rollout.batcher import GenerationBatcher, WholeBatchEngine
 from opentinker_rollout.engine import GenerationRequest, SamplingConfig, derive_seed
 from opentinker_rollout.transformers_engine import TransformersEngine

@@ -18,7 +18,7 @@ What runs, all on this machine:
 * the baseline, bench/_echo_server.py, also a process: a bare grpc.aio server implementing
   EnvHostService/Interact itself, answering every request inline with a response of the same
   kind and size (no sessions, tasks, threads, game calls or Struct conversions). Both servers
-  get the same grpc server options (opentinker.core.server.SERVER_OPTIONS) and no interceptors.
+  get the same grpc server options (opentinker_runtime.core.server.SERVER_OPTIONS) and no interceptors.
 * the client, in this process: --sessions (64) concurrent sessions, asyncio tasks sharing
   --channels grpc.aio channels (default 1 per server, like the Rollout's EnvHostChannels, which
   shares one channel per EnvHost address among all its episodes). Every session is its own
@@ -85,9 +85,9 @@ from google.protobuf.internal import api_implementation
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from _envhost_games import OBSERVATION, games_setting
-from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
-from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
-from opentinker.core.embedded_redis import free_port
+from opentinker_api.envhost.v1 import envhost_service_pb2 as pb
+from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
+from opentinker_runtime.core.embedded_redis import free_port
 
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent

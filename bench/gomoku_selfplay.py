@@ -123,7 +123,7 @@ def scripted_choice(board, stone: int, rng: random.Random, legal: float, illegal
     column right of or one row below the board), "taken" (a random stone's cell) or "repeat"
     (the newest stone's cell: the opponent's last move). On the empty board there is no taken
     cell, so "taken" and "repeat" play a legal move there."""
-    from opentinker.env.gomoku import Move, move_name
+    from opentinker_runtime.games.gomoku import Move, move_name
 
     if rng.random() >= legal:
         if illegal == "off_board":
@@ -141,8 +141,8 @@ async def _play_warmup_match(protocol, game: GameConfig, index: int, rng: random
                              legal: float, illegal: str) -> tuple[list[dict], list[bool]]:
     """One match, both seats scripted: each seat's chat as the Rollout would show it, and
     whether each submitted move was accepted."""
-    from opentinker.env.game import opening_user_content
-    from opentinker.env.gomoku_game import SEAT_STONES
+    from opentinker_env.game import opening_user_content
+    from opentinker_runtime.games.gomoku_game import SEAT_STONES
     from opentinker_coordinator.protocol.seated_environment import MatchEnvironmentRef
 
     match = await protocol.open_match(
@@ -178,7 +178,7 @@ def warmup_transcripts(game: GameConfig, matches: int, seed: int, legal: float,
                        illegal: str = "off_board") -> tuple[list[dict], float]:
     """Both seats' chats of `matches` scripted two-seat matches (up to 2 x matches chats) and
     the share of their moves that were illegal."""
-    from opentinker.env.gomoku_game import GomokuGame
+    from opentinker_runtime.games.gomoku_game import GomokuGame
     from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
     from opentinker_coordinator.protocol.local_seated import local_environments
 
@@ -367,9 +367,9 @@ def move_probe(checkpoint_root: Path, policies: dict[str, str], game: GameConfig
     taken_share == blind; one that reads it has less."""
     import torch
 
-    from opentinker.ml.chat import encode, render_prompt
-    from opentinker.ml.models import load_model, quiet_transformers
-    from opentinker.ml.sources import ModelKind, ModelSource
+    from opentinker_runtime.ml.chat import encode, render_prompt
+    from opentinker_runtime.ml.models import load_model, quiet_transformers
+    from opentinker_runtime.ml.sources import ModelKind, ModelSource
 
     quiet_transformers()
     chats, _ = warmup_transcripts(game, 60, 12345, 0.5, "off_board")

@@ -17,10 +17,10 @@ import asyncio
 import statistics
 import time
 
-from opentinker.core.embedded_redis import EmbeddedRedis
-from opentinker.core.job_tokens import (FENCING_FIELD, HASH_FIELD, NONCE_FIELD, JobTokenVerifier, derive_job_token,
+from opentinker_runtime.core.embedded_redis import EmbeddedRedis
+from opentinker_runtime.auth.job_tokens import (FENCING_FIELD, HASH_FIELD, NONCE_FIELD, JobTokenVerifier, derive_job_token,
                                         hash_job_token, job_token_key, new_nonce)
-from opentinker.core.redis_store import Keys, connect
+from opentinker_runtime.core.redis_store import Keys, connect
 
 
 async def write_jobs(client, count: int) -> list[tuple[str, str, int]]:  # noqa: ANN001 - a redis client

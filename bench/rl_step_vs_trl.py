@@ -218,7 +218,7 @@ def rl_spec(config: BenchConfig, max_staleness: int = 0) -> dict:
 
 def run_ours(config: BenchConfig, stack: Stack, max_staleness: int = 0) -> dict:
     """One job; {"refused": why} when the Scheduler refuses its spec (e.g. an unsupported k)."""
-    from opentinker.api.scheduler.v1 import job_pb2
+    from opentinker_api.scheduler.v1 import job_pb2
     from opentinker.client import SchedulerClient
     from opentinker.client.errors import FailedPrecondition, InvalidArgument, Unimplemented
 
@@ -269,7 +269,7 @@ class MathReward:
     __name__ = "math_game"
 
     def __init__(self, game_config: dict) -> None:
-        from opentinker.env.math_game import MathGame
+        from opentinker_runtime.games.math_game import MathGame
 
         self.game = MathGame(**game_config)
         self.generated_tokens: list[int] = []
@@ -288,9 +288,9 @@ def trl_dataset(config: BenchConfig, tokenizer):
     prompts rendered with the chat template (exactly the tokens Rollout feeds the model)."""
     from datasets import Dataset
 
-    from opentinker.env.game import opening_messages
-    from opentinker.env.math_game import MathGame
-    from opentinker.ml.chat import encode, render_prompt, render_text
+    from opentinker_env.game import opening_messages
+    from opentinker_runtime.games.math_game import MathGame
+    from opentinker_runtime.ml.chat import encode, render_prompt, render_text
 
     game = MathGame(**config.game_config)
     rows = []
@@ -329,8 +329,8 @@ def _run_trl(config: BenchConfig) -> dict:
     from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from opentinker.ml.models import build_builtin, quiet_transformers
-    from opentinker.ml.tokenizer import build_byte_tokenizer
+    from opentinker_runtime.ml.models import build_builtin, quiet_transformers
+    from opentinker_runtime.ml.tokenizer import build_byte_tokenizer
 
     quiet_transformers()
     model, tokenizer = build_builtin(config.model, config.seed), build_byte_tokenizer()

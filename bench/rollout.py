@@ -71,14 +71,14 @@ sys.path.insert(0, str(BENCH_DIR))
 from _rollout_games import TurnsGame  # noqa: E402
 from envhost import ROOT, BenchFailure, ServerProcess, clean_environment, free_port  # noqa: E402
 
-from opentinker.api.common.v1 import model_pb2, resources_pb2, sampling_pb2  # noqa: E402
-from opentinker.api.common.v1.environment_pb2 import EnvironmentReference  # noqa: E402
-from opentinker.api.rollout.v1 import rollout_service_pb2 as pb  # noqa: E402
-from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as pb_grpc  # noqa: E402
-from opentinker.core.heap import settle_heap  # noqa: E402
-from opentinker.env.game import opening_messages  # noqa: E402
-from opentinker.ml.models import load_model  # noqa: E402
-from opentinker.ml.sources import ModelSource  # noqa: E402
+from opentinker_api.common.v1 import model_pb2, resources_pb2, sampling_pb2  # noqa: E402
+from opentinker_api.common.v1.environment_pb2 import EnvironmentReference  # noqa: E402
+from opentinker_api.rollout.v1 import rollout_service_pb2 as pb  # noqa: E402
+from opentinker_api.rollout.v1 import rollout_service_pb2_grpc as pb_grpc  # noqa: E402
+from opentinker_runtime.core.heap import settle_heap  # noqa: E402
+from opentinker_env.game import opening_messages  # noqa: E402
+from opentinker_runtime.ml.models import load_model  # noqa: E402
+from opentinker_runtime.ml.sources import ModelSource  # noqa: E402
 from opentinker_rollout.envhost_client import EnvHostChannels, EnvironmentTarget, envhost_environments  # noqa: E402
 from opentinker_rollout.environment import TimedEnvironment  # noqa: E402
 from opentinker_rollout.episode import Episode  # noqa: E402
@@ -323,7 +323,7 @@ class ServiceTarget:
         path after the other, `reused` first: a fresh session's close leaves the EnvHost work
         (its game process goes back to the pool or ends) that an episode right after it would
         wait for, which is not that episode's cost. This process's heap is settled first, as
-        the Rollout's is once it has started (`opentinker.core.heap`)."""
+        the Rollout's is once it has started (`opentinker_runtime.core.heap`)."""
         channels = EnvHostChannels()
         target = EnvironmentTarget(address=self.envhost.address, env_name="turns",
                                    config=self.environment_config(0.0), job_id=LEASE.job_id)

@@ -97,14 +97,14 @@ import grpc  # noqa: E402
 import redis  # noqa: E402
 import redis.asyncio  # noqa: E402
 
-from opentinker.api.common.v1 import algorithm_pb2, environment_pb2, model_pb2, resources_pb2  # noqa: E402
-from opentinker.api.scheduler.v1 import job_pb2  # noqa: E402
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb  # noqa: E402
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc  # noqa: E402
-from opentinker.core.embedded_redis import EmbeddedRedis  # noqa: E402
-from opentinker.core.logging import configure_logging  # noqa: E402
-from opentinker.core.redis_store import connect  # noqa: E402
-from opentinker.core.server import ServerPlan, start_server, stop_server  # noqa: E402
+from opentinker_api.common.v1 import algorithm_pb2, environment_pb2, model_pb2, resources_pb2  # noqa: E402
+from opentinker_api.scheduler.v1 import job_pb2  # noqa: E402
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb  # noqa: E402
+from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc  # noqa: E402
+from opentinker_runtime.core.embedded_redis import EmbeddedRedis  # noqa: E402
+from opentinker_runtime.core.logging import configure_logging  # noqa: E402
+from opentinker_runtime.core.redis_store import connect  # noqa: E402
+from opentinker_runtime.core.server import ServerPlan, start_server, stop_server  # noqa: E402
 from opentinker_scheduler import lua as scheduler_lua  # noqa: E402
 from opentinker_scheduler.app import build_scheduler  # noqa: E402
 from opentinker_scheduler.config import SchedulerConfig  # noqa: E402

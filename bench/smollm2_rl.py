@@ -41,7 +41,7 @@ from pathlib import Path
 from _private_stack import bench_stack
 from google.protobuf import json_format
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.cli import state
 from opentinker.client import SchedulerClient, ServiceClient
 from opentinker.client.spec import load_job_spec

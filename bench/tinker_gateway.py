@@ -61,7 +61,7 @@ os.environ.setdefault("TINKER_TELEMETRY", "0")
 import tinker  # noqa: E402
 from tinker import types  # noqa: E402
 
-from opentinker.api.common.v1 import datum_pb2  # noqa: E402
+from opentinker_api.common.v1 import datum_pb2  # noqa: E402
 from opentinker.client.primitives import SamplingClient, TrainingClient  # noqa: E402
 from tests._stack import LocalStack, run_cli  # noqa: E402
 

@@ -106,19 +106,20 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from envhost import BenchFailure, ServerProcess, clean_environment, cpu_seconds, free_port  # noqa: E402
 
-from opentinker.core.memory import keep_freed_memory  # noqa: E402
-from opentinker.api.common.v1 import algorithm_pb2, datum_pb2, model_pb2, resources_pb2, weights_pb2  # noqa: E402
-from opentinker.api.trainer.v1 import trainer_service_pb2 as pb  # noqa: E402
-from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc  # noqa: E402
-from opentinker.ml.models import BUILTIN_MODELS, quiet_transformers, save_model_dir  # noqa: E402
-from opentinker.ml.tokenizer import VOCAB_SIZE, build_byte_tokenizer  # noqa: E402
-from opentinker.ml.shared_weights import read_shared_weights  # noqa: E402
-from opentinker.ml.weights import WeightsAssembler, lora_state_dict  # noqa: E402
+from opentinker_runtime.core.memory import keep_freed_memory  # noqa: E402
+from opentinker_api.common.v1 import algorithm_pb2, datum_pb2, model_pb2, resources_pb2, weights_pb2  # noqa: E402
+from opentinker_api.trainer.v1 import trainer_service_pb2 as pb  # noqa: E402
+from opentinker_api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc  # noqa: E402
+from opentinker_runtime.ml.models import BUILTIN_MODELS, quiet_transformers, save_model_dir  # noqa: E402
+from opentinker_runtime.ml.tokenizer import VOCAB_SIZE, build_byte_tokenizer  # noqa: E402
+from opentinker_runtime.ml.shared_weights import read_shared_weights  # noqa: E402
+from opentinker_runtime.ml.weights import WeightsAssembler, lora_state_dict  # noqa: E402
 from opentinker_rollout.convert import weights_header  # noqa: E402 - as the Rollout receives weights
 from opentinker_trainer import convert  # noqa: E402
 from opentinker_trainer.batching import plan_micro_batches  # noqa: E402
 from opentinker_trainer.export import export_weights  # noqa: E402
-from opentinker_trainer.session import TrainingSession, create_session  # noqa: E402
+from opentinker_trainer.session import TrainingSession  # noqa: E402
+from opentinker_trainer.session_factory import create_session  # noqa: E402
 
 LEASE = resources_pb2.LeaseContext(job_id="bench-trainer", lease_id="bench", fencing_token=1)
 ADAPTATIONS = ("lora", "full")

@@ -39,15 +39,15 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from opentinker.api.common.v1 import algorithm_pb2, model_pb2
-from opentinker.api.rollout.v1 import rollout_service_pb2 as rollout_pb
-from opentinker.api.trainer.v1 import trainer_service_pb2 as trainer_pb
+from opentinker_api.common.v1 import algorithm_pb2, model_pb2
+from opentinker_api.rollout.v1 import rollout_service_pb2 as rollout_pb
+from opentinker_api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from opentinker.cli.health_probe import SERVING, check_health
 from opentinker.client.credentials import resolve_api_key
 from opentinker.client.errors import OpenTinkerError
 from opentinker.client.primitives import SamplingClient, TrainingClient, datum
-from opentinker.ml.chat import render_prompt
-from opentinker.ml.tokenizer import build_byte_tokenizer
+from opentinker_runtime.ml.chat import render_prompt
+from opentinker_runtime.ml.tokenizer import build_byte_tokenizer
 
 SYSTEM_PROMPT = "Answer with digits only."
 DIGIT_TOKENS = frozenset(range(ord("0"), ord("9") + 1))  # byte tokenizer: token id = byte value

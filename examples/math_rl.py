@@ -30,7 +30,7 @@ from pathlib import Path
 
 from opentinker.cli.progress import JobProgressView
 from opentinker.client import FitResult, SchedulerClient, ServiceClient
-from opentinker.env.math_game import math_sft_examples
+from opentinker_runtime.games.math_game import math_sft_examples
 
 
 @dataclass(frozen=True, kw_only=True)

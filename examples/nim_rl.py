@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 from opentinker.client import ServiceClient
-from opentinker.env.nim_game import DEFAULT_SYSTEM_PROMPT, NimGame
+from opentinker_runtime.games.nim_game import DEFAULT_SYSTEM_PROMPT, NimGame
 
 GAME = {"min_stones": 7, "max_stones": 15, "max_take": 3, "eval_size": 64}
 

@@ -31,14 +31,14 @@ import redis
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from opentinker.api.common.v1 import resources_pb2
-from opentinker.api.rollout.v1 import rollout_service_pb2
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.trainer.v1 import trainer_service_pb2
+from opentinker_api.common.v1 import resources_pb2
+from opentinker_api.rollout.v1 import rollout_service_pb2
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.trainer.v1 import trainer_service_pb2
 from opentinker.client import SchedulerClient
-from opentinker.core.auth_interceptor import authenticated_channel
-from opentinker.core.redis_store import Keys
-from opentinker.ml.tokenizer import build_byte_tokenizer
+from opentinker_runtime.auth.channels import authenticated_channel
+from opentinker_runtime.core.redis_store import Keys
+from opentinker_runtime.ml.tokenizer import build_byte_tokenizer
 from opentinker_coordinator.driver import job_plans
 from opentinker_coordinator.adapters.remote import RemoteRollout, RemoteTrainer, RemoteWeightSync
 from opentinker_coordinator.driver.rl_driver import RlPorts, rl_step

@@ -4,7 +4,7 @@
     python scripts/gen_job_spec_docs.py --check   # exit 1 if docs/job_spec.md is stale
 
 The fields, their types and enum values come from the JobSpec descriptor of the generated stubs
-(`opentinker.api.scheduler.v1.job_pb2`), walked recursively. Comments are not in runtime
+(`opentinker_api.scheduler.v1.job_pb2`), walked recursively. Comments are not in runtime
 descriptors: protoc compiles protos/ once more with `--include_source_info`, and each field,
 message, enum and enum value gets the comment written above it (or, failing that, after it).
 """
@@ -18,7 +18,7 @@ from google.protobuf import descriptor, descriptor_pb2
 from grpc_tools import protoc
 
 from _generated_docs import markdown_cell, write_or_check
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "protos"

@@ -1,13 +1,13 @@
 """Generate the Python API package from protos/ (the only way stubs are made).
 
-    python scripts/gen_protos.py            # regenerate clients/python/opentinker/api
+    python scripts/gen_protos.py            # regenerate packages/api/opentinker_api
     python scripts/gen_protos.py --out DIR  # generate elsewhere (the freshness test)
 
 Proto package `opentinker.<area>.v1` becomes Python package
-`opentinker.api.<area>.v1` holding `<file>_pb2.py`, `<file>_pb2.pyi` and
+`opentinker_api.<area>.v1` holding `<file>_pb2.py`, `<file>_pb2.pyi` and
 `<file>_pb2_grpc.py`. protoc writes imports as `from opentinker.<area>.v1 ...`;
-they are rewritten to `opentinker.api.<area>.v1` so the generated code sits
-under the SDK without claiming the top-level package.
+they are rewritten to `opentinker_api.<area>.v1`. Hand-written modules of the
+package (`conventions.py`: what the wire needs beyond the protos) are kept.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "protos"
-DEFAULT_OUT = ROOT / "clients" / "python" / "opentinker" / "api"
-API_INIT_DOC = '"""Generated gRPC API of OpenTinker (do not edit; run scripts/gen_protos.py)."""\n'
-IMPORT_PATTERN = re.compile(r"^(from|import) opentinker\.(?!api\.)", re.MULTILINE)
+DEFAULT_OUT = ROOT / "packages" / "api" / "opentinker_api"
+HAND_WRITTEN = ("conventions.py",)
+API_INIT_DOC = ('"""OpenTinker\'s gRPC API: stubs generated from protos/ (do not edit; run scripts/gen_protos.py),\n'
+                'and `conventions`, what the wire needs beyond the protos (hand-written)."""\n')
+IMPORT_PATTERN = re.compile(r"^(from|import) opentinker\.", re.MULTILINE)
 
 
 def proto_files() -> list[Path]:
@@ -50,7 +52,7 @@ def run_protoc(out_dir: Path) -> None:
 def rewrite_imports(package_dir: Path) -> None:
     for path in package_dir.rglob("*.py*"):
         text = path.read_text()
-        path.write_text(IMPORT_PATTERN.sub(r"\1 opentinker.api.", text))
+        path.write_text(IMPORT_PATTERN.sub(r"\1 opentinker_api.", text))
 
 
 def add_init_files(package_dir: Path) -> None:
@@ -67,9 +69,12 @@ def generate(out: Path) -> None:
         generated = tmp_dir / "opentinker"
         rewrite_imports(generated)
         add_init_files(generated)
+        kept = {name: (out / name).read_text() for name in HAND_WRITTEN if (out / name).is_file()}
         if out.exists():
             shutil.rmtree(out)
         shutil.copytree(generated, out)
+        for name, text in kept.items():
+            (out / name).write_text(text)
 
 
 def main(argv: list[str] | None = None) -> int:

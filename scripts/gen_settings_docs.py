@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from _generated_docs import markdown_cell, write_or_check
-from opentinker.core.settings import ServiceSettings, describe_settings
+from opentinker_runtime.core.settings import ServiceSettings, describe_settings
 from opentinker_coordinator.settings import CoordinatorSettings
 from opentinker_envhost.settings import EnvHostSettings
 from opentinker_gateway.settings import GatewaySettings

@@ -15,16 +15,16 @@ from pathlib import Path
 import grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from opentinker.api.coordinator.v1 import coordinator_service_pb2 as coordinator_pb
-from opentinker.api.coordinator.v1 import coordinator_service_pb2_grpc as coordinator_grpc
-from opentinker.api.envhost.v1 import envhost_service_pb2 as envhost_pb
-from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
-from opentinker.api.rollout.v1 import rollout_service_pb2 as rollout_pb
-from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as rollout_grpc
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as scheduler_grpc
-from opentinker.api.trainer.v1 import trainer_service_pb2 as trainer_pb
-from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
+from opentinker_api.coordinator.v1 import coordinator_service_pb2 as coordinator_pb
+from opentinker_api.coordinator.v1 import coordinator_service_pb2_grpc as coordinator_grpc
+from opentinker_api.envhost.v1 import envhost_service_pb2 as envhost_pb
+from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
+from opentinker_api.rollout.v1 import rollout_service_pb2 as rollout_pb
+from opentinker_api.rollout.v1 import rollout_service_pb2_grpc as rollout_grpc
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as scheduler_grpc
+from opentinker_api.trainer.v1 import trainer_service_pb2 as trainer_pb
+from opentinker_api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
 from opentinker.cli import state
 from opentinker.cli.health_probe import SERVING, check_health
 from opentinker.client.channels import keyed_channel

@@ -35,10 +35,10 @@ class ServiceCase:
         return f"opentinker.{self.name}.v1.{self.area}Service"
 
     def pb2(self) -> ModuleType:
-        return importlib.import_module(f"opentinker.api.{self.name}.v1.{self.name}_service_pb2")
+        return importlib.import_module(f"opentinker_api.{self.name}.v1.{self.name}_service_pb2")
 
     def pb2_grpc(self) -> ModuleType:
-        return importlib.import_module(f"opentinker.api.{self.name}.v1.{self.name}_service_pb2_grpc")
+        return importlib.import_module(f"opentinker_api.{self.name}.v1.{self.name}_service_pb2_grpc")
 
     def stub(self, channel: grpc.Channel) -> object:
         return getattr(self.pb2_grpc(), f"{self.area}ServiceStub")(channel)

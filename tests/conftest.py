@@ -9,7 +9,7 @@ import pytest
 import redis
 import structlog
 
-from opentinker.core.embedded_redis import EmbeddedRedis
+from opentinker_runtime.core.embedded_redis import EmbeddedRedis
 
 SKIP_WITHOUT_GPU = "needs a CUDA GPU"
 

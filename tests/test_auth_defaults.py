@@ -7,9 +7,9 @@ import asyncio
 
 import grpc
 
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
-from opentinker.core.auth_interceptor import NOBODY, current_principal
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
+from opentinker_runtime.auth.interceptor import NOBODY, current_principal
 from tests.scheduler._harness import scheduler_server
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import grpc
 
-from opentinker.core.auth_interceptor import LOCAL_PRINCIPAL, LocalPrincipalInterceptor, current_principal
+from opentinker_runtime.auth.interceptor import LOCAL_PRINCIPAL, LocalPrincipalInterceptor, current_principal
 
 
 def intercepted(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from opentinker.core.cancellation import gather_cancelled, raise_if_cancelled
+from opentinker_runtime.core.cancellation import gather_cancelled, raise_if_cancelled
 
 
 async def _swallows_cancel_once(ticks: list[int]) -> None:

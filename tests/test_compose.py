@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from opentinker.cli.topology import SERVICES, service_env
-from opentinker.core.auth import new_api_key
+from opentinker_runtime.auth.api_keys import new_api_key
 from tests._stack import free_ports
 
 pytestmark = pytest.mark.timeout(180)
@@ -76,7 +76,7 @@ def local_secret(tmp_path: Path) -> tuple[Path, str]:
 def compose_redis(compose: dict, tmp_path: Path):
     """Run the redis service's script as a local process: the secret, the config file and the
     redis-server binary are local ones, the port a free one; yields (port, password, process)."""
-    from opentinker.core.embedded_redis import free_port, redis_server_executable
+    from opentinker_runtime.core.embedded_redis import free_port, redis_server_executable
 
     secret, password = local_secret(tmp_path)
     port = free_port()
@@ -96,7 +96,7 @@ def compose_redis(compose: dict, tmp_path: Path):
 
 
 def local_redis_healthcheck(compose: dict, port: int, tmp_path: Path) -> str:
-    from opentinker.core.embedded_redis import redis_server_executable
+    from opentinker_runtime.core.embedded_redis import redis_server_executable
 
     cli = redis_server_executable().with_name("redis-cli")
     test = compose["services"]["redis"]["healthcheck"]["test"][1].replace("$$", "$")

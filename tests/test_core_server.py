@@ -15,12 +15,12 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from opentinker.api.envhost.v1 import envhost_service_pb2 as envhost_pb2
-from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
-from opentinker.api.rollout.v1 import rollout_service_pb2 as rollout_pb2
-from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as rollout_grpc
-from opentinker.core.errors import PortInUseError
-from opentinker.core.server import (
+from opentinker_api.envhost.v1 import envhost_service_pb2 as envhost_pb2
+from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
+from opentinker_api.rollout.v1 import rollout_service_pb2 as rollout_pb2
+from opentinker_api.rollout.v1 import rollout_service_pb2_grpc as rollout_grpc
+from opentinker_runtime.core.errors import PortInUseError
+from opentinker_runtime.core.server import (
     HealthReporter,
     ServerPlan,
     ServiceBinding,
@@ -29,8 +29,8 @@ from opentinker.core.server import (
     start_server,
     stop_server,
 )
-from opentinker.core.settings import ServiceSettings, port_setting, setting
-from opentinker.core.unimplemented import rpc_method_names, unimplemented_servicer
+from opentinker_runtime.core.settings import ServiceSettings, port_setting, setting
+from opentinker_runtime.core.unimplemented import rpc_method_names, unimplemented_servicer
 
 ENVHOST = "opentinker.envhost.v1.EnvHostService"
 ROLLOUT = "opentinker.rollout.v1.RolloutService"

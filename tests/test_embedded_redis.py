@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from opentinker.core.embedded_redis import (
+from opentinker_runtime.core.embedded_redis import (
     EmbeddedRedis,
     free_port,
     redis_server_command,
     redis_server_executable,
 )
-from opentinker.core.errors import EmbeddedRedisError
+from opentinker_runtime.core.errors import EmbeddedRedisError
 
 
 def pid_alive(pid: int) -> bool:

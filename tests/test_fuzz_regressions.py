@@ -1,5 +1,5 @@
 """Regressions found by fuzzing the live services (tests/chaos/test_fuzz_rpcs.py), fixed once for
-every server in `opentinker.core.wire_guard`: bytes that do not decode as the request were
+every server in `opentinker_runtime.core.wire_guard`: bytes that do not decode as the request were
 UNKNOWN ("Unexpected <class 'DecodeError'>"), and a status message echoing a 1 MiB id broke the
 client's 16 KiB trailer limit (RESOURCE_EXHAUSTED instead of the real code). A server built by
 `core.server.start_server` on a real port, with a servicer that behaves like ours."""
@@ -13,11 +13,11 @@ from typing import ClassVar
 import grpc
 import pytest
 
-from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
-from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
-from opentinker.core.server import ServerPlan, ServiceBinding, start_server, stop_server
-from opentinker.core.settings import ServiceSettings, port_setting
-from opentinker.core.wire_guard import MAX_STATUS_BYTES, clip_status_message
+from opentinker_api.envhost.v1 import envhost_service_pb2 as pb
+from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
+from opentinker_runtime.core.server import ServerPlan, ServiceBinding, start_server, stop_server
+from opentinker_runtime.core.settings import ServiceSettings, port_setting
+from opentinker_runtime.core.wire_guard import MAX_STATUS_BYTES, clip_status_message
 
 HUGE_ID = "x" * (1 << 20)
 INTERACT = "/opentinker.envhost.v1.EnvHostService/Interact"
@@ -114,7 +114,7 @@ def test_clipping_keeps_short_messages_and_whole_characters() -> None:
 def test_masking_url_credentials_in_a_megabyte_of_letters_is_linear() -> None:
     """The redaction regex rescanned a run of letters from each letter (a 1 MiB id logged froze a
     service for hours); it must stay linear and still mask every URL's userinfo."""
-    from opentinker.core.redaction import mask_url_credentials
+    from opentinker_runtime.core.redaction import mask_url_credentials
 
     assert mask_url_credentials("x" * (1 << 20)) == "x" * (1 << 20)
     assert mask_url_credentials("redis://user:secret@host:6379/0") == "redis://***@host:6379/0"

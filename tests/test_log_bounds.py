@@ -11,11 +11,11 @@ import grpc
 import pytest
 import structlog
 
-from opentinker.api.common.v1.resources_pb2 import LeaseContext
-from opentinker.api.coordinator.v1 import coordinator_service_pb2 as coordinator_pb
-from opentinker.api.trainer.v1 import trainer_service_pb2 as trainer_pb
-from opentinker.core.log_bounds import MAX_LINE_CHARS
-from opentinker.core.logging import configure_logging
+from opentinker_api.common.v1.resources_pb2 import LeaseContext
+from opentinker_api.coordinator.v1 import coordinator_service_pb2 as coordinator_pb
+from opentinker_api.trainer.v1 import trainer_service_pb2 as trainer_pb
+from opentinker_runtime.core.log_bounds import MAX_LINE_CHARS
+from opentinker_runtime.core.logging import configure_logging
 from tests._services import SERVICES, ServiceProcess
 from tests._stack import free_ports
 

@@ -11,8 +11,8 @@ from datetime import datetime
 import pytest
 import structlog
 
-from opentinker.core.logging import configure_logging
-from opentinker.core.redaction import is_secret_key, mask_url_credentials
+from opentinker_runtime.core.logging import configure_logging
+from opentinker_runtime.core.redaction import is_secret_key, mask_url_credentials
 
 
 @pytest.fixture

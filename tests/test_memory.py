@@ -9,7 +9,7 @@ import textwrap
 
 PROBE = textwrap.dedent('''
     import ctypes, ctypes.util, sys
-    from opentinker.core.memory import keep_freed_memory
+    from opentinker_runtime.core.memory import keep_freed_memory
     libc = ctypes.CDLL(ctypes.util.find_library("c"))
 
     class Mallinfo2(ctypes.Structure):

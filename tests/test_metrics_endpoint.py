@@ -22,18 +22,18 @@ import pytest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
-from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
-from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
+from opentinker_api.envhost.v1 import envhost_service_pb2 as pb
+from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
 from opentinker.cli import state
 from opentinker.cli.errors import PortInUse
 from opentinker.cli.launcher import UpConfig, assign_metrics_ports
 from opentinker.cli.main import _print_statuses
 from opentinker.cli.stack import ProcessStatus
 from opentinker.cli.topology import AUTO_PORT, SERVICE_NAMES, SERVICES, resolve_metrics_ports, service_env
-from opentinker.core.errors import PortInUseError, SettingsError
-from opentinker.core.metrics_http import MetricsEndpoint
-from opentinker.core.server import ServerPlan, ServiceBinding, StartedServer, start_server, stop_server
-from opentinker.core.settings import ServiceSettings, load_settings, port_setting, setting
+from opentinker_runtime.core.errors import PortInUseError, SettingsError
+from opentinker_runtime.core.metrics_http import MetricsEndpoint
+from opentinker_runtime.core.server import ServerPlan, ServiceBinding, StartedServer, start_server, stop_server
+from opentinker_runtime.core.settings import ServiceSettings, load_settings, port_setting, setting
 from tests._stack import free_ports
 
 pytestmark = pytest.mark.timeout(60)
@@ -284,7 +284,7 @@ def test_a_stack_json_from_before_metrics_still_loads_and_shows_no_metrics_url(t
 def test_docs_list_every_metric_the_services_define() -> None:
     from opentinker_scheduler.metrics import ClusterSnapshot, snapshot_families
 
-    from opentinker.core.metrics import REGISTRY
+    from opentinker_runtime.core.metrics import REGISTRY
 
     for service in ("trainer", "rollout", "envhost", "coordinator"):
         importlib.import_module(f"opentinker_{service}.metrics")  # defines its metrics on import

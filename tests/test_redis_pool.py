@@ -9,7 +9,7 @@ import time
 import pytest
 import redis.exceptions
 
-from opentinker.core.redis_store import RedisPoolExhausted, connect, ping
+from opentinker_runtime.core.redis_store import RedisPoolExhausted, connect, ping
 
 
 def test_a_command_waits_for_a_busy_pool_and_runs_once_a_connection_is_free(redis_url: str) -> None:

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from opentinker.core.embedded_redis import free_port
-from opentinker.core.errors import RedisUnavailableError
-from opentinker.core.redis_store import Backoff, Keys, connect, describe_connection, ping, ping_until_ready
+from opentinker_runtime.core.embedded_redis import free_port
+from opentinker_runtime.core.errors import RedisUnavailableError
+from opentinker_runtime.core.redis_store import Backoff, Keys, connect, describe_connection, ping, ping_until_ready
 
 
 def test_connect_returns_bytes_and_talks_to_redis(redis_url: str) -> None:
@@ -87,7 +87,7 @@ def test_a_client_outlives_a_redis_restart_from_its_append_only_file(tmp_path) -
     import os
     import signal
 
-    from opentinker.core.embedded_redis import EmbeddedRedis
+    from opentinker_runtime.core.embedded_redis import EmbeddedRedis
 
     port = free_port()
     first = EmbeddedRedis(port=port, data_dir=tmp_path).start()

@@ -16,7 +16,7 @@ from google.protobuf.descriptor import MethodDescriptor
 from grpc_health.v1 import health
 from grpc_reflection.v1alpha import reflection
 
-from opentinker.core.embedded_redis import EmbeddedRedis, free_port
+from opentinker_runtime.core.embedded_redis import EmbeddedRedis, free_port
 from tests._services import SERVICES, ServiceCase, ServiceProcess, reflected_services
 
 GRACE_SECONDS = 2.0

@@ -9,9 +9,9 @@ from typing import ClassVar
 
 import pytest
 
-from opentinker.core.auth import new_api_key
-from opentinker.core.errors import SettingsError
-from opentinker.core.settings import (
+from opentinker_runtime.auth.api_keys import new_api_key
+from opentinker_runtime.core.errors import SettingsError
+from opentinker_runtime.core.settings import (
     ServiceSettings,
     address_setting,
     describe_settings,
@@ -268,8 +268,8 @@ def test_a_client_with_the_password_file_reaches_a_redis_that_requires_it(tmp_pa
 
     import redis
 
-    from opentinker.core.embedded_redis import EmbeddedRedis
-    from opentinker.core.redis_store import connect, ping
+    from opentinker_runtime.core.embedded_redis import EmbeddedRedis
+    from opentinker_runtime.core.redis_store import connect, ping
 
     secret = tmp_path / "redis_password"
     secret.write_text("correct horse\n")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from opentinker.core.settings import describe_settings
+from opentinker_runtime.core.settings import describe_settings
 from tests._scripts import load_script
 
 gen_settings_docs = load_script("gen_settings_docs")

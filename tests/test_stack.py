@@ -362,7 +362,7 @@ def test_up_replaces_the_record_of_a_crashed_stack(tmp_path):
 
 
 def test_external_redis_is_used_and_left_running(tmp_path):
-    from opentinker.core.embedded_redis import EmbeddedRedis
+    from opentinker_runtime.core.embedded_redis import EmbeddedRedis
 
     state_dir = (tmp_path / "state").resolve()
     ports = dict(zip((*SERVICES, "gateway", "dashboard"), free_ports(len(SERVICES) + 2)))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from opentinker.core.embedded_redis import free_port
-from opentinker.core.torch_threads import TorchThreads, resolve_torch_threads, usable_cpus
+from opentinker_runtime.core.embedded_redis import free_port
+from opentinker_runtime.core.torch_threads import TorchThreads, resolve_torch_threads, usable_cpus
 from tests._services import SERVICES, ServiceProcess
 
 TRAINER, ROLLOUT = SERVICES[1], SERVICES[2]
@@ -36,7 +36,7 @@ def test_automatic_takes_half_the_cpus_and_at_least_one(cpus: int, threads: int)
 
 APPLY_AND_SPAWN = """
 import multiprocessing, sys, torch
-from opentinker.core.torch_threads import apply_torch_threads
+from opentinker_runtime.core.torch_threads import apply_torch_threads
 
 def child(queue):
     queue.put(torch.get_num_threads())

@@ -24,7 +24,7 @@ import redis
 from opentinker.cli.health_probe import SERVING, check_health
 from opentinker.cli.topology import SERVICES, service_env
 from opentinker.client.credentials import ensure_admin_key
-from opentinker.core.embedded_redis import redis_server_command
+from opentinker_runtime.core.embedded_redis import redis_server_command
 from tests._stack import free_ports
 from tests.chaos._proxy import ProxyLoop
 

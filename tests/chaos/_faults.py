@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import SchedulerClient
 from opentinker.client.retry import RetryPolicy
 from tests.chaos._chaos_stack import SERVICE_NAMES, ChaosStack

@@ -2,7 +2,7 @@
 
 Shared by the bounded CI test (tests/chaos/test_fuzz_rpcs.py) and the full run
 (bench/fuzz_rpcs.py). The RPCs are enumerated from the generated descriptors
-(`opentinker.api.<area>.v1.<area>_service_pb2`), so a new RPC is fuzzed without a change here.
+(`opentinker_api.<area>.v1.<area>_service_pb2`), so a new RPC is fuzzed without a change here.
 Per RPC, Hypothesis draws cases from `_fuzz_strategies` (random messages, raw bytes, one-field
 mutations of a valid example from `_fuzz_targets`), each case is one real call over a real
 socket with a deadline, and `_fuzz_oracle.verdict` judges each outcome; after each RPC's batch
@@ -74,7 +74,7 @@ def all_rpcs() -> list[Rpc]:
     """Every RPC of every service, in proto order, from the generated descriptors."""
     rpcs = []
     for service in SERVICES:
-        module = importlib.import_module(f"opentinker.api.{service}.v1.{service}_service_pb2")
+        module = importlib.import_module(f"opentinker_api.{service}.v1.{service}_service_pb2")
         for descriptor in module.DESCRIPTOR.services_by_name.values():
             rpcs.extend(Rpc(service, method) for method in descriptor.methods)
     return rpcs

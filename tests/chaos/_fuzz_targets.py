@@ -24,20 +24,20 @@ from google.protobuf import duration_pb2
 from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from opentinker.api.common.v1 import algorithm_pb2 as algo
-from opentinker.api.common.v1 import datum_pb2, environment_pb2, model_pb2, progress_pb2, resources_pb2
-from opentinker.api.common.v1 import sampling_pb2, weights_pb2
-from opentinker.api.coordinator.v1 import coordinator_service_pb2 as co
-from opentinker.api.coordinator.v1 import coordinator_service_pb2_grpc as co_grpc
-from opentinker.api.envhost.v1 import envhost_service_pb2 as env
-from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as env_grpc
-from opentinker.api.rollout.v1 import rollout_service_pb2 as ro
-from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as ro_grpc
-from opentinker.api.scheduler.v1 import job_pb2, tenant_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as sc
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as sc_grpc
-from opentinker.api.trainer.v1 import trainer_service_pb2 as tr
-from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as tr_grpc
+from opentinker_api.common.v1 import algorithm_pb2 as algo
+from opentinker_api.common.v1 import datum_pb2, environment_pb2, model_pb2, progress_pb2, resources_pb2
+from opentinker_api.common.v1 import sampling_pb2, weights_pb2
+from opentinker_api.coordinator.v1 import coordinator_service_pb2 as co
+from opentinker_api.coordinator.v1 import coordinator_service_pb2_grpc as co_grpc
+from opentinker_api.envhost.v1 import envhost_service_pb2 as env
+from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as env_grpc
+from opentinker_api.rollout.v1 import rollout_service_pb2 as ro
+from opentinker_api.rollout.v1 import rollout_service_pb2_grpc as ro_grpc
+from opentinker_api.scheduler.v1 import job_pb2, tenant_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as sc
+from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as sc_grpc
+from opentinker_api.trainer.v1 import trainer_service_pb2 as tr
+from opentinker_api.trainer.v1 import trainer_service_pb2_grpc as tr_grpc
 from tests.chaos._fuzz import SERVICES, Request, Rpc
 
 MODEL = model_pb2.ModelReference(builtin=model_pb2.BuiltinModel(name="tiny-llama", seed=1))

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 
 import grpc
 
-from opentinker.api.common.v1 import resources_pb2
-from opentinker.api.scheduler.v1 import job_pb2, tenant_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as sc
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as sc_grpc
+from opentinker_api.common.v1 import resources_pb2
+from opentinker_api.scheduler.v1 import job_pb2, tenant_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as sc
+from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as sc_grpc
 from tests.chaos._fuzz import Request, Rpc
 from tests.chaos._fuzz_targets import FIXTURE_DEADLINE_S, LiveTarget, queued_rl_spec
 

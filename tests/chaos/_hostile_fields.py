@@ -3,7 +3,7 @@
 A field is one (`FieldRef`) when it is a string whose name ends with path, _dir, _file or address,
 is `envhost` (an EnvHost by name or id), ends with checkpoint_id (or is a map of them), belongs to
 `LocalModel`, or is one of NAMES_A_FILE; a google.protobuf.Struct named `config` (a game's config)
-is one through its file-like keys (`opentinker.core.tenant_paths.is_path_key`), named here by
+is one through its file-like keys (`opentinker_runtime.auth.tenant_paths.is_path_key`), named here by
 `dataset_path`. Keys read like `SchedulerService.SubmitJob spec.agents[].model.local.path`:
 `[]` is an element of a repeated field, `['k']` a key of a map or Struct. `put` sets such a field
 in a request and `field_in_details` is how a status message names it (`[]` as `[0]`).
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
-import opentinker.api
+import opentinker_api
 
 PATH_LIKE = re.compile(r"(path|_dir|_file|address)$")
 CHECKPOINT_LIKE = re.compile(r"checkpoint_ids?$")
@@ -71,7 +71,7 @@ def request_fields(descriptor: Descriptor, prefix: str = "", seen: frozenset[str
 def every_hostile_field() -> dict[str, str]:
     """{`<Service>.<Method> <field path>`: kind} over every service in the generated API."""
     found = {}
-    for info in pkgutil.walk_packages(opentinker.api.__path__, "opentinker.api."):
+    for info in pkgutil.walk_packages(opentinker_api.__path__, "opentinker_api."):
         if info.name.endswith("_pb2"):
             for service in importlib.import_module(info.name).DESCRIPTOR.services_by_name.values():
                 for method in service.methods:

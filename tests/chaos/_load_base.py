@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 
 S = job_pb2.Job
 MiB = 1024 * 1024

@@ -13,9 +13,9 @@ from typing import Any
 
 import grpc
 
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from opentinker.client.scheduler_requests import bearer_metadata, quota, submit_request
 from tests.chaos._load_base import CHANNEL_OPTIONS, RPC_TIMEOUT_S, UNPLACEABLE_DEVICES, S, rpc_text
 

@@ -15,10 +15,10 @@ from typing import Any
 import grpc
 from google.protobuf import json_format, struct_pb2
 
-from opentinker.api.envhost.v1 import envhost_service_pb2 as env_pb
-from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as env_grpc
+from opentinker_api.envhost.v1 import envhost_service_pb2 as env_pb
+from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as env_grpc
 from opentinker.client.scheduler_requests import bearer_metadata
-from opentinker.env.guess_number_game import CORRECT, HIGHER, LOWER, GuessNumberGame
+from opentinker_runtime.games.guess_number_game import CORRECT, HIGHER, LOWER, GuessNumberGame
 from tests.chaos._load_base import CHANNEL_OPTIONS, RANGE_SIZE, RANGE_STRIDE, RPC_TIMEOUT_S, rpc_text
 from tests.chaos._load_probes import descendants, read_metric, wait_for_metric
 

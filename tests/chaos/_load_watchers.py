@@ -11,8 +11,8 @@ from typing import Any
 
 import grpc
 
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.client.scheduler_requests import submit_request
 from tests.chaos._load_base import CHANNEL_OPTIONS, S, rpc_text
 from tests.chaos._load_jobs import Scheduler, tiny_rl_spec

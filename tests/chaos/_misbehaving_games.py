@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from opentinker.env import AbstractGame, StepResult
+from opentinker_env import AbstractGame, StepResult
 
 OK_OBSERVATION = "ok"
 ACTION_PREFIX = "misbehave:"

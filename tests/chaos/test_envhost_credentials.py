@@ -22,15 +22,15 @@ from pathlib import Path
 import grpc
 import pytest
 
-from opentinker.api.common.v1 import resources_pb2
-from opentinker.api.envhost.v1 import envhost_service_pb2 as envhost_pb
-from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
+from opentinker_api.common.v1 import resources_pb2
+from opentinker_api.envhost.v1 import envhost_service_pb2 as envhost_pb
+from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from opentinker.client import SchedulerClient
 from opentinker.client.errors import InvalidArgument, PermissionDenied
-from opentinker.core.job_tokens import JOB_ID_METADATA_KEY, JOB_TOKEN_METADATA_KEY
+from opentinker_runtime.auth.job_tokens import JOB_ID_METADATA_KEY, JOB_TOKEN_METADATA_KEY
 from tests._stack import LocalStack, free_ports
 from tests.chaos._metadata_spy import MetadataSpy
 from tests.chaos._security_stack import admin, stack  # noqa: F401 - the shared fixtures

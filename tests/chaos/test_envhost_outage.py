@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from opentinker.api.common.v1 import progress_pb2
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.common.v1 import progress_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import SchedulerClient
 from tests.chaos._chaos_checks import prove_steps, seconds, trained_steps
 from tests.chaos._chaos_stack import ChaosStack

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from tests.chaos._chaos_checks import LEASED_ROLES, evidence, prove_steps, sequences, summary, trained_steps
 from tests.chaos._chaos_stack import ChaosStack
 from tests.chaos._faults import ChaosRun, plan_faults, run_with_faults, steps_for

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from opentinker.api.envhost.v1 import envhost_service_pb2 as env_pb
+from opentinker_api.envhost.v1 import envhost_service_pb2 as env_pb
 from tests._stack import LocalStack
 from tests.chaos._fuzz import SERVICES, Case, Failure, all_rpcs, fuzz_rpc, summary_table
 from tests.chaos._fuzz_oracle import ADMIN_ONLY_SCHEDULER_RPCS, KnownFinding, Outcome, field_path_problem, verdict

@@ -18,23 +18,23 @@ from typing import Any, ClassVar
 import grpc
 import pytest
 
-from opentinker.api.common.v1 import algorithm_pb2, datum_pb2, model_pb2, resources_pb2
-from opentinker.api.coordinator.v1 import coordinator_service_pb2 as coordinator_pb
-from opentinker.api.coordinator.v1 import coordinator_service_pb2_grpc as coordinator_grpc
-from opentinker.api.envhost.v1 import envhost_service_pb2 as env_pb
-from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as env_grpc
-from opentinker.api.rollout.v1 import rollout_service_pb2 as rollout_pb
-from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as rollout_grpc
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as scheduler_grpc
-from opentinker.api.trainer.v1 import trainer_service_pb2 as trainer_pb
-from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
+from opentinker_api.common.v1 import algorithm_pb2, datum_pb2, model_pb2, resources_pb2
+from opentinker_api.coordinator.v1 import coordinator_service_pb2 as coordinator_pb
+from opentinker_api.coordinator.v1 import coordinator_service_pb2_grpc as coordinator_grpc
+from opentinker_api.envhost.v1 import envhost_service_pb2 as env_pb
+from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as env_grpc
+from opentinker_api.rollout.v1 import rollout_service_pb2 as rollout_pb
+from opentinker_api.rollout.v1 import rollout_service_pb2_grpc as rollout_grpc
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as scheduler_grpc
+from opentinker_api.trainer.v1 import trainer_service_pb2 as trainer_pb
+from opentinker_api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
 from opentinker.client import SchedulerClient
 from opentinker.client.channels import keyed_channel
-from opentinker.core.job_tokens import JOB_TOKEN_METADATA_KEY, JOB_TOKEN_PATTERN, job_token_of
-from opentinker.core.server import ServerPlan, ServiceBinding, start_server, stop_server
-from opentinker.core.settings import ServiceSettings
+from opentinker_runtime.auth.job_tokens import JOB_TOKEN_METADATA_KEY, JOB_TOKEN_PATTERN, job_token_of
+from opentinker_runtime.core.server import ServerPlan, ServiceBinding, start_server, stop_server
+from opentinker_runtime.core.settings import ServiceSettings
 from opentinker_rollout.envhost_client import EnvHostSession, EnvironmentTarget
 from tests._stack import LocalStack
 from tests.chaos._security_stack import admin, stack  # noqa: F401 - the shared fixtures

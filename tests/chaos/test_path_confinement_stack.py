@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import SchedulerClient
 from opentinker.client.errors import InvalidArgument
 from tests._stack import LocalStack

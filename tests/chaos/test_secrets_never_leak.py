@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import SchedulerClient
-from opentinker.core.auth import parse_api_key
-from opentinker.core.job_tokens import HASH_FIELD, JOB_TOKEN_PATTERN, hash_job_token, job_token_of
-from opentinker.core.redis_store import Keys
+from opentinker_runtime.auth.api_keys import parse_api_key
+from opentinker_runtime.auth.job_tokens import HASH_FIELD, JOB_TOKEN_PATTERN, hash_job_token, job_token_of
+from opentinker_runtime.core.redis_store import Keys
 from tests._stack import LocalStack
 from tests.chaos._security_stack import admin, stack  # noqa: F401 - the shared fixtures
 from tests.e2e.test_rl_job import tiny_rl_spec

@@ -29,12 +29,12 @@ import pytest
 from google.protobuf import message_factory
 from google.protobuf.message import Message
 
-from opentinker.api.common.v1 import resources_pb2
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.common.v1 import resources_pb2
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.client import SchedulerClient
 from opentinker.client.spec import job_spec_from_dict
-from opentinker.core.errors import REASON_METADATA_KEY
+from opentinker_runtime.core.errors import REASON_METADATA_KEY
 from tests._stack import LocalStack
 from tests.chaos._hostile_fields import every_hostile_field, field_in_details, put
 from tests.chaos._security_stack import admin, stack  # noqa: F401 - the shared fixtures

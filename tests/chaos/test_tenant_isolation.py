@@ -26,10 +26,10 @@ import grpc
 import pytest
 from google.protobuf import message_factory
 
-import opentinker.api
-from opentinker.api.common.v1 import resources_pb2
-from opentinker.api.scheduler.v1 import job_pb2, tenant_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+import opentinker_api
+from opentinker_api.common.v1 import resources_pb2
+from opentinker_api.scheduler.v1 import job_pb2, tenant_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.client import SchedulerClient
 from opentinker.client.spec import job_spec_from_dict
 from opentinker.dashboard.routes import ROUTES
@@ -140,7 +140,7 @@ def _spec(display_name: str) -> dict:
 def every_rpc() -> set[str]:
     """`<service full name>/<method>` of every service in the generated API."""
     names = set()
-    for info in pkgutil.walk_packages(opentinker.api.__path__, "opentinker.api."):
+    for info in pkgutil.walk_packages(opentinker_api.__path__, "opentinker_api."):
         if info.name.endswith("_pb2"):
             for service in importlib.import_module(info.name).DESCRIPTOR.services_by_name.values():
                 names |= {f"{service.full_name}/{method.name}" for method in service.methods}
@@ -148,7 +148,7 @@ def every_rpc() -> set[str]:
 
 
 def method_descriptor(path: str):  # noqa: ANN201
-    for info in pkgutil.walk_packages(opentinker.api.__path__, "opentinker.api."):
+    for info in pkgutil.walk_packages(opentinker_api.__path__, "opentinker_api."):
         if info.name.endswith("_pb2"):
             for service in importlib.import_module(info.name).DESCRIPTOR.services_by_name.values():
                 if path.startswith(service.full_name + "/"):

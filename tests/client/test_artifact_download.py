@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.client.artifacts import ArtifactCorrupt, save_stream
 
 

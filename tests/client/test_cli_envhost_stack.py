@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from opentinker.api.common.v1 import resources_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.common.v1 import resources_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.cli import envhost, state
 from opentinker.cli.main import build_parser
-from opentinker.core.auth import new_api_key
-from opentinker.core.embedded_redis import free_port
+from opentinker_runtime.auth.api_keys import new_api_key
+from opentinker_runtime.core.embedded_redis import free_port
 from tests.scheduler._harness import eventually, scheduler_server
 
 STACK_SCHEDULER = "127.0.0.1:41051"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.cli.main import main
 from tests.client._fake_scheduler import Story, fake_scheduler, final_checkpoint
 

@@ -21,7 +21,7 @@ def test_an_invalid_spec_file_exits_2_naming_the_field(tmp_path):
 def test_the_progress_line_shows_each_agent_of_a_multi_agent_job():
     import io
 
-    from opentinker.api.scheduler.v1 import job_pb2
+    from opentinker_api.scheduler.v1 import job_pb2
     from opentinker.cli.progress import JobProgressView
 
     out = io.StringIO()

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from opentinker.api.common.v1 import progress_pb2
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.common.v1 import progress_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.cli import exit_codes
 from opentinker.cli.main import main
 from opentinker.cli.progress import JobProgressView

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from opentinker.api.common.v1 import algorithm_pb2
+from opentinker_api.common.v1 import algorithm_pb2
 from opentinker.client.service_client import fit_job_spec
 from opentinker.client.spec import job_spec_from_dict
 from opentinker_scheduler.convert_jobs import facts_from_spec

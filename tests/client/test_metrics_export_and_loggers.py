@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import metrics_export
 from opentinker.client.loggers import (
     SAMPLE_COLUMNS, MissingLoggerPackage, TensorBoardLogger, WandbLogger, agent_metrics_callback, fan_out,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import SchedulerClient
 from tests._stack import LocalStack, free_ports
 

@@ -14,8 +14,8 @@ import redis
 from google.protobuf import descriptor_pool, json_format, message_factory
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
-from opentinker.core.auth import new_api_key
-from opentinker.core.embedded_redis import EmbeddedRedis, free_port
+from opentinker_runtime.auth.api_keys import new_api_key
+from opentinker_runtime.core.embedded_redis import EmbeddedRedis, free_port
 from tests._services import SERVICES, ServiceProcess
 
 SCHEDULER = "opentinker.scheduler.v1.SchedulerService"

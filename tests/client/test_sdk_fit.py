@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from google.protobuf import json_format
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import AsyncServiceClient, ServiceClient, job_spec_from_dict, state_name
 from opentinker.client.service_client import fit_job_spec
 from tests.client._fake_scheduler import Story, fake_scheduler, final_checkpoint

@@ -10,15 +10,15 @@ from concurrent import futures
 import grpc
 import pytest
 
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from opentinker.client import (
     AsyncSchedulerClient, FailedPrecondition, NotFound, OpenTinkerError, ResourceExhausted, RetryPolicy,
     SchedulerClient, Unavailable,
 )
 from opentinker.client.errors import error_for
-from opentinker.core.errors import REASON_METADATA_KEY
+from opentinker_runtime.core.errors import REASON_METADATA_KEY
 
 FAST = RetryPolicy(attempts=4, initial_delay=0.01, max_delay=0.02)
 

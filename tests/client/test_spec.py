@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from opentinker.api.common.v1 import algorithm_pb2
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.common.v1 import algorithm_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client.spec import SpecError, job_spec_from_dict, load_job_spec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"

@@ -21,9 +21,9 @@ from typing import Any, ClassVar
 
 import pytest
 
-from opentinker.core.server import ServerPlan, start_server, stop_server
-from opentinker.core.settings import ServiceSettings, port_setting
-from opentinker.env import builtin_games
+from opentinker_runtime.core.server import ServerPlan, start_server, stop_server
+from opentinker_runtime.core.settings import ServiceSettings, port_setting
+from opentinker_runtime.games import builtin_games
 from opentinker_coordinator.driver.env_errors import EnvError, EnvErrorDigest, EnvErrorKind
 from opentinker_coordinator.driver.env_outages import EnvironmentBroken, OutageBudget
 from opentinker_coordinator.driver.inference_driver import InferencePorts, run_inference

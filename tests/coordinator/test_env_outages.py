@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from opentinker.api.common.v1 import trajectory_pb2
-from opentinker.env.gomoku_game import GomokuGame
+from opentinker_api.common.v1 import trajectory_pb2
+from opentinker_runtime.games.gomoku_game import GomokuGame
 from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
 from opentinker_coordinator.driver.env_outages import EnvironmentBroken, EnvironmentUnavailable, OutageBudget
 from opentinker_coordinator.protocol.local_seated import local_environments

@@ -87,7 +87,7 @@ def test_eval_metrics_keep_the_env_prefix_under_eval():
 def test_the_rollouts_trajectory_message_carries_cut_turns_and_info_values():
     from google.protobuf import struct_pb2
 
-    from opentinker.api.common.v1 import trajectory_pb2
+    from opentinker_api.common.v1 import trajectory_pb2
     from opentinker_coordinator.adapters.remote import trajectory_from_message
 
     def turn(truncated: bool, **info: object) -> trajectory_pb2.Turn:

@@ -15,11 +15,11 @@ from contextlib import asynccontextmanager
 import grpc
 from google.protobuf import json_format
 
-from opentinker.api.common.v1 import environment_pb2
-from opentinker.api.coordinator.v1 import coordinator_service_pb2 as pb
-from opentinker.api.coordinator.v1 import coordinator_service_pb2_grpc as pb_grpc
-from opentinker.api.envhost.v1 import envhost_service_pb2 as env_pb
-from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as env_grpc
+from opentinker_api.common.v1 import environment_pb2
+from opentinker_api.coordinator.v1 import coordinator_service_pb2 as pb
+from opentinker_api.coordinator.v1 import coordinator_service_pb2_grpc as pb_grpc
+from opentinker_api.envhost.v1 import envhost_service_pb2 as env_pb
+from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as env_grpc
 from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
 from opentinker_coordinator.protocol.envhost_seats import EnvHostChannels
 from opentinker_coordinator.runs import RunRegistry, RunState

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from opentinker.api.common.v1 import environment_pb2, model_pb2
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.core.tenant_paths import PathRefused, TenantAreas
+from opentinker_api.common.v1 import environment_pb2, model_pb2
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_runtime.auth.tenant_paths import PathRefused, TenantAreas
 from opentinker_coordinator.adapters.job_paths import confine_job_paths
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_coordinator.driver.job_plans import UnsupportedJob, check_driven_here
 
 

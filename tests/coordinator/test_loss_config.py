@@ -1,7 +1,7 @@
 """The loss a job trains with: the job type's default under the spec's own settings."""
 
-from opentinker.api.common.v1 import algorithm_pb2 as algo
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.common.v1 import algorithm_pb2 as algo
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_coordinator.adapters.remote import loss_config
 
 

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from opentinker.env.gomoku_game import GomokuGame
+from opentinker_runtime.games.gomoku_game import GomokuGame
 from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
 from opentinker_coordinator.driver.ma_driver import AgentFailed, AgentPorts, MultiAgentPorts, run_multi_agent
 from opentinker_coordinator.driver.pairings import Pairing

@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from opentinker.env.gomoku import Move, move_name
-from opentinker.env.gomoku_game import STONE_SEATS
+from opentinker_runtime.games.gomoku import Move, move_name
+from opentinker_runtime.games.gomoku_game import STONE_SEATS
 from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
 from opentinker_coordinator.protocol.matches import FORFEIT, ActionResult, Match, MatchState
 from opentinker_coordinator.protocol.protocol_errors import (

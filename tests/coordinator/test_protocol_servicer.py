@@ -14,10 +14,10 @@ import grpc
 import pytest
 from google.protobuf import struct_pb2
 
-from opentinker.api.common.v1 import environment_pb2, errors_pb2, progress_pb2
-from opentinker.api.coordinator.v1 import coordinator_service_pb2 as pb
-from opentinker.api.coordinator.v1 import coordinator_service_pb2_grpc as pb_grpc
-from opentinker.core.errors import REASON_METADATA_KEY, TRACEBACK_METADATA_KEY
+from opentinker_api.common.v1 import environment_pb2, errors_pb2, progress_pb2
+from opentinker_api.coordinator.v1 import coordinator_service_pb2 as pb
+from opentinker_api.coordinator.v1 import coordinator_service_pb2_grpc as pb_grpc
+from opentinker_runtime.core.errors import REASON_METADATA_KEY, TRACEBACK_METADATA_KEY
 from opentinker_coordinator.protocol import match_convert
 from opentinker_coordinator.protocol import protocol_errors
 from opentinker_coordinator.protocol.agent_protocol import AgentProtocol

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from opentinker.api.common.v1 import model_pb2
+from opentinker_api.common.v1 import model_pb2
 from opentinker_coordinator.driver.sft_data import DatasetError, load_sft_datums, read_conversations
 
 CHAT = [{"role": "user", "content": "1+1="}, {"role": "assistant", "content": "2"}]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from opentinker.api.common.v1 import algorithm_pb2, resources_pb2
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.common.v1 import algorithm_pb2, resources_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_coordinator.adapters.remote import session_optimizer, trainer_device_ids
 
 

@@ -17,13 +17,13 @@ from pathlib import Path
 import grpc
 import torch
 
-from opentinker.api.common.v1 import algorithm_pb2, datum_pb2, model_pb2, resources_pb2, sampling_pb2, weights_pb2
-from opentinker.api.rollout.v1 import rollout_service_pb2 as rollout_pb
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.trainer.v1 import trainer_service_pb2 as trainer_pb
-from opentinker.core.server import start_server, stop_server
-from opentinker.ml.models import merged_copy, save_model_dir
-from opentinker.ml.weights import lora_state_dict
+from opentinker_api.common.v1 import algorithm_pb2, datum_pb2, model_pb2, resources_pb2, sampling_pb2, weights_pb2
+from opentinker_api.rollout.v1 import rollout_service_pb2 as rollout_pb
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.trainer.v1 import trainer_service_pb2 as trainer_pb
+from opentinker_runtime.core.server import start_server, stop_server
+from opentinker_runtime.ml.models import merged_copy, save_model_dir
+from opentinker_runtime.ml.weights import lora_state_dict
 from opentinker_coordinator.adapters.remote import RemoteRollout, RemoteTrainer, RemoteWeightSync
 from opentinker_rollout.main import build_plan as rollout_plan
 from opentinker_rollout.settings import RolloutSettings

@@ -19,9 +19,9 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from opentinker.env.game import AbstractGame, NotYourTurn, StepResult
-from opentinker.env.gomoku_game import GomokuGame
-from opentinker.env.math_game import MathGame
+from opentinker_env.game import AbstractGame, NotYourTurn, StepResult
+from opentinker_runtime.games.gomoku_game import GomokuGame
+from opentinker_runtime.games.math_game import MathGame
 from opentinker_coordinator.protocol.seated_environment import EnvironmentBroke, MatchEnvironmentRef, SeatedStart, SeatedStep
 from tests.coordinator.seated_games import InProcessSeatedEnvironment
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.api.scheduler.v1.scheduler_service_pb2_grpc import SchedulerServiceStub
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1.scheduler_service_pb2_grpc import SchedulerServiceStub
 from opentinker.client.channels import keyed_channel
 
 

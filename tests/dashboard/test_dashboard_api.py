@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import SchedulerClient
 from tests._stack import LocalStack
 from tests.dashboard._dashboard import DashboardProcess, EventStreamReader, connection, get, request

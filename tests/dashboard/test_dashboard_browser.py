@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import OpenTinkerError, SchedulerClient
 from tests._stack import LocalStack
 from tests.dashboard._browser import artifacts_dir, headless_chromium, require_browser, script_errors

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.dashboard.errors import ApiError
 from opentinker.dashboard.guards import caller_key, check_host, check_post
 from opentinker.dashboard.metrics import metric_series

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from google.protobuf import descriptor
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import job_spec_from_dict
 from tests._scripts import load_script
 

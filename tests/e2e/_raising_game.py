@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from opentinker.env import AbstractGame, StepResult
+from opentinker_env import AbstractGame, StepResult
 
 SCORES: dict[str, float] = {}
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from opentinker.api.common.v1 import resources_pb2
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.common.v1 import resources_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import SchedulerClient
 from tests._stack import LocalStack
 from tests.e2e.test_rl_job import tiny_rl_spec

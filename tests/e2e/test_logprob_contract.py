@@ -7,7 +7,7 @@ import pytest
 
 from google.protobuf import struct_pb2
 
-from opentinker.api.common.v1 import (
+from opentinker_api.common.v1 import (
     algorithm_pb2,
     datum_pb2,
     environment_pb2,
@@ -15,12 +15,12 @@ from opentinker.api.common.v1 import (
     resources_pb2,
     sampling_pb2,
 )
-from opentinker.api.rollout.v1 import rollout_service_pb2 as rollout_pb
-from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as rollout_grpc
-from opentinker.api.trainer.v1 import trainer_service_pb2 as trainer_pb
-from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
-from opentinker.ml.chat import render_prompt
-from opentinker.ml.tokenizer import build_byte_tokenizer
+from opentinker_api.rollout.v1 import rollout_service_pb2 as rollout_pb
+from opentinker_api.rollout.v1 import rollout_service_pb2_grpc as rollout_grpc
+from opentinker_api.trainer.v1 import trainer_service_pb2 as trainer_pb
+from opentinker_api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
+from opentinker_runtime.ml.chat import render_prompt
+from opentinker_runtime.ml.tokenizer import build_byte_tokenizer
 
 from opentinker.client.channels import keyed_channel
 

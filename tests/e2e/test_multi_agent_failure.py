@@ -15,9 +15,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from opentinker.api.common.v1 import resources_pb2
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.common.v1 import resources_pb2
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.client import SchedulerClient
 from tests._stack import LocalStack, second_service
 from tests.e2e.test_rl_job import states_of

@@ -18,9 +18,9 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1.scheduler_service_pb2 import GetJobRequest
-from opentinker.api.scheduler.v1.scheduler_service_pb2_grpc import SchedulerServiceStub
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1.scheduler_service_pb2 import GetJobRequest
+from opentinker_api.scheduler.v1.scheduler_service_pb2_grpc import SchedulerServiceStub
 from opentinker.cli.topology import SERVICE_NAMES
 from opentinker.client import SchedulerClient
 

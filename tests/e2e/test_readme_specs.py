@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import SchedulerClient, ServiceClient
 from opentinker.client.spec import load_job_spec
 

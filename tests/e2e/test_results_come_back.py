@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from opentinker.api.common.v1 import trajectory_pb2
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.common.v1 import trajectory_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import NotFound, SchedulerClient
 from opentinker.client.async_client import AsyncSchedulerClient
 from tests._stack import LocalStack
@@ -132,7 +132,7 @@ def test_a_tenant_downloads_its_final_adapter_and_plain_peft_loads_it(stack: Loc
                                                                       finished_sft: job_pb2.Job,
                                                                       tmp_path: Path) -> None:
     finished_job = finished_sft
-    from opentinker.ml.models import save_builtin_as_local
+    from opentinker_runtime.ml.models import save_builtin_as_local
 
     listed = cli(stack, tenants["results-a"], "jobs", "artifacts", finished_job.job_id, "--json")
     assert listed.returncode == 0, listed.stderr

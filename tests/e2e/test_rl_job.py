@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import InvalidArgument, SchedulerClient
 from opentinker.client.scheduler_client import state_name
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import (
     AsyncSchedulerClient, AsyncServiceClient, NotFound, SamplingClient, TrainingClient, datum,
 )

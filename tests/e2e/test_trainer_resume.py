@@ -26,11 +26,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from opentinker.api.common.v1 import algorithm_pb2 as algo_pb
-from opentinker.api.common.v1 import datum_pb2, model_pb2, resources_pb2
-from opentinker.api.trainer.v1 import trainer_service_pb2 as pb
-from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
-from opentinker.ml.checkpoints import TRAINING_STATE_FILE
+from opentinker_api.common.v1 import algorithm_pb2 as algo_pb
+from opentinker_api.common.v1 import datum_pb2, model_pb2, resources_pb2
+from opentinker_api.trainer.v1 import trainer_service_pb2 as pb
+from opentinker_api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
+from opentinker_runtime.ml.checkpoints import TRAINING_STATE_FILE
 from tests._services import SERVICES, ServiceProcess
 from tests._stack import free_ports
 

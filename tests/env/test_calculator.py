@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from opentinker.env import calculator
-from opentinker.env.calculator import (
+from opentinker_runtime.games import calculator
+from opentinker_runtime.games.calculator import (
     MAX_DEPTH,
     MAX_EXPRESSION_CHARS,
     MAX_NUMBER_DIGITS,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from opentinker.env import DatasetError, JsonlDataset, SeededGenerator, write_jsonl
+from opentinker_env import DatasetError, JsonlDataset, SeededGenerator, write_jsonl
 
 
 def test_jsonl_dataset_loads_records_and_skips_blank_lines(tmp_path: Path) -> None:
@@ -50,7 +50,7 @@ def test_a_parquet_dataset_reads_like_jsonl(tmp_path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from opentinker.env import read_records
+    from opentinker_env import read_records
     rows = [{"question": "1+1=", "answer": "2"}, {"question": "2+2=", "answer": "4"}]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "math.parquet")
     assert read_records(tmp_path / "math.parquet") == rows

@@ -11,22 +11,10 @@ from typing import Any
 
 import pytest
 
-from opentinker.env import (
-    AbstractGame,
-    AsyncAbstractGame,
-    GameHarness,
-    GameLoadError,
-    HarnessError,
-    MathGame,
-    StepResult,
-    aplay,
-    builtin_games,
-    load_game_class,
-    opening_messages,
-    play,
-)
-from opentinker.env.game import is_game_class
-from opentinker.env.registry import check_game_name
+from opentinker_env import AbstractGame, AsyncAbstractGame, GameHarness, HarnessError, StepResult, aplay, opening_messages, play
+from opentinker_runtime.games import GameLoadError, MathGame, builtin_games, load_game_class
+from opentinker_env.game import is_game_class
+from opentinker_runtime.games.registry import check_game_name
 
 
 class Countdown(AbstractGame):
@@ -164,16 +152,16 @@ def test_builtin_registry_and_import_paths() -> None:
     assert games["math"] is MathGame
     assert set(games) == {"math", "math_tool", "guess_number", "nim", "gomoku"}
     assert all(is_game_class(cls) and check_game_name(name) is None for name, cls in games.items())
-    assert load_game_class("opentinker.env:MathGame") is MathGame
+    assert load_game_class("opentinker_runtime.games:MathGame") is MathGame
     assert load_game_class("tests.env.test_game_api:Countdown") is Countdown
 
 
 @pytest.mark.parametrize(("path", "error"), [
     ("no_colon", "not an import path"),
     ("no_such_module_xyz:Game", "cannot import module 'no_such_module_xyz'"),
-    ("opentinker.env:Missing", "has no attribute 'Missing'"),
-    ("opentinker.env:StepResult", "not a concrete subclass"),
-    ("opentinker.env:AbstractGame", "not a concrete subclass"),
+    ("opentinker_env:Missing", "has no attribute 'Missing'"),
+    ("opentinker_env:StepResult", "not a concrete subclass"),
+    ("opentinker_env:AbstractGame", "not a concrete subclass"),
 ])
 def test_load_game_class_errors_say_what_is_wrong(path: str, error: str) -> None:
     with pytest.raises(GameLoadError, match=error):
@@ -181,7 +169,7 @@ def test_load_game_class_errors_say_what_is_wrong(path: str, error: str) -> None
 
 
 def test_the_env_sdk_imports_neither_torch_nor_grpc() -> None:
-    code = "import sys, opentinker.env; print('torch' in sys.modules, 'grpc' in sys.modules)"
+    code = "import sys, opentinker_env; print('torch' in sys.modules, 'grpc' in sys.modules)"
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert output.stdout.split() == ["False", "False"]
 
@@ -206,7 +194,7 @@ class _Picky(AbstractGame):
 
 
 def test_a_cut_off_reply_goes_to_on_truncated_in_the_harness():
-    from opentinker.env import Cut
+    from opentinker_env import Cut
     episode = play(_Picky(), ["yes", Cut("y" * 30), "yes"])
     assert episode.actions == ("yes", "y" * 30) and episode.done
     assert [r.reward for r in episode.results] == [1.0, -1.0] and episode.results[-1].info == {"cut": 30}

@@ -11,16 +11,9 @@ from collections.abc import Callable
 
 import pytest
 
-from opentinker.env import (
-    Episode,
-    GameConfigError,
-    GameHarness,
-    HarnessError,
-    is_game_class,
-    load_game_class,
-    play,
-)
-from opentinker.env.gomoku import (
+from opentinker_env import Episode, GameConfigError, GameHarness, HarnessError, is_game_class, play
+from opentinker_runtime.games import load_game_class
+from opentinker_runtime.games.gomoku import (
     BLACK,
     DIRECTIONS,
     EMPTY,
@@ -33,7 +26,7 @@ from opentinker.env.gomoku import (
     parse_move,
     scripted_move,
 )
-from opentinker.env.gomoku_game import GomokuGame, WrongSeatError
+from opentinker_runtime.games.gomoku_game import GomokuGame, WrongSeatError
 
 SMALL_CONFIGS = [(3, 3), (4, 3), (4, 4), (5, 3), (5, 4), (5, 5), (6, 4), (7, 5), (9, 5)]
 DRAWN_3X3 = ["a1", "b1", "c1", "b2", "a2", "c2", "b3", "a3", "c3"]
@@ -331,7 +324,7 @@ def test_opponent_against_itself_plays_legal_deterministic_games() -> None:
 
 def test_metadata() -> None:
     assert is_game_class(GomokuGame)
-    assert load_game_class("opentinker.env.gomoku_game:GomokuGame") is GomokuGame
+    assert load_game_class("opentinker_runtime.games.gomoku_game:GomokuGame") is GomokuGame
     assert GomokuGame.seats == ("black", "white") and GomokuGame.multi_turn is True
     assert GomokuGame.describe().startswith("Gomoku")
     config = GomokuGame.default_config()

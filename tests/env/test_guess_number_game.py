@@ -9,15 +9,9 @@ import random
 
 import pytest
 
-from opentinker.env import (
-    GameConfigError,
-    GameHarness,
-    HarnessError,
-    StepResult,
-    guess_number_game,
-    play,
-)
-from opentinker.env.guess_number_game import GuessNumberGame, parse_guess
+from opentinker_env import GameConfigError, GameHarness, HarnessError, StepResult, play
+from opentinker_runtime.games import guess_number_game
+from opentinker_runtime.games.guess_number_game import GuessNumberGame, parse_guess
 
 
 def binary_search(game: GuessNumberGame, **reset_kwargs: object) -> list[StepResult]:

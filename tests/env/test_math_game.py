@@ -8,17 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from opentinker.env import (
-    GameConfigError,
-    MathGame,
-    extract_answer,
-    math_sft_examples,
-    normalize_answer,
-    play,
-    read_jsonl,
-    write_jsonl,
-)
-from opentinker.env.math_problems import ArithmeticSpec, columnwise
+from opentinker_env import GameConfigError, extract_answer, normalize_answer, play, read_jsonl, write_jsonl
+from opentinker_runtime.games import MathGame, math_sft_examples
+from opentinker_runtime.games.math_problems import ArithmeticSpec, columnwise
 
 
 def questions(game: MathGame, split: str, count: int) -> list[str]:

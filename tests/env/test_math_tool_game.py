@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from opentinker.env import GameConfigError, GameHarness, HarnessError, play
-from opentinker.env.game import is_game_class
-from opentinker.env.math_tool_game import FORMAT_REMINDER, MathToolGame
+from opentinker_env import GameConfigError, GameHarness, HarnessError, play
+from opentinker_env.game import is_game_class
+from opentinker_runtime.games.math_tool_game import FORMAT_REMINDER, MathToolGame
 
 
 def problem(game: MathToolGame, index: int = 0, split: str = "train") -> tuple[str, str]:

@@ -8,9 +8,9 @@ import statistics
 
 import pytest
 
-from opentinker.env import Cut, GameConfigError, play
-from opentinker.env import nim_game
-from opentinker.env.nim_game import NimGame, best_take
+from opentinker_env import Cut, GameConfigError, play
+from opentinker_runtime.games import nim_game
+from opentinker_runtime.games.nim_game import NimGame, best_take
 
 
 def optimal_game(game: NimGame, split: str, index: int) -> bool:

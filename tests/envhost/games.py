@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-from opentinker.env import AbstractGame, AsyncAbstractGame, NotYourTurn, StepResult
+from opentinker_env import AbstractGame, AsyncAbstractGame, NotYourTurn, StepResult
 from opentinker_envhost.catalog import GameCatalog, GameSpec
 from tests.chaos._misbehaving_games import Misbehaving
 

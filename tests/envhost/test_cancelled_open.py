@@ -16,9 +16,9 @@ import grpc
 import psutil
 import pytest
 
-from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
-from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
-from opentinker.core.server import ServerPlan, ServiceBinding, start_server, stop_server
+from opentinker_api.envhost.v1 import envhost_service_pb2 as pb
+from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
+from opentinker_runtime.core.server import ServerPlan, ServiceBinding, start_server, stop_server
 from opentinker_envhost.catalog import GameCatalog, GameSpec
 from opentinker_envhost.servicer import SERVICE_FULL_NAME, EnvHostServicer
 from opentinker_envhost.sessions import SessionLimits, SessionManager

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from opentinker.core.errors import SettingsError
-from opentinker.core.settings import load_settings
+from opentinker_runtime.core.errors import SettingsError
+from opentinker_runtime.core.settings import load_settings
 from opentinker_envhost.catalog import GameCatalog, GameSpec, parse_game_entries
-from opentinker.env.registry import builtin_games
+from opentinker_runtime.games.registry import builtin_games
 from opentinker_envhost.errors import UnknownEnvironment
 from opentinker_envhost.settings import EnvHostSettings
 from tests.envhost.games import Echo, catalog_with_test_games

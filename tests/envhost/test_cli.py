@@ -12,12 +12,12 @@ from pathlib import Path
 
 import grpc
 
-from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
-from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
+from opentinker_api.envhost.v1 import envhost_service_pb2 as pb
+from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
 from opentinker.client.channels import keyed_channel
-from opentinker.core.auth import ApiKeyStore, new_api_key
-from opentinker.core.embedded_redis import free_port
-from opentinker.core.redis_store import connect
+from opentinker_runtime.auth.api_keys import ApiKeyStore, new_api_key
+from opentinker_runtime.core.embedded_redis import free_port
+from opentinker_runtime.core.redis_store import connect
 from tests.envhost.test_process import user_games  # noqa: F401 - the fixture
 
 CLI = [sys.executable, "-m", "opentinker.cli.main"]

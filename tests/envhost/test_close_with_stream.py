@@ -6,7 +6,7 @@ import asyncio
 
 import grpc
 
-from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
+from opentinker_api.envhost.v1 import envhost_service_pb2 as pb
 from tests.envhost.test_servicer import Code, Requests, Stub, rpc_error, run
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from opentinker.core.server import HealthReporter
-from opentinker.env.registry import builtin_games
+from opentinker_runtime.core.server import HealthReporter
+from opentinker_runtime.games.registry import builtin_games
 from opentinker_envhost.catalog import GameCatalog
 from opentinker_envhost.game_hosts import ThreadHost, game_host
 from opentinker_envhost.limits import Isolation, SessionLimits

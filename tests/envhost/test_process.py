@@ -10,13 +10,13 @@ from pathlib import Path
 import grpc
 import pytest
 
-from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
-from opentinker.core.embedded_redis import free_port
+from opentinker_api.envhost.v1 import envhost_service_pb2 as pb
+from opentinker_runtime.core.embedded_redis import free_port
 from tests._services import SERVICES, ServiceProcess
 
 ENVHOST = next(case for case in SERVICES if case.name == "envhost")
 USER_GAME = '''
-from opentinker.env import AbstractGame, StepResult
+from opentinker_env import AbstractGame, StepResult
 
 
 class GuessGame(AbstractGame):

@@ -11,14 +11,14 @@ from contextlib import asynccontextmanager
 import grpc
 import pytest
 
-from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
-from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
-from opentinker.core.auth import ApiKeyStore, new_api_key
-from opentinker.core.auth_interceptor import authenticated_channel
-from opentinker.core.job_tokens import (FENCING_FIELD, HASH_FIELD, JOB_TOKEN_METADATA_KEY, NONCE_FIELD,
+from opentinker_api.envhost.v1 import envhost_service_pb2 as pb
+from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
+from opentinker_runtime.auth.api_keys import ApiKeyStore, new_api_key
+from opentinker_runtime.auth.channels import authenticated_channel
+from opentinker_runtime.auth.job_tokens import (FENCING_FIELD, HASH_FIELD, JOB_TOKEN_METADATA_KEY, NONCE_FIELD,
                                         derive_job_token, hash_job_token, job_token_key)
-from opentinker.core.redis_store import Keys, connect
-from opentinker.core.server import ServerPlan, start_server, stop_server
+from opentinker_runtime.core.redis_store import Keys, connect
+from opentinker_runtime.core.server import ServerPlan, start_server, stop_server
 from opentinker_envhost.servicer import envhost_service_binding
 from opentinker_envhost.sessions import SessionLimits, SessionManager
 from opentinker_envhost.settings import EnvHostSettings

@@ -22,9 +22,9 @@ import grpc
 import pytest
 import structlog
 
-from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
-from opentinker.core import metrics
-from opentinker.core.embedded_redis import free_port
+from opentinker_api.envhost.v1 import envhost_service_pb2 as pb
+from opentinker_runtime.core import metrics
+from opentinker_runtime.core.embedded_redis import free_port
 from opentinker_envhost.errors import (
     EnvHostError,
     EnvironmentCrashed,

@@ -14,11 +14,11 @@ import grpc
 import pytest
 from google.protobuf import struct_pb2
 
-from opentinker.api.common.v1 import errors_pb2
-from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
-from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
-from opentinker.core.server import ServerPlan, start_server, stop_server
-from opentinker.env import MathGame
+from opentinker_api.common.v1 import errors_pb2
+from opentinker_api.envhost.v1 import envhost_service_pb2 as pb
+from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
+from opentinker_runtime.core.server import ServerPlan, start_server, stop_server
+from opentinker_runtime.games import MathGame
 from opentinker_envhost.servicer import envhost_service_binding
 from opentinker_envhost.sessions import SessionLimits, SessionManager
 from opentinker_envhost.settings import EnvHostSettings

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from opentinker.env import MathGame
+from opentinker_runtime.games import MathGame
 from opentinker_envhost.errors import (
     EnvHostError,
     EnvironmentFailure,

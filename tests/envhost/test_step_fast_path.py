@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
+from opentinker_api.envhost.v1 import envhost_service_pb2 as pb
 from opentinker_envhost.sessions import SessionManager
 from tests.envhost.test_servicer import Requests, envhost_and_manager, struct
 

@@ -23,9 +23,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from tinker import types
 from tinker.proto import request_conv
 
-from opentinker.api.common.v1 import resources_pb2
-from opentinker.core.auth import Principal
-from opentinker.core.channel_pool import ChannelPool
+from opentinker_api.common.v1 import resources_pb2
+from opentinker_runtime.auth.api_keys import Principal
+from opentinker_runtime.core.channel_pool import ChannelPool
 from opentinker_gateway.auth import TenantAuth
 from opentinker_gateway.backend import JobBackend, Placement
 from opentinker_gateway.catalog import parse_catalog
@@ -82,7 +82,7 @@ async def _body(response) -> object:
 
 @asynccontextmanager
 async def gateway(redis_url: str) -> AsyncIterator[Gateway]:
-    from opentinker.core.redis_store import connect
+    from opentinker_runtime.core.redis_store import connect
 
     redis, pool = connect(redis_url), ChannelPool()
     service = GatewayService(catalog=parse_catalog("demo=builtin:tiny-llama"), tokenizer_dirs={},

@@ -19,8 +19,8 @@ from google.protobuf import json_format
 from tinker import types
 from tinker.proto import request_conv, response_conv
 
-from opentinker.api.common.v1 import algorithm_pb2, trajectory_pb2
-from opentinker.api.rollout.v1 import rollout_service_pb2 as rollout_pb
+from opentinker_api.common.v1 import algorithm_pb2, trajectory_pb2
+from opentinker_api.rollout.v1 import rollout_service_pb2 as rollout_pb
 from opentinker_gateway import catalog, datums, losses, sampling
 from opentinker_gateway.errors import BadRequest, Conflict, GatewayError, NotFound
 from opentinker_gateway.futures import Done, Failed, FutureStore, Pending
@@ -771,7 +771,7 @@ def test_unrepresentable_integers_are_bad_requests(body: dict) -> None:
 
 
 def test_catalog_builtins_are_the_ml_packages_builtins() -> None:
-    from opentinker.ml.models import BUILTIN_MODELS  # imports torch: the one slow test here
+    from opentinker_runtime.ml.models import BUILTIN_MODELS  # imports torch: the one slow test here
 
     assert sorted(catalog.BUILTIN_MODELS) == sorted(BUILTIN_MODELS)
 
@@ -834,7 +834,7 @@ def _checkpoint(path: str, *, model_id: str = "sess-a:train:0", created: float =
 
 
 def records_scenario(redis_url: str, scenario: Callable[[Records], object]) -> object:
-    from opentinker.core.redis_store import connect
+    from opentinker_runtime.core.redis_store import connect
 
     async def body():
         redis = connect(redis_url)

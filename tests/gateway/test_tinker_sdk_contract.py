@@ -217,7 +217,7 @@ def test_training_runs_and_checkpoints_are_listed_for_their_tenant_only(service_
 def test_a_training_client_is_a_session_job_of_its_tenant_that_succeeds_when_the_client_closes(gateway_stack):
     """The lease is the tenant's own SESSION job (its quota and the fair queue apply); closing the
     ServiceClient finishes it through the gateway's driver lease and job token."""
-    from opentinker.api.scheduler.v1 import job_pb2
+    from opentinker_api.scheduler.v1 import job_pb2
     from opentinker.client.scheduler_client import SchedulerClient
 
     client = tinker.ServiceClient(base_url=gateway_stack.url, api_key=f"tml-{gateway_stack.acme_key}")
@@ -283,7 +283,7 @@ def test_a_base_models_tokenizer_loads_by_name_from_the_gateways_hub_endpoint(ga
 
 
 def test_a_tenant_cancelling_the_session_job_ends_the_training_client(gateway_stack):
-    from opentinker.api.scheduler.v1 import job_pb2
+    from opentinker_api.scheduler.v1 import job_pb2
     from opentinker.client.scheduler_client import SchedulerClient
 
     client = tinker.ServiceClient(base_url=gateway_stack.url, api_key=f"tml-{gateway_stack.acme_key}")

@@ -1,1 +1,1 @@
-"""Tests of the shared ML library `opentinker.ml` (tokenizer, models, chat, logprobs, weights)."""
+"""Tests of the shared ML library `opentinker_runtime.ml` (tokenizer, models, chat, logprobs, weights)."""

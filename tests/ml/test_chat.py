@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from opentinker.ml.chat import encode, render_observation_turn, render_prompt, render_sft_example
-from opentinker.ml.tokenizer import build_byte_tokenizer
+from opentinker_runtime.ml.chat import encode, render_observation_turn, render_prompt, render_sft_example
+from opentinker_runtime.ml.tokenizer import build_byte_tokenizer
 
 SYSTEM = {"role": "system", "content": "S"}
 USER = {"role": "user", "content": "Q?"}

@@ -8,11 +8,11 @@ from typing import ClassVar
 
 import pytest
 
-from opentinker.core.settings import ServiceSettings, load_settings
-from opentinker.ml import checkpoints
-from opentinker.ml.checkpoints import CheckpointFormat, CheckpointManifest, checkpoint_dir_setting
-from opentinker.ml.errors import CheckpointError, CheckpointNotFoundError
-from opentinker.ml.sources import LoraSpec, ModelSource
+from opentinker_runtime.core.settings import ServiceSettings, load_settings
+from opentinker_runtime.ml import checkpoints
+from opentinker_runtime.ml.checkpoints import CheckpointFormat, CheckpointManifest, checkpoint_dir_setting
+from opentinker_runtime.ml.errors import CheckpointError, CheckpointNotFoundError
+from opentinker_runtime.ml.sources import LoraSpec, ModelSource
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from opentinker.ml.logprobs import entropy_from_logits, token_logprobs
-from opentinker.ml.models import build_builtin
+from opentinker_runtime.ml.logprobs import entropy_from_logits, token_logprobs
+from opentinker_runtime.ml.models import build_builtin
 
 
 @pytest.fixture(scope="module")

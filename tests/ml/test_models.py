@@ -11,10 +11,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from opentinker.ml import checkpoints
-from opentinker.ml.checkpoints import CheckpointFormat, CheckpointManifest
-from opentinker.ml.errors import ModelSourceError
-from opentinker.ml.models import (BUILTIN_MODELS, LoraSpec, ModelSource, apply_lora, build_builtin,
+from opentinker_runtime.ml import checkpoints
+from opentinker_runtime.ml.checkpoints import CheckpointFormat, CheckpointManifest
+from opentinker_runtime.ml.errors import ModelSourceError
+from opentinker_runtime.ml.models import (BUILTIN_MODELS, LoraSpec, ModelSource, apply_lora, build_builtin,
                                   load_model, save_builtin_as_local, save_model_dir)
 
 TOKENS = torch.tensor([[258, *b"user\n2+2?", 259, 10, 258, *b"assistant\n4", 259]])

@@ -16,10 +16,10 @@ import torch
 import xxhash
 from safetensors.torch import load_file
 
-from opentinker.ml.errors import WeightsError
-from opentinker.ml.shared_weights import (SharedFileNotAllowed, SharedFileUnavailable, SharedWeightsWriter,
+from opentinker_runtime.ml.errors import WeightsError
+from opentinker_runtime.ml.shared_weights import (SharedFileNotAllowed, SharedFileUnavailable, SharedWeightsWriter,
                                           read_shared_weights, remove_dead_owners)
-from opentinker.ml.weights import ChecksumAlgorithm, WeightsChecksum, state_dict_to_package
+from opentinker_runtime.ml.weights import ChecksumAlgorithm, WeightsChecksum, state_dict_to_package
 from tests.ml.test_weights import MIB, reference_chunked_xxh3
 
 

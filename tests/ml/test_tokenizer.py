@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from opentinker.ml.tokenizer import VOCAB_SIZE, build_byte_tokenizer
+from opentinker_runtime.ml.tokenizer import VOCAB_SIZE, build_byte_tokenizer
 
 TEXTS = ["", "hello world", "12+30=?\n  indented\ttab", "héllo wörld ☃ 数学 🎲", "<|im_end",
          "\x00\x7f"]

@@ -14,10 +14,10 @@ import pytest
 import torch
 import xxhash
 
-from opentinker.ml import weights
-from opentinker.ml.errors import WeightsError
-from opentinker.ml.models import LoraSpec, apply_lora, build_builtin
-from opentinker.ml.weights import (CHECKSUM_CHUNK_BYTES, ChecksumAlgorithm, ChunkedXXH3, WeightsAssembler, WeightsChecksum,
+from opentinker_runtime.ml import weights
+from opentinker_runtime.ml.errors import WeightsError
+from opentinker_runtime.ml.models import LoraSpec, apply_lora, build_builtin
+from opentinker_runtime.ml.weights import (CHECKSUM_CHUNK_BYTES, ChecksumAlgorithm, ChunkedXXH3, WeightsAssembler, WeightsChecksum,
                                    hexdigest_of, load_lora_state_dict, lora_state_dict, state_dict_to_package,
                                    tensor_bytes)
 
@@ -255,7 +255,7 @@ def test_a_forked_child_hashes_chunks_in_parallel_too() -> None:
 def test_a_busy_hash_pool_never_stalls_a_checksum(monkeypatch, tmp_path) -> None:
     """Chunks offered to the pool that no pool thread started are hashed by the caller (a loaded
     machine), so a checksum never waits for a pool thread to get a core."""
-    from opentinker.ml.shared_weights import SharedWeightsWriter
+    from opentinker_runtime.ml.shared_weights import SharedWeightsWriter
 
     monkeypatch.setattr(weights, "HASH_THREADS", 2)
     release = threading.Event()

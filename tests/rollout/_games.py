@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentinker.env.game import AbstractGame
+from opentinker_env.game import AbstractGame
 from opentinker_rollout.engine import FinishReason, SamplingConfig
 from opentinker_rollout.environment import EnvironmentFailure, ResetResult, StepOutcome
 from opentinker_rollout.episode import Episode, EpisodeLimits

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import time
 
-from opentinker.env import AbstractGame, StepResult
+from opentinker_env import AbstractGame, StepResult
 
 
 class SeededGame(AbstractGame):

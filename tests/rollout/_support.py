@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from opentinker.ml.models import LoadedModel, load_model
-from opentinker.ml.sources import ModelSource
+from opentinker_runtime.ml.models import LoadedModel, load_model
+from opentinker_runtime.ml.sources import ModelSource
 from opentinker_rollout.batcher import BatchedGeneration
 from opentinker_rollout.engine import FinishReason, Generation, GenerationRequest
 from opentinker_rollout.environment import EnvironmentFailure, ResetResult, StepOutcome

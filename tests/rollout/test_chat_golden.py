@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from opentinker.env.game import opening_messages
-from opentinker.env.math_tool_game import MathToolGame
+from opentinker_env.game import opening_messages
+from opentinker_runtime.games.math_tool_game import MathToolGame
 from opentinker_rollout.engine import FinishReason
 from opentinker_rollout.episode import StopReason
 from tests.rollout._games import SCRIPTED_LOGPROB, action, encode, play, tokenizer

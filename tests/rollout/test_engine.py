@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from opentinker.ml.chat import render_prompt
+from opentinker_runtime.ml.chat import render_prompt
 from opentinker_rollout.engine import FinishReason, GenerationRequest, SamplingConfig
 from opentinker_rollout.sampling import processed_logprobs, row_params
 from tests.rollout._support import full_forward_logprobs, tiny_engine, tiny_model

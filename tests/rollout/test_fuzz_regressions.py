@@ -10,8 +10,8 @@ import math
 import grpc
 import pytest
 
-from opentinker.api.common.v1 import datum_pb2, model_pb2, sampling_pb2
-from opentinker.api.rollout.v1 import rollout_service_pb2 as pb
+from opentinker_api.common.v1 import datum_pb2, model_pb2, sampling_pb2
+from opentinker_api.rollout.v1 import rollout_service_pb2 as pb
 from opentinker_rollout import convert
 from opentinker_rollout.errors import InvalidArgument
 from tests.rollout.test_grpc import with_servers

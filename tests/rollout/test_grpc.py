@@ -11,22 +11,22 @@ import grpc
 import pytest
 from google.protobuf import json_format
 
-from opentinker.api.common.v1 import (
+from opentinker_api.common.v1 import (
     model_pb2,
     resources_pb2,
     sampling_pb2,
     trajectory_pb2,
     weights_pb2,
 )
-from opentinker.api.common.v1.environment_pb2 import EnvironmentReference
-from opentinker.api.envhost.v1 import envhost_service_pb2 as env_pb
-from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as env_grpc
-from opentinker.api.rollout.v1 import rollout_service_pb2 as pb
-from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as pb_grpc
-from opentinker.core.server import ServerPlan, ServiceBinding, start_server, stop_server
-from opentinker.core.settings import ServiceSettings, port_setting
-from opentinker.ml.chat import render_observation_turn, render_prompt
-from opentinker.ml.weights import lora_state_dict, state_dict_to_package
+from opentinker_api.common.v1.environment_pb2 import EnvironmentReference
+from opentinker_api.envhost.v1 import envhost_service_pb2 as env_pb
+from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as env_grpc
+from opentinker_api.rollout.v1 import rollout_service_pb2 as pb
+from opentinker_api.rollout.v1 import rollout_service_pb2_grpc as pb_grpc
+from opentinker_runtime.core.server import ServerPlan, ServiceBinding, start_server, stop_server
+from opentinker_runtime.core.settings import ServiceSettings, port_setting
+from opentinker_runtime.ml.chat import render_observation_turn, render_prompt
+from opentinker_runtime.ml.weights import lora_state_dict, state_dict_to_package
 from opentinker_rollout.main import build_plan
 from opentinker_rollout.settings import RolloutSettings
 from tests.rollout._support import MODEL_NAME, tiny_model

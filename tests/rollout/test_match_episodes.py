@@ -27,15 +27,15 @@ import torch
 from google.protobuf import duration_pb2
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from opentinker.api.common.v1 import model_pb2, resources_pb2, sampling_pb2, trajectory_pb2
-from opentinker.api.common.v1.environment_pb2 import EnvironmentReference
-from opentinker.api.rollout.v1 import rollout_service_pb2 as pb
-from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as pb_grpc
-from opentinker.core.server import ServerPlan, start_server, stop_server
-from opentinker.core.settings import ServiceSettings, port_setting
-from opentinker.env.gomoku_game import GomokuGame
-from opentinker.ml.models import save_model_dir
-from opentinker.ml.tokenizer import build_byte_tokenizer
+from opentinker_api.common.v1 import model_pb2, resources_pb2, sampling_pb2, trajectory_pb2
+from opentinker_api.common.v1.environment_pb2 import EnvironmentReference
+from opentinker_api.rollout.v1 import rollout_service_pb2 as pb
+from opentinker_api.rollout.v1 import rollout_service_pb2_grpc as pb_grpc
+from opentinker_runtime.core.server import ServerPlan, start_server, stop_server
+from opentinker_runtime.core.settings import ServiceSettings, port_setting
+from opentinker_runtime.games.gomoku_game import GomokuGame
+from opentinker_runtime.ml.models import save_model_dir
+from opentinker_runtime.ml.tokenizer import build_byte_tokenizer
 from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
 from opentinker_coordinator.protocol.matches import Match, MatchState
 from opentinker_coordinator.runs import RunRegistry, RunState

@@ -8,11 +8,11 @@ import asyncio
 import grpc
 import pytest
 
-from opentinker.api.common.v1 import model_pb2, resources_pb2, sampling_pb2
-from opentinker.api.rollout.v1 import rollout_service_pb2 as pb
-from opentinker.ml.models import build_builtin
-from opentinker.ml.sources import LoraSpec, ModelSource
-from opentinker.ml.weights import lora_state_dict
+from opentinker_api.common.v1 import model_pb2, resources_pb2, sampling_pb2
+from opentinker_api.rollout.v1 import rollout_service_pb2 as pb
+from opentinker_runtime.ml.models import build_builtin
+from opentinker_runtime.ml.sources import LoraSpec, ModelSource
+from opentinker_runtime.ml.weights import lora_state_dict
 from opentinker_rollout.batcher import BatcherClosed
 from opentinker_rollout.engine import GenerationRequest
 from opentinker_rollout.fencing import Lease

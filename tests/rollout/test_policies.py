@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from opentinker.ml.models import apply_lora, build_builtin
-from opentinker.ml.sources import LoraSpec, ModelSource
-from opentinker.ml.weights import lora_state_dict, state_dict_to_package
+from opentinker_runtime.ml.models import apply_lora, build_builtin
+from opentinker_runtime.ml.sources import LoraSpec, ModelSource
+from opentinker_runtime.ml.weights import lora_state_dict, state_dict_to_package
 from opentinker_rollout.batcher import BatcherClosed
 from opentinker_rollout.engine import GenerationRequest, SamplingConfig
 from opentinker_rollout.errors import (

@@ -14,13 +14,13 @@ from contextlib import asynccontextmanager
 import grpc
 import pytest
 
-from opentinker.api.common.v1 import datum_pb2, model_pb2, resources_pb2, sampling_pb2
-from opentinker.api.rollout.v1 import rollout_service_pb2 as pb
-from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as pb_grpc
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.core.server import start_server, stop_server
-from opentinker.core.reaping import attempt_callbacks
-from opentinker.core.worker_registration import WorkerRegistration
+from opentinker_api.common.v1 import datum_pb2, model_pb2, resources_pb2, sampling_pb2
+from opentinker_api.rollout.v1 import rollout_service_pb2 as pb
+from opentinker_api.rollout.v1 import rollout_service_pb2_grpc as pb_grpc
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_runtime.core.server import start_server, stop_server
+from opentinker_runtime.workers.reaping import attempt_callbacks
+from opentinker_runtime.workers.registration import WorkerRegistration
 from opentinker_rollout.main import build_plan
 from opentinker_rollout.policies import PolicyRegistry
 from opentinker_rollout.servicer import RolloutServicer

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from opentinker.ml.chat import render_prompt
-from opentinker.ml.tokenizer import build_byte_tokenizer
+from opentinker_runtime.ml.chat import render_prompt
+from opentinker_runtime.ml.tokenizer import build_byte_tokenizer
 from opentinker_rollout import rendering
 from opentinker_rollout.rendering import TokenizerRenderer
 

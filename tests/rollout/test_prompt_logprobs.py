@@ -12,11 +12,11 @@ import grpc
 import pytest
 import torch
 
-from opentinker.api.common.v1 import sampling_pb2
-from opentinker.api.rollout.v1 import rollout_service_pb2 as pb
-from opentinker.ml.chat import render_prompt
-from opentinker.ml.sources import LoraSpec, ModelSource
-from opentinker.ml.weights import lora_state_dict
+from opentinker_api.common.v1 import sampling_pb2
+from opentinker_api.rollout.v1 import rollout_service_pb2 as pb
+from opentinker_runtime.ml.chat import render_prompt
+from opentinker_runtime.ml.sources import LoraSpec, ModelSource
+from opentinker_runtime.ml.weights import lora_state_dict
 from opentinker_rollout import transformers_engine
 from opentinker_rollout.engine import GenerationRequest, SamplingConfig
 from opentinker_rollout.errors import FailedPrecondition, InvalidArgument
@@ -24,7 +24,7 @@ from opentinker_rollout.fencing import Lease
 from opentinker_rollout.policies import LoadRequest
 from opentinker_rollout.sampler import Prompt, sample
 from opentinker_trainer.config import OptimizerConfig, SessionSpec
-from opentinker_trainer.session import create_session
+from opentinker_trainer.session_factory import create_session
 from tests.rollout._support import MODEL_NAME, full_forward_logprobs, tiny_engine, tiny_model
 from tests.rollout.test_grpc import load, weights_requests, with_servers
 from tests.rollout.test_policies import LORA, lora_reference, registry, transfer

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from opentinker.ml.models import add_lora_adapter, apply_lora, load_model
-from opentinker.ml.sources import ModelSource
+from opentinker_runtime.ml.models import add_lora_adapter, apply_lora, load_model
+from opentinker_runtime.ml.sources import ModelSource
 from opentinker_rollout.decode_batch import DecodeBatch
 from opentinker_rollout.engine import GenerationRequest, SamplingConfig
 from opentinker_rollout.transformers_engine import TransformersEngine

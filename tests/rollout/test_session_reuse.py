@@ -22,16 +22,16 @@ from typing import Any, ClassVar
 import grpc
 import pytest
 
-from opentinker.api.common.v1 import model_pb2, resources_pb2, sampling_pb2
-from opentinker.api.common.v1.environment_pb2 import EnvironmentReference
-from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as env_grpc
-from opentinker.api.rollout.v1 import rollout_service_pb2 as pb
-from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as pb_grpc
-from opentinker.core.server import ServerPlan, start_server, stop_server
-from opentinker.core.settings import ServiceSettings, port_setting
+from opentinker_api.common.v1 import model_pb2, resources_pb2, sampling_pb2
+from opentinker_api.common.v1.environment_pb2 import EnvironmentReference
+from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as env_grpc
+from opentinker_api.rollout.v1 import rollout_service_pb2 as pb
+from opentinker_api.rollout.v1 import rollout_service_pb2_grpc as pb_grpc
+from opentinker_runtime.core.server import ServerPlan, start_server, stop_server
+from opentinker_runtime.core.settings import ServiceSettings, port_setting
 from opentinker_envhost.catalog import GameCatalog
 from opentinker_envhost.limits import Isolation, SessionLimits
-from opentinker.core.server import ServiceBinding
+from opentinker_runtime.core.server import ServiceBinding
 from opentinker_envhost.servicer import EnvHostServicer
 from opentinker_envhost.sessions import SessionManager
 from opentinker_rollout.batcher import BatchedGeneration
@@ -39,7 +39,7 @@ from opentinker_rollout.engine import FinishReason, Generation, GenerationReques
 from opentinker_rollout.envhost_client import EnvHostChannels, EnvironmentTarget, envhost_environments
 from opentinker_rollout.envhost_sessions import SessionPools
 from opentinker_rollout.episode import EpisodeLimits, StopReason, Trajectory
-from opentinker.core.reaping import attempt_callbacks
+from opentinker_runtime.workers.reaping import attempt_callbacks
 from opentinker_rollout.main import JobAttempts, build_plan
 from opentinker_rollout.runner import EpisodeBatch, EpisodeServices, EpisodeSpec, run_episodes
 from opentinker_rollout.settings import RolloutSettings
@@ -435,7 +435,7 @@ def test_an_envhost_behind_a_proxy_that_breaks_streams_is_played_with_unary_call
     """A proxy serving every method as unary answers the stream's open, then fails its reset at
     the RPC level: the session falls back to unary calls, and so does the address after it."""
     from tests.chaos._metadata_spy import MetadataSpy
-    from opentinker.core.embedded_redis import free_port
+    from opentinker_runtime.core.embedded_redis import free_port
 
     async def scenario() -> None:
         async with envhost() as (manager, address):

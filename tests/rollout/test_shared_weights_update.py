@@ -11,12 +11,12 @@ from pathlib import Path
 import grpc
 import pytest
 
-from opentinker.api.common.v1 import model_pb2, resources_pb2, sampling_pb2, weights_pb2
-from opentinker.api.rollout.v1 import rollout_service_pb2 as pb
-from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as pb_grpc
-from opentinker.core.server import start_server, stop_server
-from opentinker.ml.shared_weights import SharedWeightsWriter
-from opentinker.ml.weights import lora_state_dict
+from opentinker_api.common.v1 import model_pb2, resources_pb2, sampling_pb2, weights_pb2
+from opentinker_api.rollout.v1 import rollout_service_pb2 as pb
+from opentinker_api.rollout.v1 import rollout_service_pb2_grpc as pb_grpc
+from opentinker_runtime.core.server import start_server, stop_server
+from opentinker_runtime.ml.shared_weights import SharedWeightsWriter
+from opentinker_runtime.ml.weights import lora_state_dict
 from opentinker_rollout.main import build_plan
 from opentinker_rollout.settings import RolloutSettings
 from tests.rollout._support import MODEL_NAME

@@ -8,7 +8,7 @@ not produced by the renderer under test.
 
 from __future__ import annotations
 
-from opentinker.env.math_tool_game import (
+from opentinker_runtime.games.math_tool_game import (
     DEFAULT_FORMAT_PENALTY,
     DEFAULT_SYSTEM_PROMPT,
     FORMAT_REMINDER,

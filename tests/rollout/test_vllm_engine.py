@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from opentinker.ml.models import save_builtin_as_local
+from opentinker_runtime.ml.models import save_builtin_as_local
 from opentinker_rollout import vllm_engine
 from opentinker_rollout.engine import FinishReason, GenerationRequest, SamplingConfig, derive_seed
 from opentinker_rollout.sampling import processed_logprobs, row_params
@@ -328,7 +328,7 @@ def real_engine(model_dir):
 
 
 def chat_prompts() -> list[tuple[int, ...]]:
-    from opentinker.ml.chat import render_prompt
+    from opentinker_runtime.ml.chat import render_prompt
     tokenizer = tiny_model().tokenizer
     return [tuple(render_prompt(tokenizer, [{"role": "user", "content": q}]))
             for q in ("1+1?", "Name a colour.", "Add 123 and 456, then halve it.")]

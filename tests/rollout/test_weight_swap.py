@@ -16,13 +16,13 @@ import grpc
 import torch
 from transformers import DynamicCache
 
-from opentinker.api.common.v1 import sampling_pb2
-from opentinker.api.rollout.v1 import rollout_service_pb2 as pb
-from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as pb_grpc
-from opentinker.core.server import start_server, stop_server
-from opentinker.ml.models import build_builtin
-from opentinker.ml.sources import ModelSource
-from opentinker.ml.weights import lora_state_dict
+from opentinker_api.common.v1 import sampling_pb2
+from opentinker_api.rollout.v1 import rollout_service_pb2 as pb
+from opentinker_api.rollout.v1 import rollout_service_pb2_grpc as pb_grpc
+from opentinker_runtime.core.server import start_server, stop_server
+from opentinker_runtime.ml.models import build_builtin
+from opentinker_runtime.ml.sources import ModelSource
+from opentinker_runtime.ml.weights import lora_state_dict
 from opentinker_rollout.batcher import GenerationBatcher
 from opentinker_rollout.engine import GenerationRequest, SamplingConfig
 from opentinker_rollout.fencing import Lease

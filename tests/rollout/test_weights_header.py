@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from opentinker.api.common.v1 import weights_pb2
-from opentinker.ml.shared_weights import SharedFile
-from opentinker.ml.sources import LoraSpec
-from opentinker.ml.weights import ChecksumAlgorithm, TensorSpec, WeightsChecksum, WeightsPackage
+from opentinker_api.common.v1 import weights_pb2
+from opentinker_runtime.ml.shared_weights import SharedFile
+from opentinker_runtime.ml.sources import LoraSpec
+from opentinker_runtime.ml.weights import ChecksumAlgorithm, TensorSpec, WeightsChecksum, WeightsPackage
 from opentinker_rollout import convert as rollout_convert
 from opentinker_rollout.errors import InvalidArgument
 from opentinker_trainer import convert as trainer_convert

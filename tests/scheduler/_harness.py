@@ -10,14 +10,14 @@ from typing import Any, TypeVar
 
 import grpc
 
-from opentinker.api.common.v1 import algorithm_pb2, environment_pb2, model_pb2, resources_pb2
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
-from opentinker.core.auth import ApiKeyStore
-from opentinker.core.auth_interceptor import authenticated_channel
-from opentinker.core.redis_store import connect
-from opentinker.core.server import ServerPlan, start_server, stop_server
+from opentinker_api.common.v1 import algorithm_pb2, environment_pb2, model_pb2, resources_pb2
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
+from opentinker_runtime.auth.api_keys import ApiKeyStore
+from opentinker_runtime.auth.channels import authenticated_channel
+from opentinker_runtime.core.redis_store import connect
+from opentinker_runtime.core.server import ServerPlan, start_server, stop_server
 from opentinker_scheduler.app import Scheduler, build_scheduler
 from opentinker_scheduler.clock import Clock
 from opentinker_scheduler.config import SchedulerConfig

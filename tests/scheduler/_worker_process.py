@@ -25,10 +25,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.core.devices import CPU, Device
-from opentinker.core.logging import configure_logging
-from opentinker.core.worker_agent import WorkerAgent
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_runtime.workers.devices import CPU, Device
+from opentinker_runtime.core.logging import configure_logging
+from opentinker_runtime.workers.agent import WorkerAgent
 
 
 class EventFile:

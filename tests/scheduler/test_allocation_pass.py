@@ -16,10 +16,10 @@ from typing import Any
 
 import redis.asyncio
 
-from opentinker.api.common.v1 import resources_pb2
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.core.redis_store import connect
+from opentinker_api.common.v1 import resources_pb2
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_runtime.core.redis_store import connect
 from opentinker_scheduler.allocator import Allocator
 from opentinker_scheduler.job_store import Start
 from opentinker_scheduler.leases import LeaseDraft

@@ -11,9 +11,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.core.auth import new_api_key
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_runtime.auth.api_keys import new_api_key
 from tests.scheduler._harness import FAST, rl_spec, rpc_error, scheduler_server
 from tests.scheduler.test_auth import new_tenant, stub_for
 

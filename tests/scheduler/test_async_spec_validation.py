@@ -11,9 +11,9 @@ from collections.abc import Callable
 import grpc
 import pytest
 
-from opentinker.api.common.v1 import algorithm_pb2 as algo_pb
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.common.v1 import algorithm_pb2 as algo_pb
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from tests.scheduler._harness import rl_spec, rpc_error, scheduler_server
 from tests.scheduler.test_jobs_api import _two_agents
 

@@ -12,12 +12,12 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from opentinker.api.scheduler.v1 import job_pb2, tenant_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
-from opentinker.core.auth import new_api_key, parse_api_key
-from opentinker.core.auth_interceptor import authenticated_channel
-from opentinker.core.redis_store import connect
+from opentinker_api.scheduler.v1 import job_pb2, tenant_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
+from opentinker_runtime.auth.api_keys import new_api_key, parse_api_key
+from opentinker_runtime.auth.channels import authenticated_channel
+from opentinker_runtime.core.redis_store import connect
 from tests.scheduler._harness import register_request, rl_spec, rpc_error, scheduler_server
 
 ADMIN_KEY = new_api_key()

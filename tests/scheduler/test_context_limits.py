@@ -11,9 +11,9 @@ from collections.abc import Callable
 import grpc
 import pytest
 
-from opentinker.api.common.v1 import model_pb2
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.common.v1 import model_pb2
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_scheduler.model_context import BUILTIN_CONTEXT_TOKENS
 from tests.scheduler._harness import lease_of, register_pool, rl_spec, rpc_error, scheduler_server
 from tests.scheduler.test_async_spec_validation import edited, inference, sft, two_agents
@@ -123,7 +123,7 @@ def test_a_checkpoint_has_the_context_of_its_builtin_base_through_a_chain_of_job
 
 def test_the_context_table_is_the_builtin_models_own_config() -> None:
     pytest.importorskip("torch")
-    from opentinker.ml.models import BUILTIN_MODELS
+    from opentinker_runtime.ml.models import BUILTIN_MODELS
 
     assert BUILTIN_CONTEXT_TOKENS == {name: model.config().max_position_embeddings
                                       for name, model in BUILTIN_MODELS.items()}

@@ -39,12 +39,12 @@ import grpc
 import pytest
 import redis
 
-from opentinker.api.common.v1 import resources_pb2
-from opentinker.api.scheduler.v1 import job_pb2, worker_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
-from opentinker.core.embedded_redis import free_port
-from opentinker.core.redis_store import Keys, connect
+from opentinker_api.common.v1 import resources_pb2
+from opentinker_api.scheduler.v1 import job_pb2, worker_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
+from opentinker_runtime.core.embedded_redis import free_port
+from opentinker_runtime.core.redis_store import Keys, connect
 from opentinker_scheduler.clock import SystemClock
 from opentinker_scheduler.leases import LeaseTable
 from opentinker_scheduler.lua import Scripts

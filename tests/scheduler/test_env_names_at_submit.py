@@ -16,13 +16,13 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from opentinker.api.common.v1 import environment_pb2
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.core.auth import new_api_key
-from opentinker.core.envhost_catalog import ENVIRONMENTS_LABEL
-from opentinker.core.server import HealthReporter
-from opentinker.env import builtin_games
+from opentinker_api.common.v1 import environment_pb2
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_runtime.auth.api_keys import new_api_key
+from opentinker_runtime.core.envhost_catalog import ENVIRONMENTS_LABEL
+from opentinker_runtime.core.server import HealthReporter
+from opentinker_runtime.games import builtin_games
 from opentinker_envhost.catalog import GameCatalog
 from opentinker_envhost.registration import envhost_registration
 from opentinker_envhost.settings import EnvHostSettings

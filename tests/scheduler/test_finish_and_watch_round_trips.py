@@ -12,8 +12,8 @@ import asyncio
 
 import grpc
 
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_scheduler.model import JobState
 from tests.scheduler._harness import (
     FAST,

@@ -8,7 +8,7 @@ import math
 
 import grpc
 
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from tests.scheduler._harness import reason_of, rl_spec, rpc_error, scheduler_server
 
 

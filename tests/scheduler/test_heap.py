@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 
-from opentinker.core.heap import settle_heap, settle_heap_once_started
+from opentinker_runtime.core.heap import settle_heap, settle_heap_once_started
 from opentinker_scheduler.main import build_plan
 from opentinker_scheduler.settings import SchedulerSettings
 

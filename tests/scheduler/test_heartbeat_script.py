@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_scheduler.model import JobState
 from tests.scheduler._harness import FAST, ManualClock, register_pool, rl_spec, scheduler_server
 from tests.scheduler.test_allocation_pass import RoundTrips

@@ -10,16 +10,16 @@ from contextlib import asynccontextmanager
 
 import grpc
 
-from opentinker.api.common.v1 import resources_pb2
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
-from opentinker.core.auth import ApiKeyStore, new_api_key
-from opentinker.core.auth_interceptor import authenticated_channel
-from opentinker.core.job_tokens import (FENCING_FIELD, HASH_FIELD, JOB_TOKEN_PATTERN, NONCE_FIELD, JobTokenVerifier,
+from opentinker_api.common.v1 import resources_pb2
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
+from opentinker_runtime.auth.api_keys import ApiKeyStore, new_api_key
+from opentinker_runtime.auth.channels import authenticated_channel
+from opentinker_runtime.auth.job_tokens import (FENCING_FIELD, HASH_FIELD, JOB_TOKEN_PATTERN, NONCE_FIELD, JobTokenVerifier,
                                         hash_job_token)
-from opentinker.core.redis_store import Keys, connect
-from opentinker.core.server import ServerPlan, start_server, stop_server
+from opentinker_runtime.core.redis_store import Keys, connect
+from opentinker_runtime.core.server import ServerPlan, start_server, stop_server
 from opentinker_scheduler.app import build_scheduler
 from opentinker_scheduler.servicer import scheduler_service_binding
 from opentinker_scheduler.settings import SchedulerSettings

@@ -8,9 +8,9 @@ import math
 import grpc
 import pytest
 
-from opentinker.api.common.v1 import resources_pb2
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.common.v1 import resources_pb2
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from tests.scheduler._harness import reason_of, rl_spec, rpc_error, scheduler_server
 
 QUEUED, CANCELLED = job_pb2.Job.STATE_QUEUED, job_pb2.Job.STATE_CANCELLED

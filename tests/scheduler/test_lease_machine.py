@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, multiple, rule, run_state_machine_as_test
 
-from opentinker.core.redis_store import Keys, connect
+from opentinker_runtime.core.redis_store import Keys, connect
 from opentinker_scheduler.leases import LeaseDraft, LeaseTable, LeaseUnavailable
 from opentinker_scheduler.lua import Scripts
 from opentinker_scheduler.model import Device, Lease, Role, WorkerRegistration

@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from tests.scheduler._harness import FAST, ManualClock, scheduler_server
 from tests.scheduler.test_queue_policy import get, pool, running, sft_spec, submit
 

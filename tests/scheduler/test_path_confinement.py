@@ -17,11 +17,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from opentinker.api.common.v1 import environment_pb2, model_pb2
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
-from opentinker.core.auth_interceptor import authenticated_channel
+from opentinker_api.common.v1 import environment_pb2, model_pb2
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
+from opentinker_runtime.auth.channels import authenticated_channel
 from tests.scheduler import test_job_tokens
 from tests.scheduler._harness import FAST, lease_of, reason_of, register_pool, rl_spec, rpc_error
 from tests.scheduler.test_auth import new_tenant

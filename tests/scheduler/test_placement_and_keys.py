@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from opentinker.core.redis_store import Keys
+from opentinker_runtime.core.redis_store import Keys
 from opentinker_scheduler.model import Device, DeviceKind, ResourceRequest, Role, Worker, WorkerState
 from opentinker_scheduler.placement import COORDINATOR_REQUEST, place, worker_slots
 

@@ -8,9 +8,9 @@ import dataclasses
 
 import grpc
 
-from opentinker.api.common.v1 import resources_pb2
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.common.v1 import resources_pb2
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_scheduler.model import Quota, Tenant
 from tests.scheduler._harness import (
     FAST,

@@ -9,11 +9,11 @@ import asyncio
 import grpc
 import pytest
 
-from opentinker.api.common.v1 import progress_pb2, resources_pb2
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
-from opentinker.core.auth_interceptor import authenticated_channel
+from opentinker_api.common.v1 import progress_pb2, resources_pb2
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
+from opentinker_runtime.auth.channels import authenticated_channel
 from tests.scheduler._harness import register_pool, rpc_error, running_job
 from tests.scheduler.test_auth import new_tenant
 from tests.scheduler.test_job_tokens import ADMIN_KEY, scheduler_server

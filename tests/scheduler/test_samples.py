@@ -7,8 +7,8 @@ import asyncio
 import grpc
 import pytest
 
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from tests.scheduler._harness import lease_of, register_pool, rpc_error, running_job, scheduler_server
 
 

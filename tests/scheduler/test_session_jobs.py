@@ -11,11 +11,11 @@ import asyncio
 import grpc
 import pytest
 
-from opentinker.api.common.v1 import environment_pb2, model_pb2, resources_pb2
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.core.auth import new_api_key
-from opentinker.core.job_tokens import JOB_TOKEN_METADATA_KEY
+from opentinker_api.common.v1 import environment_pb2, model_pb2, resources_pb2
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_runtime.auth.api_keys import new_api_key
+from opentinker_runtime.auth.job_tokens import JOB_TOKEN_METADATA_KEY
 from opentinker_scheduler.convert_jobs import facts_from_spec
 from opentinker_scheduler.errors import InvalidArgument
 from opentinker_scheduler.model import JobState, JobType, QueuedJob, ResourceRequest, Role, Worker, WorkerState

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from opentinker.api.common.v1 import resources_pb2
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.common.v1 import resources_pb2
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_scheduler.model import JobState, Quota, QueuedJob, ResourceRequest, Role, Tenant
 from tests.scheduler._harness import (FAST, Harness, ManualClock, lease_of, register_pool, register_request, rl_spec,
                                      scheduler_server)

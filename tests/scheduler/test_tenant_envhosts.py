@@ -15,10 +15,10 @@ import dataclasses
 import grpc
 import pytest
 
-from opentinker.api.common.v1 import environment_pb2
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.core.auth import new_api_key
+from opentinker_api.common.v1 import environment_pb2
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_runtime.auth.api_keys import new_api_key
 from tests.scheduler._harness import FAST, reason_of, register_pool, register_request, rl_spec, rpc_error, scheduler_server
 from tests.scheduler.test_auth import new_tenant, stub_for
 

@@ -7,9 +7,9 @@ import dataclasses
 
 import grpc
 
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.core.redis_store import connect
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_runtime.core.redis_store import connect
 from tests.scheduler._harness import FAST, lease_of, register_pool, rl_spec, rpc_error, running_job, scheduler_server
 
 S = job_pb2.Job

@@ -14,13 +14,13 @@ from contextlib import asynccontextmanager
 
 import grpc
 
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
-from opentinker.core.auth import new_api_key
-from opentinker.core.auth_interceptor import authenticated_channel
-from opentinker.core.redis_store import connect
-from opentinker.core.server import ServerPlan, start_server, stop_server
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
+from opentinker_runtime.auth.api_keys import new_api_key
+from opentinker_runtime.auth.channels import authenticated_channel
+from opentinker_runtime.core.redis_store import connect
+from opentinker_runtime.core.server import ServerPlan, start_server, stop_server
 from opentinker_scheduler.app import build_scheduler
 from opentinker_scheduler.convert_workers import lease_context_from_proto
 from opentinker_scheduler.events import MetricsReported

@@ -7,13 +7,13 @@ import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from opentinker.api.common.v1 import resources_pb2
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.core.devices import Device, discover_devices
-from opentinker.core.embedded_redis import free_port
-from opentinker.core.redis_store import Backoff
-from opentinker.core.worker_agent import WorkerAgent
+from opentinker_api.common.v1 import resources_pb2
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_runtime.workers.devices import Device, discover_devices
+from opentinker_runtime.core.embedded_redis import free_port
+from opentinker_runtime.core.redis_store import Backoff
+from opentinker_runtime.workers.agent import WorkerAgent
 from tests.scheduler._harness import FAST, Harness, eventually, rl_spec, scheduler_server
 
 S = job_pb2.Job

@@ -6,13 +6,14 @@ from pathlib import Path
 
 import torch
 
-from opentinker.ml.chat import render_sft_example
-from opentinker.ml.logprobs import token_logprobs
-from opentinker.ml.sources import LoraSpec, ModelSource
-from opentinker.ml.tokenizer import build_byte_tokenizer
+from opentinker_runtime.ml.chat import render_sft_example
+from opentinker_runtime.ml.logprobs import token_logprobs
+from opentinker_runtime.ml.sources import LoraSpec, ModelSource
+from opentinker_runtime.ml.tokenizer import build_byte_tokenizer
 from opentinker_trainer.batching import Datum
 from opentinker_trainer.config import LossConfig, LossFunction, OptimizerConfig, SessionSpec
-from opentinker_trainer.session import TrainingSession, create_session
+from opentinker_trainer.session import TrainingSession
+from opentinker_trainer.session_factory import create_session
 
 MODEL = "tiny-qwen2"
 CE = LossConfig(function=LossFunction.CROSS_ENTROPY)

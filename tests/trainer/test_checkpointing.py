@@ -7,9 +7,9 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
-from opentinker.ml.checkpoints import CheckpointFormat, read_manifest
-from opentinker.ml.models import build_builtin, load_model
-from opentinker.ml.sources import LoraSpec, ModelSource
+from opentinker_runtime.ml.checkpoints import CheckpointFormat, read_manifest
+from opentinker_runtime.ml.models import build_builtin, load_model
+from opentinker_runtime.ml.sources import LoraSpec, ModelSource
 from opentinker_trainer.checkpointing import load_checkpoint, save_checkpoint
 from opentinker_trainer.errors import CheckpointNotFoundError, ValidationError
 from tests.trainer.helpers import (CE, MODEL, PPO, policy_logprobs, rl_datums, same, session,

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from opentinker.ml.checkpoints import CheckpointFormat
-from opentinker.ml.sources import LoraSpec
+from opentinker_runtime.ml.checkpoints import CheckpointFormat
+from opentinker_runtime.ml.sources import LoraSpec
 from opentinker_trainer.checkpointing import load_checkpoint, save_checkpoint
 from opentinker_trainer.config import LossConfig, LossFunction
-from opentinker_trainer.replicas import shard_datums
-from opentinker_trainer.session import create_session
+from opentinker_trainer.collectives import shard_datums
+from opentinker_trainer.session_factory import create_session
 from tests.trainer.helpers import rl_datums, rows_close, spec, weights
 
 PPO = LossConfig(function=LossFunction.PPO_CLIP, clip_low=0.2, clip_high=0.2, entropy_coef=0.01)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from opentinker.ml.models import LoraSpec, apply_lora, build_builtin
-from opentinker.ml.weights import WeightsAssembler, load_lora_state_dict
+from opentinker_runtime.ml.models import LoraSpec, apply_lora, build_builtin
+from opentinker_runtime.ml.weights import WeightsAssembler, load_lora_state_dict
 from opentinker_trainer.errors import ValidationError
 from opentinker_trainer.export import WeightsFormat, export_weights
 from tests.trainer.helpers import CE, MODEL, policy_logprobs, session, sft_datums

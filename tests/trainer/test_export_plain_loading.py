@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from opentinker.ml.checkpoints import CheckpointFormat
-from opentinker.ml.logprobs import forward_logits
-from opentinker.ml.models import save_builtin_as_local
-from opentinker.ml.sources import LoraSpec
+from opentinker_runtime.ml.checkpoints import CheckpointFormat
+from opentinker_runtime.ml.logprobs import forward_logits
+from opentinker_runtime.ml.models import save_builtin_as_local
+from opentinker_runtime.ml.sources import LoraSpec
 from opentinker_trainer.checkpointing import save_checkpoint
 from tests.trainer.helpers import CE, MODEL, rl_datums, session, sft_datums
 

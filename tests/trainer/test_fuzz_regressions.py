@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from opentinker.api.common.v1 import model_pb2
+from opentinker_api.common.v1 import model_pb2
 from opentinker_trainer import convert
 from opentinker_trainer.errors import ValidationError
 

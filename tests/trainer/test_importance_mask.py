@@ -21,13 +21,13 @@ import grpc
 import pytest
 import torch
 
-from opentinker.api.common.v1 import algorithm_pb2 as algo_pb
+from opentinker_api.common.v1 import algorithm_pb2 as algo_pb
 from opentinker_trainer import convert, losses
 from opentinker_trainer.batching import Batch, Datum, pad_batch
 from opentinker_trainer.config import ImportanceMask, LossAggregation, LossConfig, LossFunction
 from opentinker_trainer.errors import ValidationError
 from opentinker_trainer.training import MetricSums, batch_norm, objective
-from opentinker_trainer.session import create_session
+from opentinker_trainer.session_factory import create_session
 from tests.trainer.helpers import rl_datums, session, spec
 from tests.trainer.test_servicer import call_error, create_request, fb_request, stub  # noqa: F401
 

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from opentinker.ml.logprobs import entropy_from_logits
+from opentinker_runtime.ml.logprobs import entropy_from_logits
 from opentinker_trainer import losses
 from opentinker_trainer.config import KlEstimator, LossAggregation
 

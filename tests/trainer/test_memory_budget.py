@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from opentinker.ml.sources import LoraSpec
+from opentinker_runtime.ml.sources import LoraSpec
 from opentinker_trainer import memory
 from opentinker_trainer.config import LossAggregation, LossConfig, LossFunction
 from opentinker_trainer.memory import (MAX_DEFAULT_TOKENS, MICRO_BATCH_TOKENS, MIN_DEFAULT_TOKENS,

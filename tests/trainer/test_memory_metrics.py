@@ -7,8 +7,8 @@ from pathlib import Path
 
 import grpc
 
-from opentinker.api.trainer.v1 import trainer_service_pb2 as pb
-from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
+from opentinker_api.trainer.v1 import trainer_service_pb2 as pb
+from opentinker_api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
 from opentinker_trainer.memory import MICRO_BATCH_TOKENS, PEAK_MEMORY
 from opentinker_trainer.settings import TrainerSettings
 from tests.trainer.helpers import rl_datums

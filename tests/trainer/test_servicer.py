@@ -15,13 +15,13 @@ import pytest
 import torch
 from google.protobuf.message import Message
 
-from opentinker.api.common.v1 import algorithm_pb2 as algo_pb
-from opentinker.api.common.v1 import datum_pb2, model_pb2, resources_pb2, weights_pb2
-from opentinker.api.trainer.v1 import trainer_service_pb2 as pb
-from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
-from opentinker.core.server import start_server, stop_server
-from opentinker.ml.models import build_builtin
-from opentinker.ml.weights import ChecksumAlgorithm, TensorSpec, WeightsAssembler, WeightsChecksum
+from opentinker_api.common.v1 import algorithm_pb2 as algo_pb
+from opentinker_api.common.v1 import datum_pb2, model_pb2, resources_pb2, weights_pb2
+from opentinker_api.trainer.v1 import trainer_service_pb2 as pb
+from opentinker_api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
+from opentinker_runtime.core.server import start_server, stop_server
+from opentinker_runtime.ml.models import build_builtin
+from opentinker_runtime.ml.weights import ChecksumAlgorithm, TensorSpec, WeightsAssembler, WeightsChecksum
 from opentinker_trainer.batching import Datum
 from opentinker_trainer.main import build_plan
 from opentinker_trainer.servicer import REASON_METADATA_KEY

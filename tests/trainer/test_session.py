@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from opentinker.ml.sources import LoraSpec
+from opentinker_runtime.ml.sources import LoraSpec
 from opentinker_trainer.batching import Datum
 from opentinker_trainer.config import KlEstimator, KlPlacement, LossAggregation, LossConfig, LossFunction
 from opentinker_trainer.errors import NoGradientsError, NoReferenceError, ValidationError
-from opentinker.ml.models import build_builtin
+from opentinker_runtime.ml.models import build_builtin
 from tests.trainer.helpers import CE, MODEL, PPO, rl_datums, rows_close, session, sft_datums
 
 PPO_KL = LossConfig(function=LossFunction.PPO_CLIP, clip_low=0.2, clip_high=0.2, kl_coef=0.1,

@@ -17,12 +17,12 @@ import grpc
 import psutil
 import pytest
 
-from opentinker.api.trainer.v1 import trainer_service_pb2 as pb
-from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.core.server import ServerPlan, start_server, stop_server
-from opentinker.core.reaping import attempt_callbacks
-from opentinker.core.worker_registration import WorkerRegistration
+from opentinker_api.trainer.v1 import trainer_service_pb2 as pb
+from opentinker_api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_runtime.core.server import ServerPlan, start_server, stop_server
+from opentinker_runtime.workers.reaping import attempt_callbacks
+from opentinker_runtime.workers.registration import WorkerRegistration
 from opentinker_trainer.main import build_plan
 from opentinker_trainer.servicer import build_registry, trainer_service_binding
 from opentinker_trainer.sessions import SessionRegistry

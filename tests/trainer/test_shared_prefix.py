@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from opentinker.ml.sources import LoraSpec
+from opentinker_runtime.ml.sources import LoraSpec
 from opentinker_trainer import prefix_check, shared_prefix
 from opentinker_trainer.batching import Datum
 from opentinker_trainer.config import (ImportanceMask, KlPlacement, LossAggregation, LossConfig,

@@ -12,14 +12,14 @@ import grpc
 import pytest
 import torch
 
-from opentinker.api.common.v1 import algorithm_pb2 as algo_pb
-from opentinker.ml.checkpoints import CheckpointFormat
+from opentinker_api.common.v1 import algorithm_pb2 as algo_pb
+from opentinker_runtime.ml.checkpoints import CheckpointFormat
 from opentinker_trainer import convert, losses
 from opentinker_trainer.batching import Datum
 from opentinker_trainer.checkpointing import load_checkpoint, save_checkpoint
 from opentinker_trainer.config import AdamStep, LossAggregation, LossConfig, LossFunction
 from opentinker_trainer.errors import ValidationError
-from opentinker_trainer.session import create_session
+from opentinker_trainer.session_factory import create_session
 from tests.trainer.helpers import rl_datums, same, session, spec, weights
 
 SUM = LossAggregation.SUM
@@ -349,8 +349,8 @@ def test_training_state_resumes_with_the_last_adam_values(tmp_path) -> None:
 
 # ---------------------------------------------------------------- through the gRPC servicer
 
-from opentinker.api.common.v1 import datum_pb2  # noqa: E402
-from opentinker.api.trainer.v1 import trainer_service_pb2 as pb  # noqa: E402
+from opentinker_api.common.v1 import datum_pb2  # noqa: E402
+from opentinker_api.trainer.v1 import trainer_service_pb2 as pb  # noqa: E402
 from tests.trainer.test_servicer import (call_error, create_request, fb_request, lease,  # noqa: E402,F401
                                          logprob_rows, stub)
 

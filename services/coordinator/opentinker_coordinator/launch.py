@@ -11,13 +11,13 @@ from pathlib import Path
 import grpc
 import structlog
 
-from opentinker.api.common.v1 import resources_pb2
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as scheduler_grpc
-from opentinker.core.auth_interceptor import JobTokenSlot, authenticated_channel
-from opentinker.core.job_tokens import job_token_of
-from opentinker.core.tenant_paths import DEFAULT_TENANT_DATA_DIR, TenantAreas
+from opentinker_api.common.v1 import resources_pb2
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as scheduler_grpc
+from opentinker_runtime.auth.channels import JobTokenSlot, authenticated_channel
+from opentinker_runtime.auth.job_tokens import job_token_of
+from opentinker_runtime.auth.tenant_paths import DEFAULT_TENANT_DATA_DIR, TenantAreas
 from opentinker_coordinator.driver import job_plans
 from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
 from opentinker_coordinator.driver.env_outages import OutageBudget

@@ -7,12 +7,12 @@ stop (cancel, lease lost) stops that run at its next phase boundary.
 
 from __future__ import annotations
 
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.core.entrypoint import run_service
-from opentinker.core.memory import keep_freed_memory
-from opentinker.core.server import ServerPlan
-from opentinker.core.tenant_paths import TenantAreas, shared_model_dir
-from opentinker.core.worker_registration import WorkerRegistration
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_runtime.core.entrypoint import run_service
+from opentinker_runtime.core.memory import keep_freed_memory
+from opentinker_runtime.core.server import ServerPlan
+from opentinker_runtime.auth.tenant_paths import TenantAreas, shared_model_dir
+from opentinker_runtime.workers.registration import WorkerRegistration
 from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
 from opentinker_coordinator.driver.env_outages import OutageBudget
 from opentinker_coordinator.protocol.envhost_seats import EnvHostChannels

@@ -3,7 +3,7 @@ in `runs`, steps and phases in the drivers (`rl_driver`, `sft_driver`, `ma_drive
 
 from __future__ import annotations
 
-from opentinker.core import metrics
+from opentinker_runtime.core import metrics
 
 ACTIVE_RUNS = metrics.gauge("opentinker_coordinator_active_runs", "Jobs this Coordinator is "
                             "driving right now.")

@@ -15,13 +15,13 @@ from typing import Any
 import grpc
 from google.protobuf import timestamp_pb2
 
-from opentinker.api.common.v1 import progress_pb2
-from opentinker.api.coordinator.v1 import coordinator_service_pb2 as pb
-from opentinker.api.coordinator.v1 import coordinator_service_pb2_grpc as pb_grpc
-from opentinker.core.errors import REASON_METADATA_KEY, TRACEBACK_METADATA_KEY
-from opentinker.core.server import ServiceBinding
-from opentinker.core.job_token_guard import require_job_token
-from opentinker.core.unimplemented import unimplemented_base
+from opentinker_api.common.v1 import progress_pb2
+from opentinker_api.coordinator.v1 import coordinator_service_pb2 as pb
+from opentinker_api.coordinator.v1 import coordinator_service_pb2_grpc as pb_grpc
+from opentinker_runtime.core.errors import REASON_METADATA_KEY, TRACEBACK_METADATA_KEY
+from opentinker_runtime.core.server import ServiceBinding
+from opentinker_runtime.auth.job_token_guard import require_job_token
+from opentinker_runtime.core.unimplemented import unimplemented_base
 from opentinker_coordinator.protocol import match_convert
 from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
 from opentinker_coordinator.protocol.protocol_errors import MatchEnvironmentFailed, ProtocolError

@@ -5,9 +5,9 @@ from typing import ClassVar
 
 from pathlib import Path
 
-from opentinker.core.settings import ServiceSettings, address_setting, port_setting, setting
-from opentinker.core.tenant_paths import shared_model_dir_setting, tenant_data_dir_setting
-from opentinker.ml.checkpoints import checkpoint_dir_setting
+from opentinker_runtime.core.settings import ServiceSettings, address_setting, port_setting, setting
+from opentinker_runtime.auth.tenant_paths import shared_model_dir_setting, tenant_data_dir_setting
+from opentinker_runtime.ml.checkpoints import checkpoint_dir_setting
 
 
 @dataclass(frozen=True, kw_only=True)

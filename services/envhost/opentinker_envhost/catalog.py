@@ -9,8 +9,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentinker.env import AsyncAbstractGame, GameClass, builtin_games, check_game_name, load_game_class
-from opentinker.env.game import check_json_dict
+from opentinker_env import AsyncAbstractGame, GameClass
+from opentinker_runtime.games import builtin_games, check_game_name, load_game_class
+from opentinker_env.game import check_json_dict
 from opentinker_envhost.errors import UnknownEnvironment
 from opentinker_envhost.game_results import check_utf8_json, check_utf8_text
 

@@ -8,14 +8,14 @@ from typing import Any
 import grpc
 from google.protobuf import json_format, struct_pb2
 
-from opentinker.api.common.v1 import errors_pb2
-from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
-from opentinker.env import StepResult
+from opentinker_api.common.v1 import errors_pb2
+from opentinker_api.envhost.v1 import envhost_service_pb2 as pb
+from opentinker_env import StepResult
 from opentinker_envhost.catalog import GameSpec
 from opentinker_envhost.errors import EnvHostError, InvalidArgument, clip_middle, env_error_kind
 from opentinker_envhost.sessions import ResetOutcome
-from opentinker.core.errors import REASON_METADATA_KEY, TRACEBACK_METADATA_KEY
-from opentinker.core.job_token_guard import JobTokenRefusal
+from opentinker_runtime.core.errors import REASON_METADATA_KEY, TRACEBACK_METADATA_KEY
+from opentinker_runtime.auth.job_token_guard import JobTokenRefusal
 
 MAX_METADATA_TRACEBACK_CHARS = 3000  # grpc's default metadata limit is 8 KiB
 ENV_ERROR_KIND_METADATA_KEY = "opentinker-env-error-kind"

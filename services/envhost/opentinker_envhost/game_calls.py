@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from opentinker.env.game import NotYourTurn
+from opentinker_env.game import NotYourTurn
 from opentinker_envhost.errors import (
     EnvironmentFailure,
     EnvironmentTimeout,

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from opentinker.env import Game, GameConfigError, StepResult
+from opentinker_env import Game, GameConfigError, StepResult
 from opentinker_envhost.catalog import GameCatalog, GameSpec
 from opentinker_envhost.game_calls import call_game
 from opentinker_envhost.game_results import ResetOutcome, reset_call, step_call

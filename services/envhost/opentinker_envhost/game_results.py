@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentinker.env import Game, StepResult, check_observation, check_step_result
+from opentinker_env import Game, StepResult, check_observation, check_step_result
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,9 +21,9 @@ from collections.abc import Awaitable, Callable
 import grpc
 import structlog
 
-from opentinker.api.common.v1 import errors_pb2
-from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
-from opentinker.core.wire_guard import UndecodableRequest, UndecodableRequestError
+from opentinker_api.common.v1 import errors_pb2
+from opentinker_api.envhost.v1 import envhost_service_pb2 as pb
+from opentinker_runtime.core.wire_guard import UndecodableRequest, UndecodableRequestError
 
 log = structlog.get_logger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from opentinker.env import DEFAULT_MAX_OBSERVATION_CHARS
+from opentinker_env import DEFAULT_MAX_OBSERVATION_CHARS
 
 
 class Isolation(enum.StrEnum):

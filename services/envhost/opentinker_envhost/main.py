@@ -6,11 +6,11 @@ import asyncio
 
 import structlog
 
-from opentinker.core.entrypoint import run_service
-from opentinker.core.heap import settle_heap_once_started
-from opentinker.core.job_credentials import SchedulerJobCredentials
-from opentinker.core.reaping import idle_reaper
-from opentinker.core.server import HealthReporter, ServerPlan, StartHook
+from opentinker_runtime.core.entrypoint import run_service
+from opentinker_runtime.core.heap import settle_heap_once_started
+from opentinker_runtime.auth.job_credentials import SchedulerJobCredentials
+from opentinker_runtime.workers.reaping import idle_reaper
+from opentinker_runtime.core.server import HealthReporter, ServerPlan, StartHook
 from opentinker_envhost.catalog import GameCatalog
 from opentinker_envhost.errors import EnvHostError
 from opentinker_envhost.servicer import envhost_service_binding

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from opentinker.core import metrics
+from opentinker_runtime.core import metrics
 
 OPEN_SESSIONS = metrics.gauge("opentinker_envhost_open_sessions", "Environment sessions open, by "
                               "environment.", ("env",))

@@ -1,11 +1,11 @@
 """The EnvHost's registration with the Scheduler: a worker of role envhost (named when its settings
 name it) whose label `opentinker.dev/environments` lists the games it serves, so SubmitJob can
-refuse an env name that no EnvHost the job may play on serves (opentinker.core.envhost_catalog)."""
+refuse an env name that no EnvHost the job may play on serves (opentinker_runtime.core.envhost_catalog)."""
 
 from __future__ import annotations
 
-from opentinker.core.envhost_catalog import ENVIRONMENTS_LABEL, environments_label
-from opentinker.core.worker_registration import WorkerRegistration
+from opentinker_runtime.core.envhost_catalog import ENVIRONMENTS_LABEL, environments_label
+from opentinker_runtime.workers.registration import WorkerRegistration
 from opentinker_envhost.catalog import GameCatalog
 from opentinker_envhost.settings import EnvHostSettings
 

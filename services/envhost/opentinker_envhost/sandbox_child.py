@@ -45,7 +45,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from opentinker.env import AsyncAbstractGame, GameClass, GameConfigError, NotYourTurn
+from opentinker_env import AsyncAbstractGame, GameClass, GameConfigError, NotYourTurn
 from opentinker_envhost import sandbox_protocol as wire
 from opentinker_envhost.errors import clip_middle, utf8_safe
 from opentinker_envhost.game_calls import MAX_TRACEBACK_CHARS, GameRaised

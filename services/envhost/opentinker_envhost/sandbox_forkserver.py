@@ -25,7 +25,8 @@ import socket
 import sys
 from typing import Any
 
-from opentinker.env import GameClass, builtin_games, load_game_class
+from opentinker_env import GameClass
+from opentinker_runtime.games import builtin_games, load_game_class
 from opentinker_envhost import sandbox_protocol as wire
 from opentinker_envhost.sandbox_child import ChildLimits, run_child, set_parent_death_signal
 

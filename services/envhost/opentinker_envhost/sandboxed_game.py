@@ -27,7 +27,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from opentinker.env import StepResult
+from opentinker_env import StepResult
 from opentinker_envhost import sandbox_protocol as wire
 from opentinker_envhost.catalog import GameSpec
 from opentinker_envhost.errors import EnvironmentCrashed, EnvironmentTimeout

@@ -22,18 +22,18 @@ from typing import Any, TypeVar
 import grpc
 import structlog
 
-from opentinker.api.envhost.v1 import envhost_service_pb2 as pb
-from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
-from opentinker.core.auth_interceptor import current_job_tokens, current_principal
-from opentinker.core.job_token_guard import (
+from opentinker_api.envhost.v1 import envhost_service_pb2 as pb
+from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
+from opentinker_runtime.auth.interceptor import current_job_tokens, current_principal
+from opentinker_runtime.auth.job_token_guard import (
     job_token_allowed_now,
     job_token_check_needed,
     job_token_refusal,
     require_job_token,
 )
-from opentinker.core.job_tokens import hash_job_token, presented_job_token
-from opentinker.core.server import ServiceBinding
-from opentinker.env import StepResult
+from opentinker_runtime.auth.job_tokens import hash_job_token, presented_job_token
+from opentinker_runtime.core.server import ServiceBinding
+from opentinker_env import StepResult
 from opentinker_envhost import convert
 from opentinker_envhost.errors import EnvHostError, InvalidArgument
 from opentinker_envhost.interact import InteractPump, internal_error

@@ -33,7 +33,7 @@ from typing import Any
 
 import structlog
 
-from opentinker.env import StepResult
+from opentinker_env import StepResult
 from opentinker_envhost.catalog import GameCatalog, GameSpec
 from opentinker_envhost.errors import (
     EnvHostError,

@@ -3,8 +3,8 @@
 from dataclasses import dataclass
 from typing import ClassVar
 
-from opentinker.core.settings import ServiceSettings, address_setting, port_setting, setting
-from opentinker.env import DEFAULT_MAX_OBSERVATION_CHARS
+from opentinker_runtime.core.settings import ServiceSettings, address_setting, port_setting, setting
+from opentinker_env import DEFAULT_MAX_OBSERVATION_CHARS
 from opentinker_envhost.catalog import NO_USER_GAMES, check_games_setting
 from opentinker_envhost.limits import Isolation
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentinker.env import StepResult
+from opentinker_env import StepResult
 from opentinker_envhost import sandbox_protocol as wire
 from opentinker_envhost.catalog import GameSpec
 from opentinker_envhost.errors import EnvironmentCrashed, EnvironmentTimeout, NotYourTurnError

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from opentinker.core.auth import SYSTEM_TENANT, Principal
+from opentinker_runtime.auth.api_keys import SYSTEM_TENANT, Principal
 from opentinker_gateway.errors import Unauthorized
 from opentinker_gateway.service import Caller
 

@@ -13,14 +13,14 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
-from opentinker.api.common.v1 import algorithm_pb2, datum_pb2, model_pb2, resources_pb2, sampling_pb2
-from opentinker.api.rollout.v1 import rollout_service_pb2 as rollout_pb
-from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as rollout_grpc
-from opentinker.api.trainer.v1 import trainer_service_pb2 as trainer_pb
-from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
-from opentinker.api.common.v1 import weights_pb2
-from opentinker.core.channel_pool import ChannelPool
-from opentinker.core.job_tokens import job_call_metadata
+from opentinker_api.common.v1 import algorithm_pb2, datum_pb2, model_pb2, resources_pb2, sampling_pb2
+from opentinker_api.rollout.v1 import rollout_service_pb2 as rollout_pb
+from opentinker_api.rollout.v1 import rollout_service_pb2_grpc as rollout_grpc
+from opentinker_api.trainer.v1 import trainer_service_pb2 as trainer_pb
+from opentinker_api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
+from opentinker_api.common.v1 import weights_pb2
+from opentinker_runtime.core.channel_pool import ChannelPool
+from opentinker_runtime.auth.job_tokens import job_call_metadata
 from opentinker_gateway.errors import BadRequest, Conflict, GatewayError, NotFound, Unauthorized, Unavailable
 
 USER_CODES = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.FAILED_PRECONDITION}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 
 BUILTIN_MODELS = ("tiny-llama", "tiny-qwen2", "small-llama")
-"""The built-ins of opentinker.ml.models (named here so the gateway needs no torch; a test checks)."""
+"""The built-ins of opentinker_runtime.ml.models (named here so the gateway needs no torch; a test checks)."""
 
 
 class CatalogError(ValueError):

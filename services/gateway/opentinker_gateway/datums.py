@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opentinker.api.common.v1 import datum_pb2
+from opentinker_api.common.v1 import datum_pb2
 from opentinker_gateway.errors import BadRequest
 from opentinker_gateway.losses import TinkerLoss
 from opentinker_gateway.wire import tinker_public_pb2 as wire

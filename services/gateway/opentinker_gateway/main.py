@@ -14,12 +14,12 @@ from pathlib import Path
 import structlog
 from aiohttp import web
 
-from opentinker.core.channel_pool import ChannelPool
-from opentinker.core.entrypoint import EXIT_CONFIG, EXIT_CRASH, EXIT_OK
-from opentinker.core.errors import SettingsError
-from opentinker.core.logging import configure_logging
-from opentinker.core.server import install_stop_signals, start_metrics_endpoint
-from opentinker.core.settings import load_settings
+from opentinker_runtime.core.channel_pool import ChannelPool
+from opentinker_runtime.core.entrypoint import EXIT_CONFIG, EXIT_CRASH, EXIT_OK
+from opentinker_runtime.core.errors import SettingsError
+from opentinker_runtime.core.logging import configure_logging
+from opentinker_runtime.core.server import install_stop_signals, start_metrics_endpoint
+from opentinker_runtime.core.settings import load_settings
 from opentinker_gateway.auth import TenantAuth
 from opentinker_gateway.catalog import CatalogModel, parse_catalog
 from opentinker_gateway.futures import FutureStore
@@ -55,7 +55,7 @@ def main() -> int:
 
 
 async def serve(settings: GatewaySettings) -> None:
-    from opentinker.core.redis_store import connect
+    from opentinker_runtime.core.redis_store import connect
 
     redis = connect(settings.redis_url, password=settings.redis_password)
     pool = ChannelPool(settings.api_key)
@@ -96,7 +96,7 @@ def write_tokenizers(catalog: dict[str, CatalogModel], directory: Path) -> dict[
     directories: dict[str, Path] = {}
     byte_dir = directory.resolve() / "byte-tokenizer"
     if any(model.builtin for model in catalog.values()):
-        from opentinker.ml.tokenizer import build_byte_tokenizer
+        from opentinker_runtime.ml.tokenizer import build_byte_tokenizer
 
         build_byte_tokenizer().save_pretrained(str(byte_dir))
     for name, model in catalog.items():
@@ -107,7 +107,7 @@ def write_tokenizers(catalog: dict[str, CatalogModel], directory: Path) -> dict[
 def _auth(settings: GatewaySettings, redis) -> TenantAuth:  # noqa: ANN001
     if not settings.auth_enabled:
         return TenantAuth(None)
-    from opentinker.core.auth import ApiKeyStore, CachingVerifier
+    from opentinker_runtime.auth.api_keys import ApiKeyStore, CachingVerifier
 
     return TenantAuth(CachingVerifier(ApiKeyStore(client=redis), ttl_seconds=settings.auth_cache_seconds).verify)
 

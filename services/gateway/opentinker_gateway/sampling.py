@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opentinker.api.common.v1 import sampling_pb2, trajectory_pb2
-from opentinker.api.rollout.v1 import rollout_service_pb2 as rollout_pb
+from opentinker_api.common.v1 import sampling_pb2, trajectory_pb2
+from opentinker_api.rollout.v1 import rollout_service_pb2 as rollout_pb
 from opentinker_gateway.errors import BadRequest, NotFound
 from opentinker_gateway.runs import SamplerHost, TrainingRun
 from opentinker_gateway.wire import tinker_public_pb2 as wire

@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from opentinker.core.channel_pool import ChannelPool
+from opentinker_runtime.core.channel_pool import ChannelPool
 from opentinker_gateway import fields, sampling, training
 from opentinker_gateway.backend import JobBackend
 from opentinker_gateway.catalog import CatalogModel

@@ -18,13 +18,13 @@ import grpc
 import structlog
 from google.protobuf import json_format
 
-from opentinker.api.common.v1 import resources_pb2
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
-from opentinker.core.auth_interceptor import authenticated_channel
-from opentinker.core.job_tokens import JOB_TOKEN_METADATA_KEY, job_token_of
-from opentinker.core.worker_agent import WorkerAgent
+from opentinker_api.common.v1 import resources_pb2
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
+from opentinker_runtime.auth.channels import authenticated_channel
+from opentinker_runtime.auth.job_tokens import JOB_TOKEN_METADATA_KEY, job_token_of
+from opentinker_runtime.workers.agent import WorkerAgent
 from opentinker_gateway.backend import Placement, gateway_error
 from opentinker_gateway.errors import GatewayError, Unavailable
 

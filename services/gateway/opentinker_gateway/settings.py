@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from opentinker.core.settings import ServiceSettings, address_setting, setting
+from opentinker_runtime.core.settings import ServiceSettings, address_setting, setting
 
 DEFAULT_GATEWAY_PORT = 8100
 

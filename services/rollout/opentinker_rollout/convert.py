@@ -21,8 +21,8 @@ from typing import Any
 
 from google.protobuf import json_format, struct_pb2
 
-from opentinker.core import model_refs
-from opentinker.api.common.v1 import (
+from opentinker_runtime.core import model_refs
+from opentinker_api.common.v1 import (
     errors_pb2,
     model_pb2,
     resources_pb2,
@@ -30,10 +30,10 @@ from opentinker.api.common.v1 import (
     trajectory_pb2,
     weights_pb2,
 )
-from opentinker.api.rollout.v1 import rollout_service_pb2 as rollout_pb2
-from opentinker.ml.sources import LoraSpec, ModelInfo, ModelSource
-from opentinker.ml.shared_weights import SharedFile
-from opentinker.ml.weights import ChecksumAlgorithm, TensorSpec, WeightsChecksum
+from opentinker_api.rollout.v1 import rollout_service_pb2 as rollout_pb2
+from opentinker_runtime.ml.sources import LoraSpec, ModelInfo, ModelSource
+from opentinker_runtime.ml.shared_weights import SharedFile
+from opentinker_runtime.ml.weights import ChecksumAlgorithm, TensorSpec, WeightsChecksum
 from opentinker_rollout.engine import FinishReason, SamplingConfig
 from opentinker_rollout.episode import EpisodeLimits, StopReason, Trajectory, TruncatedActions, Turn
 from opentinker_rollout.errors import InvalidArgument, WeightsCorrupt

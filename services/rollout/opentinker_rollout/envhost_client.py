@@ -18,8 +18,8 @@ Coordinator tells in the job's log.
 
 from __future__ import annotations
 
-from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
-from opentinker.core.channel_pool import ChannelPool
+from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
+from opentinker_runtime.core.channel_pool import ChannelPool
 from opentinker_rollout.environment import EnvironmentSession
 from opentinker_rollout.envhost_interact import InteractSession
 from opentinker_rollout.envhost_sessions import PooledSession, SessionPools, SessionScope

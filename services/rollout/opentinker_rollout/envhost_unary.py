@@ -17,10 +17,10 @@ from typing import Any
 import grpc
 from google.protobuf import json_format, struct_pb2
 
-from opentinker.api.envhost.v1 import envhost_service_pb2 as envhost_pb2
-from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
-from opentinker.core.errors import traceback_from_metadata
-from opentinker.core.job_tokens import job_call_metadata
+from opentinker_api.envhost.v1 import envhost_service_pb2 as envhost_pb2
+from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
+from opentinker_runtime.core.errors import traceback_from_metadata
+from opentinker_runtime.auth.job_tokens import job_call_metadata
 from opentinker_rollout.environment import EnvironmentFailure, ResetResult, StepOutcome, with_traceback_tail
 
 DEFAULT_CALL_TIMEOUT_S = 120.0

@@ -44,7 +44,7 @@ from typing import Protocol
 
 import structlog
 
-from opentinker.env.game import opening_messages
+from opentinker_env.game import opening_messages
 from opentinker_rollout.batcher import BatchedGeneration
 from opentinker_rollout.engine import FinishReason, GenerationRequest, SamplingConfig, derive_seed
 from opentinker_rollout.environment import EnvironmentFailure, EnvironmentSession

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from opentinker.core.devices import discover_devices
-from opentinker.core.entrypoint import run_service
-from opentinker.core.heap import settle_heap
-from opentinker.core.memory import keep_freed_memory
-from opentinker.core.reaping import attempt_callbacks, idle_reaper
-from opentinker.core.server import ServerPlan
-from opentinker.core.torch_threads import apply_torch_threads
-from opentinker.core.worker_registration import WorkerRegistration
+from opentinker_runtime.workers.devices import discover_devices
+from opentinker_runtime.core.entrypoint import run_service
+from opentinker_runtime.core.heap import settle_heap
+from opentinker_runtime.core.memory import keep_freed_memory
+from opentinker_runtime.workers.reaping import attempt_callbacks, idle_reaper
+from opentinker_runtime.core.server import ServerPlan
+from opentinker_runtime.core.torch_threads import apply_torch_threads
+from opentinker_runtime.workers.registration import WorkerRegistration
 from opentinker_rollout.envhost_client import EnvHostChannels
 from opentinker_rollout.envhost_sessions import SessionPools
 from opentinker_rollout.match_client import CoordinatorChannels
@@ -67,7 +67,7 @@ def main() -> int:
 async def _process_plan(settings: RolloutSettings) -> ServerPlan:
     """The service process's plan: its torch threads first (process-wide, so not in `build_plan`,
     which tests call inside their own process), before any model computes; then its heap settled
-    (`opentinker.core.heap`), also process-wide, before the port opens and so before any policy
+    (`opentinker_runtime.core.heap`), also process-wide, before the port opens and so before any policy
     loads: a model, which may be unloaded later, is never frozen."""
     apply_torch_threads(settings.torch_threads, service=SERVICE_NAME)
     plan = await build_plan(settings)

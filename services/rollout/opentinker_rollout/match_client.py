@@ -25,11 +25,11 @@ from typing import Any
 
 import grpc
 
-from opentinker.api.coordinator.v1 import coordinator_service_pb2 as coordinator_pb2
-from opentinker.api.coordinator.v1 import coordinator_service_pb2_grpc as coordinator_grpc
-from opentinker.core.errors import reason_from_metadata, traceback_from_metadata
-from opentinker.core.job_tokens import JOB_TOKEN_METADATA_KEY
-from opentinker.core.channel_pool import ChannelPool
+from opentinker_api.coordinator.v1 import coordinator_service_pb2 as coordinator_pb2
+from opentinker_api.coordinator.v1 import coordinator_service_pb2_grpc as coordinator_grpc
+from opentinker_runtime.core.errors import reason_from_metadata, traceback_from_metadata
+from opentinker_runtime.auth.job_tokens import JOB_TOKEN_METADATA_KEY
+from opentinker_runtime.core.channel_pool import ChannelPool
 from opentinker_rollout.environment import (
     EnvironmentFactory,
     EnvironmentFailure,

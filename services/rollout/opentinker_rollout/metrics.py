@@ -3,7 +3,7 @@ in `runner`, generation in `batcher`, weight updates in `policies`."""
 
 from __future__ import annotations
 
-from opentinker.core import metrics
+from opentinker_runtime.core import metrics
 
 EPISODES = metrics.counter(
     "opentinker_rollout_episodes", "Episodes finished, by how they ended: the stop reason (done, "

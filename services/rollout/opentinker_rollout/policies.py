@@ -44,11 +44,11 @@ from pathlib import Path
 import structlog
 import torch
 
-from opentinker.ml.errors import MLError, WeightsError
-from opentinker.ml.models import add_lora_adapter, apply_lora, load_model
-from opentinker.ml.sources import LoraSpec, ModelInfo, ModelSource
-from opentinker.ml.shared_weights import SharedFile, SharedFileNotAllowed, SharedFileUnavailable, read_shared_weights
-from opentinker.ml.weights import (ChecksumAlgorithm, TensorSpec, WeightsAssembler, WeightsChecksum, load_lora_state_dict,
+from opentinker_runtime.ml.errors import MLError, WeightsError
+from opentinker_runtime.ml.models import add_lora_adapter, apply_lora, load_model
+from opentinker_runtime.ml.sources import LoraSpec, ModelInfo, ModelSource
+from opentinker_runtime.ml.shared_weights import SharedFile, SharedFileNotAllowed, SharedFileUnavailable, read_shared_weights
+from opentinker_runtime.ml.weights import (ChecksumAlgorithm, TensorSpec, WeightsAssembler, WeightsChecksum, load_lora_state_dict,
                                    lora_state_dict)
 from opentinker_rollout.metrics import count_weight_update
 from opentinker_rollout.batcher import BatchedGeneration, GenerationBatcher, WholeBatchEngine

@@ -1,4 +1,4 @@
-"""The agent loop's `ChatRenderer` over a tokenizer and `opentinker.ml.chat`.
+"""The agent loop's `ChatRenderer` over a tokenizer and `opentinker_runtime.ml.chat`.
 
 An observation turn is "<|im_end|>\\n<|im_start|>user\\n{text}<|im_end|>\\n<|im_start|>assistant\\n".
 When the sampled action already ends with <|im_end|> (the model stopped on eos), that token
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 
-from opentinker.ml.chat import render_observation_turn, render_prompt
+from opentinker_runtime.ml.chat import render_observation_turn, render_prompt
 
 
 CACHED_PROMPTS = 512

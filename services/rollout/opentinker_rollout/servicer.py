@@ -12,7 +12,7 @@ as `agent_id` (the match knows its game, so `environment` is not needed then; ev
 episode of the call runs at once, whatever `max_concurrent_episodes` says).
 
 Every call with a job's lease, or on a job's policy, must carry the job's current attempt token
-(`opentinker.core.job_token_guard`); RunEpisodes forwards it on its EnvHost calls. Policies
+(`opentinker_runtime.auth.job_token_guard`); RunEpisodes forwards it on its EnvHost calls. Policies
 loaded without a job (Tinker-style primitives with an admin key) need none.
 """
 
@@ -24,12 +24,12 @@ from typing import Any
 
 import grpc
 
-from opentinker.api.common.v1 import resources_pb2
-from opentinker.api.rollout.v1 import rollout_service_pb2 as pb
-from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as pb_grpc
-from opentinker.core.job_token_guard import require_job_token
-from opentinker.core.job_tokens import presented_job_token
-from opentinker.core.server import ServiceBinding
+from opentinker_api.common.v1 import resources_pb2
+from opentinker_api.rollout.v1 import rollout_service_pb2 as pb
+from opentinker_api.rollout.v1 import rollout_service_pb2_grpc as pb_grpc
+from opentinker_runtime.auth.job_token_guard import require_job_token
+from opentinker_runtime.auth.job_tokens import presented_job_token
+from opentinker_runtime.core.server import ServiceBinding
 from opentinker_rollout import convert
 from opentinker_rollout.envhost_client import EnvHostChannels, EnvironmentTarget, envhost_environments
 from opentinker_rollout.environment import EnvironmentFactory
@@ -38,7 +38,7 @@ from opentinker_rollout.match_client import CoordinatorChannels, match_environme
 from opentinker_rollout.policies import LoadedPolicy, PolicyRegistry, WeightsChunk
 from opentinker_rollout.runner import EpisodeBatch, EpisodeServices, run_episodes
 from opentinker_rollout.sampler import sample
-from opentinker.core.errors import REASON_METADATA_KEY
+from opentinker_runtime.core.errors import REASON_METADATA_KEY
 
 SERVICE_FULL_NAME = pb.DESCRIPTOR.services_by_name["RolloutService"].full_name
 

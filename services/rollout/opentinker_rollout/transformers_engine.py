@@ -14,7 +14,7 @@ requests join at once (see `opentinker_rollout.decode_batch`).
 
 Prompt logprobs (`GenerationRequest.prompt_logprobs`) come from a forward of their own, when the
 request is admitted (the weights that sample its first token): the prompt alone, no KV cache
-shared with any row, all positions' logits in float32, temperature 1 (`opentinker.ml.logprobs`,
+shared with any row, all positions' logits in float32, temperature 1 (`opentinker_runtime.ml.logprobs`,
 the Trainer's convention). Each distinct (adapter, prompt) of a step is computed once, several
 left-padded in one forward up to `PROMPT_LOGPROB_TOKENS` padded tokens. The decode path is not
 touched: requests without them cost nothing more.
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from opentinker.ml.logprobs import logprobs_from_logits
+from opentinker_runtime.ml.logprobs import logprobs_from_logits
 from opentinker_rollout.engine import (
     FinishReason,
     Generation,

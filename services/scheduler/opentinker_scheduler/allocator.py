@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 import redis.asyncio
 import structlog
 
-from opentinker.core.cancellation import raise_if_cancelled
-from opentinker.core.redis_store import REDIS_DOWN_ERRORS
+from opentinker_runtime.core.cancellation import raise_if_cancelled
+from opentinker_runtime.core.redis_store import REDIS_DOWN_ERRORS
 from opentinker_scheduler.config import SchedulerConfig
 from opentinker_scheduler.job_store import JobStore, Start, StartResult
 from opentinker_scheduler.job_tokens import JobTokenIssuer

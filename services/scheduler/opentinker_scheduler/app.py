@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import redis.asyncio
 
-from opentinker.core.auth import ApiKeyStore
-from opentinker.core.redis_store import Keys
+from opentinker_runtime.auth.api_keys import ApiKeyStore
+from opentinker_runtime.core.redis_store import Keys
 from opentinker_scheduler.allocator import Allocator
 from opentinker_scheduler.artifact_service import ArtifactService, metrics_source
 from opentinker_scheduler.artifacts import ArtifactStore

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from opentinker.ml.checkpoints import MANIFEST_FILE
+from opentinker_runtime.ml.checkpoints import MANIFEST_FILE
 from opentinker_scheduler.errors import InvalidArgument, NotFound
 from opentinker_scheduler.model import Job
 

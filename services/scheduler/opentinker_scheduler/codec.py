@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opentinker.core.job_tokens import NONCE_FIELD
+from opentinker_runtime.auth.job_tokens import NONCE_FIELD
 from opentinker_scheduler.events import decode_progress
 from opentinker_scheduler.model import (
     Assignment,

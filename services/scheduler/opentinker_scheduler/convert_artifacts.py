@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_scheduler.artifacts import Artifact, ArtifactFile
 
 KINDS = {"checkpoint": pb.Artifact.KIND_CHECKPOINT, "output": pb.Artifact.KIND_OUTPUT}

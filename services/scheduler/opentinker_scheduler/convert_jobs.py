@@ -15,8 +15,8 @@ from google.protobuf import struct_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
-from opentinker.api.common.v1 import algorithm_pb2, environment_pb2, progress_pb2, resources_pb2
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.common.v1 import algorithm_pb2, environment_pb2, progress_pb2, resources_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_scheduler.convert_common import enum_from_proto, enum_to_proto, milliseconds_from_proto, timestamp
 from opentinker_scheduler.convert_samples import samples_from_proto, samples_to_proto
 from opentinker_scheduler.convert_workers import assignment_to_proto, role_from_proto, role_to_proto

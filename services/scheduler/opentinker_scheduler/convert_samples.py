@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from opentinker.api.common.v1 import trajectory_pb2
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.common.v1 import trajectory_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_scheduler.events import EpisodeSample, SampleTurn, SamplesReported
 
 

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 from google.protobuf import json_format
 
-from opentinker.api.common.v1 import environment_pb2, model_pb2
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.core.tenant_paths import config_path_entries
+from opentinker_api.common.v1 import environment_pb2, model_pb2
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_runtime.auth.tenant_paths import config_path_entries
 from opentinker_scheduler.model import PathField
 
 OUTPUT, DATASET, MODEL, CONFIG = "output", "dataset", "model", "config"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from opentinker.api.scheduler.v1 import tenant_pb2
-from opentinker.core.auth import ApiKeyRecord, Principal
+from opentinker_api.scheduler.v1 import tenant_pb2
+from opentinker_runtime.auth.api_keys import ApiKeyRecord, Principal
 from opentinker_scheduler.convert_common import timestamp
 from opentinker_scheduler.model import Caller, Quota, Tenant
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from opentinker.api.common.v1 import resources_pb2
-from opentinker.api.scheduler.v1 import job_pb2, scheduler_service_pb2 as service_pb2, worker_pb2
+from opentinker_api.common.v1 import resources_pb2
+from opentinker_api.scheduler.v1 import job_pb2, scheduler_service_pb2 as service_pb2, worker_pb2
 from opentinker_scheduler.convert_common import duration, enum_from_proto, enum_to_proto, timestamp
 from opentinker_scheduler.model import (
     Assignment,

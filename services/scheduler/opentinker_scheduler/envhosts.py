@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from opentinker.core.envhost_choice import SHARED_OWNER, EnvHostEntry, pick_envhost
+from opentinker_runtime.core.envhost_choice import SHARED_OWNER, EnvHostEntry, pick_envhost
 from opentinker_scheduler.errors import InvalidArgument, PermissionDenied, QuotaExceeded
 from opentinker_scheduler.model import (
     Caller,
@@ -90,7 +90,7 @@ class EnvHostDirectory:
 
     async def find(self, reference: str, tenant_id: str) -> Worker | None:
         """The EnvHost `reference` (worker id or name) names for `tenant_id` (the rule of
-        opentinker.core.envhost_choice); None when there is none."""
+        opentinker_runtime.core.envhost_choice); None when there is none."""
         workers = {w.worker_id: w for w in await self.registry.all() if w.role is Role.ENVHOST}
         entries = (EnvHostEntry(worker_id=w.worker_id, name=w.name, tenant_id=w.tenant_id, address=w.address,
                                 alive=w.state is not WorkerState.DEAD) for w in workers.values())

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import redis.asyncio
 import structlog
 
-from opentinker.core.redis_store import Keys
+from opentinker_runtime.core.redis_store import Keys
 from opentinker_scheduler.events import JobEvent, decode_entry
 
 log = structlog.get_logger(__name__)

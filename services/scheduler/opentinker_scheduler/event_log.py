@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import redis.asyncio
 
-from opentinker.core.redis_store import Keys
+from opentinker_runtime.core.redis_store import Keys
 from opentinker_scheduler.config import SchedulerConfig
 from opentinker_scheduler.event_hub import EventHub, Follower
 from opentinker_scheduler.events import JobEvent, decode_entry

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 import grpc
 
-from opentinker.core.errors import REASON_METADATA_KEY
-from opentinker.core.redis_store import REDIS_DOWN_ERRORS, RedisPoolExhausted
+from opentinker_runtime.core.errors import REASON_METADATA_KEY
+from opentinker_runtime.core.redis_store import REDIS_DOWN_ERRORS, RedisPoolExhausted
 from opentinker_scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, OutOfRange, PermissionDenied, QuotaExceeded, SchedulerError
 
 CODES: tuple[tuple[type[SchedulerError], grpc.StatusCode], ...] = (

@@ -18,7 +18,7 @@ import redis.asyncio
 import redis.exceptions
 from redis.commands.core import AsyncScript
 
-from opentinker.core.redis_store import Keys
+from opentinker_runtime.core.redis_store import Keys
 from opentinker_scheduler.clock import Clock
 from opentinker_scheduler.metrics import count_events, count_state_change
 from opentinker_scheduler.codec import assignment_prefix, decode_assignments, decode_job, job_fields, pairs

@@ -4,7 +4,7 @@
 with the attempt's fencing tokens (or nothing, when the job does not start). `token_for(job)`
 derives the token again from the stored nonce, for the worker's Heartbeat and an admin's GetJob,
 on any replica, and after a restart: the key comes from the service key they share
-(`opentinker.core.job_tokens`). Without a service key (OPENTINKER_AUTH=disabled) no worker checks
+(`opentinker_runtime.auth.job_tokens`). Without a service key (OPENTINKER_AUTH=disabled) no worker checks
 tokens, and none are issued.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import hmac
 from dataclasses import dataclass
 
-from opentinker.core.job_tokens import derive_job_token, hash_job_token, job_token_key, new_nonce
+from opentinker_runtime.auth.job_tokens import derive_job_token, hash_job_token, job_token_key, new_nonce
 from opentinker_scheduler.errors import PermissionDenied
 from opentinker_scheduler.model import Caller, Job, JobState
 

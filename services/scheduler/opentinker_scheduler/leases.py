@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import redis.asyncio
 
-from opentinker.core.redis_store import Keys
+from opentinker_runtime.core.redis_store import Keys
 from opentinker_scheduler.clock import Clock
 from opentinker_scheduler.codec import decode_lease, number
 from opentinker_scheduler.lua import Scripts

@@ -1,7 +1,7 @@
 """The Lua scripts that make each state change of jobs, events and leases atomic in Redis.
 
 Conventions: times are ms from the scheduler's Clock, passed in ARGV (so tests can move time);
-every key a script touches comes in KEYS, built by `opentinker.core.redis_store.Keys`. A job's
+every key a script touches comes in KEYS, built by `opentinker_runtime.core.redis_store.Keys`. A job's
 event sequence is the `last_event_sequence` field of its hash, incremented in the same script that
 XADDs the event with the id `<sequence>-0`, so sequences are dense, ordered and never reused.
 A job's stream keeps its last MAX_EVENTS events (`SchedulerConfig.max_events_per_job`, put into
@@ -223,7 +223,7 @@ return {job[1], job[2] or '', redis.call('XRANGE', KEYS[2], ARGV[1] .. '-0', '+'
 
 START = _USAGE + _LEASES + """
 -- QUEUED -> ALLOCATING -> RUNNING with every lease of the job, in one step, or nothing. The
--- attempt's job token nonce and hash are stored with its fencing tokens (opentinker.core.job_tokens).
+-- attempt's job token nonce and hash are stored with its fencing tokens (opentinker_runtime.auth.job_tokens).
 -- KEYS: job, events, queue, fencing, lease expiry, job leases, tenant, usage, running set,
 --       lease keys...
 -- ARGV: now, ttl, leases_json, allocating_event_json, running_event_json, tenant_id,

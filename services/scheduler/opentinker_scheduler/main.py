@@ -10,13 +10,13 @@ from functools import partial
 import redis.asyncio
 import structlog
 
-from opentinker.core.entrypoint import run_service
-from opentinker.core.auth import ApiKeyStore
-from opentinker.core.redis_store import connect, ping_until_ready
-from opentinker.core.server import HealthReporter, ServerPlan
+from opentinker_runtime.core.entrypoint import run_service
+from opentinker_runtime.auth.api_keys import ApiKeyStore
+from opentinker_runtime.core.redis_store import connect, ping_until_ready
+from opentinker_runtime.core.server import HealthReporter, ServerPlan
 from opentinker_scheduler.allocator import Allocator
 from opentinker_scheduler.app import build_scheduler
-from opentinker.core.heap import settle_heap_once_started
+from opentinker_runtime.core.heap import settle_heap_once_started
 from opentinker_scheduler.metrics import ClusterGauges
 from opentinker_scheduler.redis_health import track_redis_health
 from opentinker_scheduler.servicer import scheduler_service_binding

@@ -16,8 +16,8 @@ import redis
 import structlog
 from prometheus_client.core import GaugeMetricFamily
 
-from opentinker.core import metrics
-from opentinker.core.redis_store import Keys
+from opentinker_runtime.core import metrics
+from opentinker_runtime.core.redis_store import Keys
 
 log = structlog.get_logger(__name__)
 

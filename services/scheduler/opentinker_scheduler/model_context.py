@@ -19,7 +19,7 @@ from opentinker_scheduler.errors import InvalidArgument
 from opentinker_scheduler.model import AgentFacts, JobSpecFacts, JobType
 
 BUILTIN_CONTEXT_TOKENS: dict[str, int] = {"tiny-llama": 512, "tiny-qwen2": 512, "small-llama": 1024}
-"""max_position_embeddings of each builtin model (opentinker.ml.models.BUILTIN_MODELS; a test keeps
+"""max_position_embeddings of each builtin model (opentinker_runtime.ml.models.BUILTIN_MODELS; a test keeps
 the two equal: the Scheduler does not import torch)."""
 EPISODE_JOB_TYPES = (JobType.RL, JobType.INFERENCE)
 TURN_LIMITS = ("sampling.max_new_tokens", "limits.max_new_tokens_per_turn")

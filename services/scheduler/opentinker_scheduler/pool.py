@@ -155,7 +155,7 @@ MAX_WORKER_LABELS = 32
 MAX_WORKER_LABEL_KEY = 128
 MAX_WORKER_LABEL_VALUE = 16_384
 """A worker's labels are stored with it and shown by ListWorkers (e.g. an EnvHost's games:
-opentinker.core.envhost_catalog); a tenant's own EnvHost sets them too, so they are bounded."""
+opentinker_runtime.core.envhost_catalog); a tenant's own EnvHost sets them too, so they are bounded."""
 
 
 def check_labels(labels: dict[str, str]) -> None:

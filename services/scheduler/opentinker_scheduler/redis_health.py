@@ -5,8 +5,8 @@ import asyncio
 import redis.asyncio
 import structlog
 
-from opentinker.core.redis_store import Backoff, describe_connection, ping, ping_until_ready
-from opentinker.core.server import HealthReporter
+from opentinker_runtime.core.redis_store import Backoff, describe_connection, ping, ping_until_ready
+from opentinker_runtime.core.server import HealthReporter
 
 log = structlog.get_logger(__name__)
 

@@ -1,10 +1,10 @@
 """SubmitJob's check of a spec's env names against what the registered EnvHosts serve.
 
-Each EnvHost publishes its games when it registers (the label of opentinker.core.envhost_catalog).
+Each EnvHost publishes its games when it registers (the label of opentinker_runtime.core.envhost_catalog).
 An EnvironmentReference is played on
 
 - `envhost` (an id or name): the EnvHost that name resolves to for the job's tenant (its own
-  first, then the stack's: opentinker.core.envhost_choice, the Coordinator's rule at run time);
+  first, then the stack's: opentinker_runtime.core.envhost_choice, the Coordinator's rule at run time);
 - `envhost_address` (admin keys only): whatever listens there; the registered EnvHosts at that
   address, if any (the Scheduler never dials an address a spec names to ask it);
 - neither: the stack's default EnvHost, one of the EnvHosts registered with an admin key.
@@ -23,8 +23,8 @@ import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from opentinker.core.envhost_catalog import served_environments
-from opentinker.core.envhost_choice import SHARED_OWNER, EnvHostEntry, pick_envhost
+from opentinker_runtime.core.envhost_catalog import served_environments
+from opentinker_runtime.core.envhost_choice import SHARED_OWNER, EnvHostEntry, pick_envhost
 from opentinker_scheduler.errors import InvalidArgument
 from opentinker_scheduler.model import Caller, EnvironmentFacts, Role, Worker, WorkerState
 

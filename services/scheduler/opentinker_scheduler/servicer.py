@@ -13,12 +13,12 @@ from contextlib import aclosing
 
 import grpc
 
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
-from opentinker.core.auth_interceptor import current_principal
-from opentinker.core.job_token_guard import require_job_token
-from opentinker.core.server import ServiceBinding
-from opentinker.core.unimplemented import unimplemented_servicer
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
+from opentinker_runtime.auth.interceptor import current_principal
+from opentinker_runtime.auth.job_token_guard import require_job_token
+from opentinker_runtime.core.server import ServiceBinding
+from opentinker_runtime.core.unimplemented import unimplemented_servicer
 from opentinker_scheduler import grpc_errors
 from opentinker_scheduler.app import Scheduler
 from opentinker_scheduler.convert_artifacts import artifact_file_to_proto, artifact_to_proto

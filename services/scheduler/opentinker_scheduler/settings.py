@@ -4,10 +4,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from opentinker.core.errors import SettingsError
-from opentinker.core.settings import ServiceSettings, port_setting, redis_url_setting, setting
-from opentinker.core.tenant_paths import shared_model_dir, shared_model_dir_setting, tenant_data_dir_setting
-from opentinker.ml.checkpoints import checkpoint_dir_setting
+from opentinker_runtime.core.errors import SettingsError
+from opentinker_runtime.core.settings import ServiceSettings, port_setting, redis_url_setting, setting
+from opentinker_runtime.auth.tenant_paths import shared_model_dir, shared_model_dir_setting, tenant_data_dir_setting
+from opentinker_runtime.ml.checkpoints import checkpoint_dir_setting
 from opentinker_scheduler.config import SchedulerConfig
 
 

@@ -1,7 +1,7 @@
 """What a tenant key's job spec may name: paths inside its tenant area, checkpoints of its own jobs.
 
 Admin keys keep every path (absolute ones included) and every checkpoint. A tenant key's paths must
-be relative to its tenant area (`opentinker.core.tenant_paths`: the Coordinator resolves them there,
+be relative to its tenant area (`opentinker_runtime.auth.tenant_paths`: the Coordinator resolves them there,
 symlinks followed), except local models in the admin's shared model directory; this is judged from
 the text alone, so `validate_only` refuses the same specs and nothing is learnt about the server's
 files. A checkpoint belongs to the tenant whose job reported it (CheckpointSaved); another tenant's
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import redis.asyncio
 
-from opentinker.core.redis_store import Keys
-from opentinker.core.tenant_paths import TenantAreas, relative_path_problem
+from opentinker_runtime.core.redis_store import Keys
+from opentinker_runtime.auth.tenant_paths import TenantAreas, relative_path_problem
 from opentinker_scheduler.errors import InvalidArgument, NotFound
 from opentinker_scheduler.events import CheckpointSaved, Payload
 from opentinker_scheduler.model import Caller, PathField

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from opentinker.core.auth import SYSTEM_TENANT, ApiKeyRecord, ApiKeyStore
+from opentinker_runtime.auth.api_keys import SYSTEM_TENANT, ApiKeyRecord, ApiKeyStore
 from opentinker_scheduler.errors import FailedPrecondition, InvalidArgument, NotFound
 from opentinker_scheduler.model import Caller, Page, Quota, Tenant
 from opentinker_scheduler.paging import decode_token, encode_token, page_size

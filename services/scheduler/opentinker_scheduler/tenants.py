@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import redis.asyncio
 
-from opentinker.core.redis_store import Keys
+from opentinker_runtime.core.redis_store import Keys
 from opentinker_scheduler.clock import Clock
 from opentinker_scheduler.codec import QUOTA_FIELDS, decode_quota, decode_usage, number, text
 from opentinker_scheduler.model import Quota, Tenant, Usage

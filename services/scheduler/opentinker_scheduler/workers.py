@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import redis.asyncio
 
-from opentinker.core.redis_store import Keys
+from opentinker_runtime.core.redis_store import Keys
 from opentinker_scheduler.clock import Clock
 from opentinker_scheduler.codec import decode_worker, encode_devices
 from opentinker_scheduler.lua import Scripts

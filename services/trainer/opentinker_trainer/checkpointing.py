@@ -1,5 +1,5 @@
 """SaveCheckpoint / LoadCheckpoint of a session, in the shared checkpoint layout
-(`opentinker.ml.checkpoints`).
+(`opentinker_runtime.ml.checkpoints`).
 
 TRAINING_STATE holds the weights (adapter/ for LoRA, model/ for full) plus training_state.pt
 (AdamW state, the dropout RNG state of every rank, step, policy version, data cursor, the last
@@ -19,14 +19,14 @@ import torch
 from peft.utils import load_peft_weights
 from transformers import AutoModelForCausalLM
 
-from opentinker.ml import checkpoints
-from opentinker.ml.checkpoints import CheckpointFormat, CheckpointManifest
-from opentinker.ml.errors import CheckpointError, WeightsError
-from opentinker.ml.models import save_model_dir
-from opentinker.ml.weights import load_lora_state_dict
+from opentinker_runtime.ml import checkpoints
+from opentinker_runtime.ml.checkpoints import CheckpointFormat, CheckpointManifest
+from opentinker_runtime.ml.errors import CheckpointError, WeightsError
+from opentinker_runtime.ml.models import save_model_dir
+from opentinker_runtime.ml.weights import load_lora_state_dict
 from opentinker_trainer.config import AdamStep
 from opentinker_trainer.errors import CheckpointNotFoundError, ValidationError
-from opentinker_trainer.replicas import rank_rng_state
+from opentinker_trainer.collectives import rank_rng_state
 from opentinker_trainer.session import TrainingSession
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-from opentinker.ml.sources import LoraSpec, ModelSource
+from opentinker_runtime.ml.sources import LoraSpec, ModelSource
 from opentinker_trainer.errors import ValidationError
 
 

@@ -19,13 +19,13 @@ from typing import Any
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from opentinker.core import model_refs
-from opentinker.api.common.v1 import algorithm_pb2 as algo_pb
-from opentinker.api.common.v1 import datum_pb2, model_pb2, resources_pb2, weights_pb2
-from opentinker.api.trainer.v1 import trainer_service_pb2 as pb
-from opentinker.ml.checkpoints import CheckpointFormat
-from opentinker.ml.sources import LoraSpec, ModelInfo, ModelSource, Precision
-from opentinker.ml.weights import ChecksumAlgorithm, Chunk, TensorSpec
+from opentinker_runtime.core import model_refs
+from opentinker_api.common.v1 import algorithm_pb2 as algo_pb
+from opentinker_api.common.v1 import datum_pb2, model_pb2, resources_pb2, weights_pb2
+from opentinker_api.trainer.v1 import trainer_service_pb2 as pb
+from opentinker_runtime.ml.checkpoints import CheckpointFormat
+from opentinker_runtime.ml.sources import LoraSpec, ModelInfo, ModelSource, Precision
+from opentinker_runtime.ml.weights import ChecksumAlgorithm, Chunk, TensorSpec
 from opentinker_trainer.batching import Datum
 from opentinker_trainer.checkpointing import CheckpointRecord
 from opentinker_trainer.config import (AdamStep, ImportanceMask, KlEstimator, KlPlacement, Lease,

@@ -10,10 +10,10 @@ from enum import StrEnum
 import torch
 from peft import PeftModel
 
-from opentinker.ml.models import merged_copy
-from opentinker.ml.shared_weights import SharedFile
-from opentinker.ml.sources import LoraSpec
-from opentinker.ml.weights import DEFAULT_CHUNK_BYTES, WeightsPackage, lora_state_dict, state_dict_to_package
+from opentinker_runtime.ml.models import merged_copy
+from opentinker_runtime.ml.shared_weights import SharedFile
+from opentinker_runtime.ml.sources import LoraSpec
+from opentinker_runtime.ml.weights import DEFAULT_CHUNK_BYTES, WeightsPackage, lora_state_dict, state_dict_to_package
 from opentinker_trainer.errors import ValidationError
 from opentinker_trainer.session import TrainingSession
 from opentinker_trainer.shared_exports import SharedExports

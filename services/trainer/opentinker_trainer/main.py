@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from opentinker.core.devices import discover_devices
-from opentinker.core.entrypoint import run_service
-from opentinker.core.memory import keep_freed_memory
-from opentinker.core.reaping import attempt_callbacks, idle_reaper
-from opentinker.core.server import ServerPlan
-from opentinker.core.torch_threads import apply_torch_threads
-from opentinker.core.worker_registration import WorkerRegistration
+from opentinker_runtime.workers.devices import discover_devices
+from opentinker_runtime.core.entrypoint import run_service
+from opentinker_runtime.core.memory import keep_freed_memory
+from opentinker_runtime.workers.reaping import attempt_callbacks, idle_reaper
+from opentinker_runtime.core.server import ServerPlan
+from opentinker_runtime.core.torch_threads import apply_torch_threads
+from opentinker_runtime.workers.registration import WorkerRegistration
 from opentinker_trainer import shared_prefix
 from opentinker_trainer.settings import TrainerSettings
 
@@ -21,7 +21,7 @@ SHARED_REAP_INTERVAL_S = 30.0
 
 async def build_plan(settings: TrainerSettings) -> ServerPlan:
     """What the server hosts: the TrainerService over an empty session registry."""
-    from opentinker.ml.models import quiet_transformers  # torch loads here, after settings parse
+    from opentinker_runtime.ml.models import quiet_transformers  # torch loads here, after settings parse
     from opentinker_trainer.servicer import build_registry, trainer_service_binding
     from opentinker_trainer.errors import SessionNotFoundError
     from opentinker_trainer.shared_exports import SharedExports

@@ -212,7 +212,7 @@ def release_micro_batch_memory(device: str) -> None:
 
 def release_step_memory(device: str) -> None:
     """Hand back what a step freed: CUDA's cached blocks; on the CPU glibc's free heap pages
-    (`malloc_trim`), which the raised trim threshold (`opentinker.core.memory`) keeps otherwise."""
+    (`malloc_trim`), which the raised trim threshold (`opentinker_runtime.core.memory`) keeps otherwise."""
     if device.startswith("cuda") and torch.cuda.is_available():
         torch.cuda.empty_cache()
     else:

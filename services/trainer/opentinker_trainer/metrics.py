@@ -4,7 +4,7 @@ calls in `session` (rank 0 of a session: a data-parallel step counts once), sess
 
 from __future__ import annotations
 
-from opentinker.core import metrics
+from opentinker_runtime.core import metrics
 
 OPTIMIZER_STEPS = metrics.counter(
     "opentinker_trainer_optimizer_steps", "Optimizer steps, by outcome: applied, or skipped "

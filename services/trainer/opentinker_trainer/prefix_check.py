@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 import torch
 
-from opentinker.ml.logprobs import logprobs_from_logits, token_logprobs
+from opentinker_runtime.ml.logprobs import logprobs_from_logits, token_logprobs
 from opentinker_trainer.batching import Datum, pad_batch
 from opentinker_trainer.shared_prefix import (PrefixSplit, forward_with_prefixes, full_logprob_rows,
                                               split_shared_prefixes)

@@ -14,18 +14,18 @@ from opentinker_trainer.config import SessionSpec
 
 def serve_replica(pipe: Connection, spec: SessionSpec, checkpoint_root: str, device: str,
                   rank: int, world_size: int, port: int, share_prefixes: bool = True) -> None:
-    from opentinker.core.torch_threads import resolve_torch_threads, set_torch_threads
-    from opentinker.ml.models import quiet_transformers
+    from opentinker_runtime.core.torch_threads import resolve_torch_threads, set_torch_threads
+    from opentinker_runtime.ml.models import quiet_transformers
     from opentinker_trainer import shared_prefix
-    from opentinker_trainer.replicas import broadcast_parameters, join_group
-    from opentinker_trainer.session import create_session
+    from opentinker_trainer.collectives import broadcast_parameters, join_group
+    from opentinker_trainer.session_loading import load_rank_session
 
     set_torch_threads(resolve_torch_threads(0).threads)  # rank 0's count: it exported OMP_NUM_THREADS
     shared_prefix.set_enabled(share_prefixes)
     quiet_transformers()
     group = join_group(port, rank, world_size)
     try:
-        session = create_session(f"replica-{rank}", spec, checkpoint_root=Path(checkpoint_root),
+        session = load_rank_session(f"replica-{rank}", spec, checkpoint_root=Path(checkpoint_root),
                                  device=device, device_ids=(device,), rank=rank, group=group)
     except Exception as error:  # noqa: BLE001 - reported to rank 0, which refuses the session
         pipe.send(("error", f"{type(error).__name__}: {error}"))

@@ -6,7 +6,7 @@ A refused call carries its `common.v1.ErrorReason` name in the trailing metadata
 `opentinker-reason` (e.g. ERROR_REASON_STALE_FENCING_TOKEN).
 
 Every call on a job's session (or with a job's lease) must carry the job's current attempt token
-(`opentinker.core.job_token_guard`); sessions opened without a job (Tinker-style primitives
+(`opentinker_runtime.auth.job_token_guard`); sessions opened without a job (Tinker-style primitives
 with an admin key) need none.
 """
 
@@ -22,11 +22,11 @@ import grpc
 import structlog
 import torch
 
-from opentinker.api.common.v1 import errors_pb2, resources_pb2, weights_pb2
-from opentinker.api.trainer.v1 import trainer_service_pb2 as pb
-from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
-from opentinker.core.job_token_guard import require_job_token
-from opentinker.core.server import ServiceBinding
+from opentinker_api.common.v1 import errors_pb2, resources_pb2, weights_pb2
+from opentinker_api.trainer.v1 import trainer_service_pb2 as pb
+from opentinker_api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
+from opentinker_runtime.auth.job_token_guard import require_job_token
+from opentinker_runtime.core.server import ServiceBinding
 from opentinker_trainer import convert
 from opentinker_trainer.checkpointing import load_checkpoint, save_checkpoint
 from opentinker_trainer.errors import (CheckpointNotFoundError, NoGradientsError, NoReferenceError,
@@ -35,7 +35,7 @@ from opentinker_trainer.errors import (CheckpointNotFoundError, NoGradientsError
 from opentinker_trainer.export import export_weights, export_weights_shared
 from opentinker_trainer.sessions import DEFAULT_IDLE_TTL_S, SessionRegistry
 from opentinker_trainer.shared_exports import SharedExports
-from opentinker.core.errors import REASON_METADATA_KEY
+from opentinker_runtime.core.errors import REASON_METADATA_KEY
 
 log = structlog.get_logger(__name__)
 

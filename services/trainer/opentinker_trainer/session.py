@@ -1,6 +1,7 @@
 """A training session: one policy (full or LoRA), its AdamW state, its reference policy, and
 the counters the API reports. Methods are synchronous torch code; callers serialise them per
-session (the registry's lock) and run them off the event loop.
+session (the registry's lock) and run them off the event loop. Build one with
+`session_factory.create_session` (one rank: `session_loading.load_rank_session`).
 """
 
 from __future__ import annotations
@@ -16,30 +17,30 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from opentinker.ml.errors import CheckpointError, ModelSourceError
-from opentinker.ml.logprobs import token_logprobs
-from opentinker.ml.models import apply_lora, describe_model, load_model
-from opentinker.ml.sources import LoraSpec, ModelInfo
-from opentinker.ml.weights import tensor_bytes
+from opentinker_runtime.ml.logprobs import token_logprobs
+from opentinker_runtime.ml.models import describe_model
+from opentinker_runtime.ml.sources import LoraSpec, ModelInfo
+from opentinker_runtime.ml.weights import tensor_bytes
 from opentinker_trainer.metrics import (FORWARD_BACKWARD_SECONDS, OPTIM_STEP_SECONDS, count_forward_backward,
                                          count_optimizer_step)
 from opentinker_trainer.batching import (Datum, pad_batch, plan_micro_batches, validate_datums,
                                          validate_sequences)
 from opentinker_trainer.config import AdamStep, LossConfig, SessionSpec
-from opentinker_trainer.errors import (CheckpointNotFoundError, NoGradientsError, NoReferenceError,
-                                       ValidationError)
+from opentinker_trainer.errors import NoGradientsError, NoReferenceError, ValidationError
 from opentinker_trainer.importance import needs_pre_pass, with_importance_keep
 from opentinker_trainer.memory import (MICRO_BATCH_TOKENS, PEAK_MEMORY, StepMemory,
-                                       release_step_memory, session_micro_batch_tokens)
+                                       release_step_memory)
 from opentinker_trainer.optim import build_optimizer, scheduled_adam_step, set_hyperparameters
-from opentinker_trainer.replicas import (ReplicaError, ReplicaGroup, all_reduce_gradients,
-                                         broadcast_parameters, rank_rng_state, shard_datums)
+from opentinker_trainer.collectives import ReplicaError, all_reduce_gradients, rank_rng_state, shard_datums
 from opentinker_trainer.training import (ForwardBackwardResult, ShardResult, accumulate,
                                          batch_norm, combine)
+
+if TYPE_CHECKING:
+    from opentinker_trainer.replicas import ReplicaGroup
 
 _RNG_LOCK = threading.Lock()
 
@@ -342,71 +343,3 @@ def _eval_mode(model: Any) -> Iterator[None]:
         yield
     finally:
         model.train(was_training)
-
-
-def create_session(session_id: str, spec: SessionSpec, *, checkpoint_root: Path,
-                   device: str = "cpu", device_ids: tuple[str, ...] = ("cpu:0",),
-                   rank: int = 0, group: Any | None = None) -> TrainingSession:
-    """Load the base model, add the adapter (seeded), keep a reference copy when asked.
-
-    With several `device_ids` (rank 0 only) the session is data-parallel: one replica process
-    per further device, every replica starting from rank 0's parameters.
-    """
-    loaded = _load_base(spec, checkpoint_root, device)
-    model = loaded.model
-    if spec.lora is not None:
-        model = _with_lora(model, spec.lora, spec.seed)
-    reference = _frozen_copy(model) if spec.lora is None and spec.keep_reference else None
-    session = TrainingSession(session_id=session_id, spec=spec, model=model,
-                              tokenizer=loaded.tokenizer, reference_model=reference,
-                              device=device, device_ids=device_ids, rank=rank, group=group,
-                              micro_batch_tokens=session_micro_batch_tokens(
-                                  spec.max_tokens_per_micro_batch, model, device))
-    if rank == 0 and len(device_ids) > 1:
-        _start_replicas(session, checkpoint_root)
-    return session
-
-
-def _start_replicas(session: TrainingSession, checkpoint_root: Path) -> None:
-    devices = [replica_device(session.device, device_id) for device_id in session.device_ids]
-    spec = dataclasses.replace(session.spec, max_tokens_per_micro_batch=session.micro_batch_tokens)
-    session.replicas = ReplicaGroup(spec, devices=devices, checkpoint_root=checkpoint_root)
-    session.group = session.replicas.group
-    try:
-        broadcast_parameters(session.group, list(session.model.parameters()))
-    except Exception:
-        session.close()
-        raise
-
-
-def replica_device(device: str, device_id: str) -> str:
-    """The torch device of a leased device id: "cuda:1" on a GPU worker, "cpu" for "cpu:N"."""
-    return device_id if device.startswith("cuda") and device_id.startswith("cuda") else device
-
-
-def _load_base(spec: SessionSpec, checkpoint_root: Path, device: str) -> Any:
-    try:
-        return load_model(spec.base, checkpoint_root, device=device)
-    except CheckpointError as error:
-        if isinstance(error, LookupError):
-            raise CheckpointNotFoundError(f"base_model.checkpoint.checkpoint_id: {error}") from error
-        raise ValidationError("base_model.checkpoint.checkpoint_id", str(error)) from error
-    except ModelSourceError as error:
-        field = "checkpoint_id" if spec.base.kind == "checkpoint" else error.field
-        raise ValidationError(f"base_model.{spec.base.kind}.{field}", error.message) from error
-
-
-def _with_lora(model: Any, lora: LoraSpec, seed: int) -> Any:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        try:
-            return apply_lora(model, lora)
-        except ModelSourceError as error:
-            raise ValidationError(f"adaptation.lora.{error.field}", error.message) from error
-
-
-def _frozen_copy(model: Any) -> Any:
-    reference = copy.deepcopy(model).eval()
-    for parameter in reference.parameters():
-        parameter.requires_grad_(False)
-    return reference

@@ -33,7 +33,8 @@ from opentinker_trainer.metrics import ACTIVE_SESSIONS
 from opentinker_trainer.config import Lease, SessionSpec
 from opentinker_trainer.errors import (RequestIdReusedError, SessionNotFoundError,
                                        StaleFencingError, ValidationError)
-from opentinker_trainer.session import SessionView, TrainingSession, create_session
+from opentinker_trainer.session import SessionView, TrainingSession
+from opentinker_trainer.session_factory import create_session
 
 log = structlog.get_logger(__name__)
 

@@ -5,10 +5,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from opentinker.core.settings import ServiceSettings, address_setting, port_setting, setting
-from opentinker.core.torch_threads import torch_threads_setting
-from opentinker.ml.checkpoints import checkpoint_dir_setting
-from opentinker.ml.shared_weights_setting import shared_weights_dir_setting
+from opentinker_runtime.core.settings import ServiceSettings, address_setting, port_setting, setting
+from opentinker_runtime.core.torch_threads import torch_threads_setting
+from opentinker_runtime.ml.checkpoints import checkpoint_dir_setting
+from opentinker_runtime.ml.shared_weights_setting import shared_weights_dir_setting
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 import structlog
 import torch
 
-from opentinker.ml.shared_weights import SharedWeightsWriter, WrittenWeights
+from opentinker_runtime.ml.shared_weights import SharedWeightsWriter, WrittenWeights
 
 log = structlog.get_logger(__name__)
 DEFAULT_MAX_AGE_S = 600.0

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from opentinker.ml.logprobs import logprobs_from_logits
+from opentinker_runtime.ml.logprobs import logprobs_from_logits
 from opentinker_trainer.batching import Batch, Datum
 
 MIN_SAVED_FRACTION = 0.1  # below this share of tokens saved, one plain forward is cheaper

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from opentinker.ml.logprobs import entropy_from_logits, forward_logits, logprobs_from_logits
+from opentinker_runtime.ml.logprobs import entropy_from_logits, forward_logits, logprobs_from_logits
 from opentinker_trainer import losses, prefix_check, shared_prefix
 from opentinker_trainer.batching import (Batch, Datum, datum_loss_mask, datum_loss_weights,
                                          pad_batch, plan_micro_batches)

@@ -18,11 +18,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from opentinker.api.scheduler.v1 import tenant_pb2
+from opentinker_api.scheduler.v1 import tenant_pb2
 from opentinker.cli import exit_codes
 from opentinker.cli.api import add_api_flags, message_json, print_json, scheduler_client
 from opentinker.cli.table import format_table
-from opentinker.core.auth import new_api_key
+from opentinker_api.conventions import new_api_key
 
 
 def register(commands: argparse._SubParsersAction) -> None:

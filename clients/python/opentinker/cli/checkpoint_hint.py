@@ -11,7 +11,7 @@ last checkpoint (a cancelled run's latest weights); a job that saved none prints
 
 from __future__ import annotations
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 
 
 def checkpoint_lines(job: job_pb2.Job) -> list[str]:

@@ -25,6 +25,7 @@ still apply. The first line on stderr says where it serves and which Scheduler a
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import socket
 import sys
@@ -135,9 +136,7 @@ def describe_start(args: argparse.Namespace, env: Mapping[str, str], target: Tar
 
 
 def cmd_envhost(args: argparse.Namespace) -> int:
-    try:
-        import opentinker_envhost  # noqa: F401 - only checks that the service is installed
-    except ImportError:
+    if importlib.util.find_spec("opentinker_envhost") is None:  # the service runs as its own process
         print("error: the EnvHost service is not installed here; pip install the opentinker "
               "envhost package (services/envhost)", file=sys.stderr)
         return EXIT_NOT_INSTALLED

@@ -20,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.cli import exit_codes, results
 from opentinker.cli.api import add_api_flags, message_json, print_json, scheduler_client
 from opentinker.cli.checkpoint_hint import checkpoint_lines

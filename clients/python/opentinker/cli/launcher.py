@@ -26,7 +26,6 @@ from opentinker.cli.state import ProcessRecord, StackRecord
 from opentinker.cli.topology import (AUTO_PORT, DASHBOARD, GATEWAY, REDIS, SERVICES, connect_host, gateway_env,
                                      service_env)
 from opentinker.client.credentials import ensure_admin_key
-from opentinker.core.redaction import is_secret_key
 
 log = structlog.get_logger("opentinker.cli")
 
@@ -201,7 +200,7 @@ class Launcher:
         progress(name, f"http://{self._address(name)}", SERVING, time.monotonic() - self.started_at)
 
     def _start_redis(self) -> None:
-        from opentinker.core.embedded_redis import redis_server_command
+        from opentinker_runtime.core.embedded_redis import redis_server_command
 
         data_dir = self.config.state_dir / "redis"
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -266,6 +265,14 @@ class Launcher:
         except FileNotFoundError:
             return ""
         return "\n".join(text.splitlines()[-LOG_TAIL_LINES:])
+
+
+def is_secret_key(key: str) -> bool:
+    """The runtime's rule for names of secrets (imported here: `opentinker up` needs the runtime,
+    the rest of the CLI does not)."""
+    from opentinker_runtime.core.redaction import is_secret_key as runtime_rule
+
+    return runtime_rule(key)
 
 
 def recordable_env(env: dict[str, str]) -> dict[str, str]:

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.cli import exit_codes, state
 from opentinker.cli.api import add_api_flags, message_json, scheduler_client
 from opentinker.cli.topology import REDIS, SERVICE_NAMES

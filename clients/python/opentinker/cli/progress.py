@@ -10,8 +10,8 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from opentinker.api.common.v1 import progress_pb2
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.common.v1 import progress_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 
 SPARKS = "▁▂▃▄▅▆▇█"
 HEADLINE = (("reward/mean", "reward"), ("accuracy", "acc"), ("eval/accuracy", "eval_acc"), ("loss", "loss"))

@@ -11,9 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from opentinker.api.common.v1 import trajectory_pb2
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.common.v1 import trajectory_pb2
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.cli import exit_codes
 from opentinker.cli.api import add_api_flags, message_json, print_json, scheduler_client
 from opentinker.cli.table import format_table

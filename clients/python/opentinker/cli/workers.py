@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from opentinker.api.common.v1 import resources_pb2
-from opentinker.api.scheduler.v1 import worker_pb2
+from opentinker_api.common.v1 import resources_pb2
+from opentinker_api.scheduler.v1 import worker_pb2
 from opentinker.cli import exit_codes
 from opentinker.cli.api import add_api_flags, message_json, print_json, scheduler_client
 from opentinker.cli.table import format_table

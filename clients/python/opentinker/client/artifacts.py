@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.client.errors import OpenTinkerError
 
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import grpc
 
-from opentinker.api.scheduler.v1 import job_pb2, worker_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
+from opentinker_api.scheduler.v1 import job_pb2, worker_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from opentinker.client import scheduler_requests as requests
 from opentinker.client.artifacts import StreamWriter
 from opentinker.client.credentials import resolve_api_key

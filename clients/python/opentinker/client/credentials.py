@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from opentinker.core.auth import new_api_key
+from opentinker_api.conventions import new_api_key
 
 API_KEY_ENV = "OPENTINKER_API_KEY"
 API_KEY_FILE_ENV = "OPENTINKER_API_KEY_FILE"

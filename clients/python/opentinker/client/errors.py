@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import grpc
 
-from opentinker.core.errors import reason_from_metadata
+from opentinker_api.conventions import reason_from_metadata
 
 
 class OpenTinkerError(Exception):

@@ -22,8 +22,8 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from opentinker.api.common.v1 import trajectory_pb2
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.common.v1 import trajectory_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 
 MetricsCallback = Callable[[int, dict[str, float]], None]
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 
 Row = dict[str, float | int | str]
 DEFAULT_CURVES = ("reward/mean", "eval/accuracy", "accuracy", "truncated", "loss")

@@ -26,11 +26,11 @@ from typing import Any
 
 import grpc
 
-from opentinker.api.common.v1 import algorithm_pb2, datum_pb2, model_pb2, sampling_pb2, weights_pb2
-from opentinker.api.rollout.v1 import rollout_service_pb2 as rollout_pb
-from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as rollout_grpc
-from opentinker.api.trainer.v1 import trainer_service_pb2 as trainer_pb
-from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
+from opentinker_api.common.v1 import algorithm_pb2, datum_pb2, model_pb2, sampling_pb2, weights_pb2
+from opentinker_api.rollout.v1 import rollout_service_pb2 as rollout_pb
+from opentinker_api.rollout.v1 import rollout_service_pb2_grpc as rollout_grpc
+from opentinker_api.trainer.v1 import trainer_service_pb2 as trainer_pb
+from opentinker_api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
 from opentinker.client.credentials import resolve_api_key
 from opentinker.client.retry import RetryPolicy, call_with_retry
 from opentinker.client.scheduler_requests import bearer_metadata, normalize_address

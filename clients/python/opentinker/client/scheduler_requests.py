@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import uuid
 
-from opentinker.api.common.v1 import model_pb2
-from opentinker.api.scheduler.v1 import job_pb2, tenant_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.common.v1 import model_pb2
+from opentinker_api.scheduler.v1 import job_pb2, tenant_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.client.spec import job_spec_from_dict
 
 TERMINAL_STATES = (job_pb2.Job.STATE_SUCCEEDED, job_pb2.Job.STATE_FAILED, job_pb2.Job.STATE_CANCELLED)

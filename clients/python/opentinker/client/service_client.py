@@ -18,7 +18,7 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client.scheduler_client import SchedulerClient, state_name
 
 MetricsCallback = Callable[[int, dict[str, float]], None]

@@ -18,45 +18,13 @@ from typing import Any, TypeVar
 from google.protobuf import descriptor, json_format
 from google.protobuf.message import Message
 
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker.client.spec_errors import FieldPath, SpecError, format_path  # noqa: F401 - the spec's errors
 
 M = TypeVar("M", bound=Message)
-FieldPath = tuple[str | int, ...]
-
 _INTEGER_TYPES = {descriptor.FieldDescriptor.CPPTYPE_INT32, descriptor.FieldDescriptor.CPPTYPE_INT64,
                   descriptor.FieldDescriptor.CPPTYPE_UINT32, descriptor.FieldDescriptor.CPPTYPE_UINT64}
 _FLOAT_TYPES = {descriptor.FieldDescriptor.CPPTYPE_FLOAT, descriptor.FieldDescriptor.CPPTYPE_DOUBLE}
-
-
-class SpecError(ValueError):
-    """The job spec is malformed; the message names the field path (and the line, for files)."""
-
-    def __init__(self, problem: str, path: FieldPath = (), *, root: str = "spec") -> None:
-        self.problem, self.path, self.root = problem, path, root
-        self.location = ""
-        """`file:line:column` of the offending field, when the spec came from a file."""
-        super().__init__(self._text())
-
-    @property
-    def dotted_path(self) -> str:
-        return format_path(self.root, self.path)
-
-    def at(self, location: str) -> SpecError:
-        self.location = location
-        self.args = (self._text(),)
-        return self
-
-    def _text(self) -> str:
-        where = f"{self.location}: " if self.location else ""
-        field = f"{format_path(self.root, self.path)}: " if self.root else ""
-        return f"{where}{field}{self.problem}"
-
-
-def format_path(root: str, path: FieldPath) -> str:
-    text = root
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return text
 
 
 def _expand_enum(field: descriptor.FieldDescriptor, value: Any, path: FieldPath, root: str) -> Any:

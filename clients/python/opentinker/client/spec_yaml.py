@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from opentinker.client.spec import FieldPath, SpecError
+from opentinker.client.spec_errors import FieldPath, SpecError
 
 _PATH_PART = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
 

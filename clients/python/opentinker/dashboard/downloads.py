@@ -13,7 +13,7 @@ import tarfile
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 
 
 class CorruptDownload(Exception):

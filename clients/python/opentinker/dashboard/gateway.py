@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 import grpc
 
-from opentinker.api.scheduler.v1 import job_pb2, tenant_pb2, worker_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
+from opentinker_api.scheduler.v1 import job_pb2, tenant_pb2, worker_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from opentinker.client.scheduler_client import normalize_address
 from opentinker.dashboard.errors import ApiError
 

@@ -13,7 +13,6 @@ import threading
 import structlog
 
 from opentinker.client.credentials import resolve_api_key
-from opentinker.core.logging import configure_logging
 from opentinker.dashboard.server import DashboardConfig, DashboardServer
 
 log = structlog.get_logger("opentinker.dashboard")
@@ -31,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from opentinker_runtime.core.logging import configure_logging  # the server's logs: the runtime's format
+
     configure_logging("info", args.log_format, service="dashboard")
     config = DashboardConfig(scheduler=args.scheduler, host=args.host, port=args.port, api_key=resolve_api_key())
     try:

@@ -9,9 +9,9 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from opentinker.api.common.v1 import progress_pb2, resources_pb2, trajectory_pb2
-from opentinker.api.scheduler.v1 import job_pb2, tenant_pb2, worker_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as pb
+from opentinker_api.common.v1 import progress_pb2, resources_pb2, trajectory_pb2
+from opentinker_api.scheduler.v1 import job_pb2, tenant_pb2, worker_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 
 Json = dict[str, Any]
 

@@ -3,7 +3,7 @@
 The Scheduler checked at SubmitJob that each name was the tenant's own or the stack's; the
 EnvHost may have moved (a laptop with a new address) or gone since, so the Coordinator asks again
 (ListWorkers with its admin key) and writes the address into its copy of the job, where the
-Rollout's episodes and the Coordinator's matches read it. The rule is `opentinker.core.envhost_choice`:
+Rollout's episodes and the Coordinator's matches read it. The rule is `opentinker_runtime.core.envhost_choice`:
 only the job's own tenant's EnvHosts and the stack's are candidates. Calls to them carry only the
 job's token (the Rollout's and the matches' EnvHost clients).
 """
@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable, Iterator
 
 from google.protobuf.message import Message
 
-from opentinker.api.common.v1 import environment_pb2, resources_pb2
-from opentinker.api.scheduler.v1 import job_pb2, worker_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
-from opentinker.core.envhost_choice import EnvHostEntry, pick_envhost
+from opentinker_api.common.v1 import environment_pb2, resources_pb2
+from opentinker_api.scheduler.v1 import job_pb2, worker_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
+from opentinker_runtime.core.envhost_choice import EnvHostEntry, pick_envhost
 
 ListEnvHosts = Callable[[], Awaitable[list[worker_pb2.Worker]]]
 ENVIRONMENT_REFERENCE = environment_pb2.EnvironmentReference.DESCRIPTOR.full_name

@@ -2,7 +2,7 @@
 
 The Scheduler lets only admin keys name absolute paths (or, for models, paths in the shared model
 directory); every relative path is resolved here, with symlinks followed, inside the job's tenant
-area (`opentinker.core.tenant_paths`), and the job the drivers see carries the resolved paths:
+area (`opentinker_runtime.auth.tenant_paths`), and the job the drivers see carries the resolved paths:
 the INFERENCE output, the SFT dataset, local models (sent on to Trainer and Rollout) and the path
 entries of game configs. Paths that lead out of the area, do
 not exist or cannot be read all fail the run with the same message.
@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 from google.protobuf import json_format
 
-from opentinker.api.common.v1 import environment_pb2, model_pb2
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.core.tenant_paths import TenantAreas, config_path_entries
+from opentinker_api.common.v1 import environment_pb2, model_pb2
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_runtime.auth.tenant_paths import TenantAreas, config_path_entries
 
 
 def confine_job_paths(job: job_pb2.Job, areas: TenantAreas) -> job_pb2.Job:

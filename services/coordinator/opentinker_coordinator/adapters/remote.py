@@ -13,18 +13,18 @@ import grpc
 import structlog
 from google.protobuf import json_format, struct_pb2
 
-from opentinker.api.common.v1 import (
+from opentinker_api.common.v1 import (
     algorithm_pb2, datum_pb2, environment_pb2, progress_pb2, resources_pb2, sampling_pb2, trajectory_pb2,
     weights_pb2,
 )
-from opentinker.api.rollout.v1 import rollout_service_pb2 as rollout_pb
-from opentinker.api.rollout.v1 import rollout_service_pb2_grpc as rollout_grpc
-from opentinker.api.scheduler.v1 import job_pb2
-from opentinker.api.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
-from opentinker.api.scheduler.v1 import scheduler_service_pb2_grpc as scheduler_grpc
-from opentinker.api.trainer.v1 import trainer_service_pb2 as trainer_pb
-from opentinker.api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
-from opentinker.core.errors import reason_from_metadata
+from opentinker_api.rollout.v1 import rollout_service_pb2 as rollout_pb
+from opentinker_api.rollout.v1 import rollout_service_pb2_grpc as rollout_grpc
+from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_api.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
+from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as scheduler_grpc
+from opentinker_api.trainer.v1 import trainer_service_pb2 as trainer_pb
+from opentinker_api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
+from opentinker_runtime.core.errors import reason_from_metadata
 from opentinker_coordinator.adapters.retries import CallGuard
 from opentinker_coordinator.adapters.samples_proto import samples_message
 from opentinker_coordinator.env_values import numeric_info_values

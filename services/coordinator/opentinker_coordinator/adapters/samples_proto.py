@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from opentinker.api.common.v1 import trajectory_pb2
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.common.v1 import trajectory_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_coordinator.types import Trajectory
 
 MAX_TEXT_CHARS = 4_000

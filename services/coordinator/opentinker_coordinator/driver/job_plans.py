@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from google.protobuf import json_format
 
-from opentinker.api.common.v1 import algorithm_pb2
-from opentinker.api.scheduler.v1 import job_pb2
+from opentinker_api.common.v1 import algorithm_pb2
+from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_coordinator.driver.advantages import Estimator
 from opentinker_coordinator.driver.elo import DEFAULT_K
 from opentinker_coordinator.driver.pairings import Pairing

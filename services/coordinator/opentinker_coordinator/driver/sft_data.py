@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from opentinker.api.common.v1 import model_pb2
-from opentinker.core import model_refs
-from opentinker.ml.chat import render_sft_example
-from opentinker.env.data import DatasetError as EnvDatasetError
-from opentinker.env.data import read_records
-from opentinker.ml.tokenizers import load_tokenizer
+from opentinker_api.common.v1 import model_pb2
+from opentinker_runtime.core import model_refs
+from opentinker_runtime.ml.chat import render_sft_example
+from opentinker_env.data import DatasetError as EnvDatasetError
+from opentinker_env.data import read_records
+from opentinker_runtime.ml.tokenizers import load_tokenizer
 from opentinker_coordinator.types import Datum
 
 

@@ -16,11 +16,11 @@ from typing import Any
 import grpc
 from google.protobuf import json_format, struct_pb2
 
-from opentinker.api.envhost.v1 import envhost_service_pb2 as envhost_pb
-from opentinker.api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
-from opentinker.core.channel_pool import ChannelPool
-from opentinker.core.errors import traceback_from_metadata
-from opentinker.core.job_tokens import job_call_metadata
+from opentinker_api.envhost.v1 import envhost_service_pb2 as envhost_pb
+from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as envhost_grpc
+from opentinker_runtime.core.channel_pool import ChannelPool
+from opentinker_runtime.core.errors import traceback_from_metadata
+from opentinker_runtime.auth.job_tokens import job_call_metadata
 from opentinker_coordinator.protocol.seated_environment import (
     EnvironmentBroke,
     MatchEnvironmentRef,

@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from opentinker.env.game import AbstractGame, NotYourTurn
+from opentinker_env.game import AbstractGame, NotYourTurn
 from opentinker_coordinator.protocol.seated_environment import (
     EnvironmentBroke,
     MatchEnvironmentRef,

@@ -7,8 +7,8 @@ import re
 import grpc
 from google.protobuf import json_format, struct_pb2
 
-from opentinker.api.common.v1 import environment_pb2, progress_pb2
-from opentinker.api.coordinator.v1 import coordinator_service_pb2 as pb
+from opentinker_api.common.v1 import environment_pb2, progress_pb2
+from opentinker_api.coordinator.v1 import coordinator_service_pb2 as pb
 from opentinker_coordinator.protocol.matches import ActionResult, GrantedTurn, Match, MatchState
 from opentinker_coordinator.protocol.protocol_errors import (
     AgentLost,

@@ -3,7 +3,7 @@
 `envhost_seats.EnvHostSeatedEnvironment` implements it over the EnvHost; tests implement it
 in-process. Any failure of the game or its host raises `EnvironmentBroke`.
 
-Contract of a seated game's step `info` (all optional; see `opentinker.env.game`):
+Contract of a seated game's step `info` (all optional; see `opentinker_env.game`):
 - "to_move": the seat to move next (default: the next seat in turn order after an accepted
   action, the same seat after a rejected one);
 - "error": present when the game rejected the action (the seat moves again);

@@ -1,0 +1,18 @@
+"""The runtime every OpenTinker service stands on.
+
+- `core`: settings, structlog logging, the gRPC server bootstrap (health, reflection, metrics,
+  signals), Redis keys and the embedded redis-server, channel pools, memory and torch-thread
+  limits, model references.
+- `auth`: API keys (salted hashes in Redis), the API-key interceptor, per-job tokens and their
+  guard, tenant-confined paths.
+- `workers`: a worker's registration and heartbeats with the Scheduler, its devices, the
+  attempts it follows and the idle state it reaps.
+- `ml`: the torch library of the Trainer and Rollout (tokenizer, models, chat rendering,
+  logprobs, weight packages, checkpoints); the only part that imports torch.
+- `games`: the built-in games and the game registry.
+
+Services import this package and `opentinker_api`/`opentinker_env`; never the SDK (`opentinker`)
+and never one another. Nothing here imports a service.
+"""
+
+__version__ = "0.1.0"
