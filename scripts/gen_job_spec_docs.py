@@ -7,6 +7,8 @@ The fields, their types and enum values come from the JobSpec descriptor of the 
 (`opentinker_api.scheduler.v1.job_pb2`), walked recursively. Comments are not in runtime
 descriptors: protoc compiles protos/ once more with `--include_source_info`, and each field,
 message, enum and enum value gets the comment written above it (or, failing that, after it).
+The defaults section is `opentinker_runtime.jobplan.defaults.DEFAULTS`, the table the services
+resolve every spec with.
 """
 
 import tempfile
@@ -19,6 +21,7 @@ from grpc_tools import protoc
 
 from _generated_docs import markdown_cell, write_or_check
 from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_runtime.jobplan.defaults import DEFAULTS, MULTI_AGENT, Default
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "protos"
@@ -232,7 +235,8 @@ def render() -> str:
     """The whole of docs/job_spec.md."""
     comments = comments_by_name(compiled_protos())
     header = HEADER.format(job_spec_doc=comments[job_pb2.JobSpec.DESCRIPTOR.full_name])
-    return "\n".join([header, render_fields(field_rows(comments)), render_enums(used_enums(), comments)])
+    return "\n".join([header, render_fields(field_rows(comments)), render_defaults(DEFAULTS),
+                      render_enums(used_enums(), comments)])
 
 
 def render_fields(rows: list[FieldRow]) -> str:
@@ -241,6 +245,25 @@ def render_fields(rows: list[FieldRow]) -> str:
         kind = row.type + (": " + ", ".join(f"`{v}`" for v in row.enum_values) if row.enum_values else "")
         lines.append(f"| `{row.path}` | {markdown_cell(kind)} | {markdown_cell(row.doc)} |")
     return "\n".join(lines) + "\n"
+
+
+DEFAULTS_INTRO = """## Defaults
+
+What a field left out (or 0, or `UNSPECIFIED`) means, for the jobs each row names: the Scheduler
+and the Coordinator resolve every spec with this table (`opentinker_runtime.jobplan.defaults`).
+Rows under `policy.` hold for each of `agents[]` too; MULTI_AGENT is an RL job with `agents`.
+"""
+
+
+def default_row(row: Default) -> str:
+    """The Markdown row of one default."""
+    jobs = ", ".join(job if job != MULTI_AGENT else "RL (multi-agent)" for job in row.jobs)
+    return f"| `{row.field}` | {jobs} | {markdown_cell(row.when)} | {markdown_cell(row.text)} |"
+
+
+def render_defaults(rows: tuple[Default, ...]) -> str:
+    lines = [DEFAULTS_INTRO, "| Field | Jobs | When | Value |", "|---|---|---|---|"]
+    return "\n".join(lines + [default_row(row) for row in rows]) + "\n"
 
 
 def render_enums(enums: dict[str, descriptor.EnumDescriptor], comments: dict[str, str]) -> str:
