@@ -24,7 +24,7 @@ from opentinker_runtime.ml.models import build_builtin
 from opentinker_runtime.ml.weights import ChecksumAlgorithm, TensorSpec, WeightsAssembler, WeightsChecksum
 from opentinker_trainer.batching import Datum
 from opentinker_trainer.main import build_plan
-from opentinker_trainer.servicer import REASON_METADATA_KEY
+from opentinker_api.conventions import REASON_METADATA_KEY
 from opentinker_trainer.settings import TrainerSettings
 from tests.trainer.helpers import MODEL, rl_datums, rows_close, sft_datums
 

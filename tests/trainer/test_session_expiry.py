@@ -24,7 +24,8 @@ from opentinker_runtime.core.server import ServerPlan, start_server, stop_server
 from opentinker_runtime.workers.reaping import attempt_callbacks
 from opentinker_runtime.workers.registration import WorkerRegistration
 from opentinker_trainer.main import build_plan
-from opentinker_trainer.servicer import build_registry, trainer_service_binding
+from opentinker_trainer.servicer import trainer_service_binding
+from opentinker_trainer.trainer import build_registry
 from opentinker_trainer.sessions import SessionRegistry
 from opentinker_trainer.settings import TrainerSettings
 from tests.trainer.test_servicer import create_request, lease

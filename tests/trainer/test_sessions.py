@@ -7,9 +7,8 @@ import time
 
 import pytest
 
-from opentinker_trainer.config import Lease
-from opentinker_trainer.errors import (RequestIdReusedError, SessionNotFoundError, StaleFencingError,
-                                       ValidationError)
+from opentinker_runtime.edge.lease import LeaseContext, StaleFencingToken
+from opentinker_trainer.errors import RequestIdReusedError, SessionNotFoundError, ValidationError
 from opentinker_trainer.sessions import RequestKey, SessionRegistry
 from tests.trainer.helpers import CE, sft_datums, spec
 
@@ -18,8 +17,8 @@ def run(coroutine):
     return asyncio.run(coroutine)
 
 
-def lease(token: int, job: str = "job-1") -> Lease:
-    return Lease(job_id=job, lease_id="l", fencing_token=token)
+def lease(token: int, job: str = "job-1") -> LeaseContext:
+    return LeaseContext(job_id=job, lease_id="l", fencing_token=token)
 
 
 async def open_session(registry: SessionRegistry, token: int = 5) -> str:
@@ -36,12 +35,12 @@ def test_lower_fencing_token_is_refused_and_higher_ones_raise_the_bar(tmp_path) 
     async def scenario() -> None:
         registry = SessionRegistry(checkpoint_root=tmp_path)
         sid = await open_session(registry, token=5)
-        with pytest.raises(StaleFencingError, match="fencing_token: 4 is stale for job 'job-1'"):
+        with pytest.raises(StaleFencingToken, match="fencing_token: 4 is stale for job 'job-1'"):
             await registry.run(sid, lease(4), step_work)
         await registry.run(sid, lease(6), step_work)
-        with pytest.raises(StaleFencingError, match="has seen 6"):
+        with pytest.raises(StaleFencingToken, match="has seen 6"):
             await registry.run(sid, lease(5), step_work)
-        with pytest.raises(StaleFencingError):
+        with pytest.raises(StaleFencingToken):
             await registry.create(spec(job_id="job-1"), lease=lease(2))
         assert registry.view(sid).step == 1
     run(scenario())
@@ -54,7 +53,7 @@ def test_a_lease_of_another_job_is_refused(tmp_path) -> None:
         with pytest.raises(ValidationError, match="lease.job_id: 'job-2' is not the job"):
             await registry.run(sid, lease(9, job="job-2"), step_work)
         with pytest.raises(ValidationError, match="lease.job_id"):
-            await registry.close(sid, Lease())
+            await registry.close(sid, LeaseContext())
     run(scenario())
 
 
@@ -76,10 +75,10 @@ def test_create_with_a_request_id_is_idempotent_and_close_forgets(tmp_path) -> N
     async def scenario() -> None:
         registry = SessionRegistry(checkpoint_root=tmp_path)
         key = RequestKey(kind="CreateSession", request_id="c1", fingerprint="x")
-        first = await registry.create(spec(), lease=Lease(), request=key)
-        second = await registry.create(spec(), lease=Lease(), request=key)
+        first = await registry.create(spec(), lease=LeaseContext(), request=key)
+        second = await registry.create(spec(), lease=LeaseContext(), request=key)
         assert first.session_id == second.session_id
-        assert (await registry.close(first.session_id, Lease())).session_id == first.session_id
+        assert (await registry.close(first.session_id, LeaseContext())).session_id == first.session_id
         with pytest.raises(SessionNotFoundError, match="no open session"):
             registry.view(first.session_id)
         with pytest.raises(ValidationError, match="session_id: is required"):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from opentinker_runtime.core.settings import load_settings
-from opentinker_trainer.servicer import build_registry
+from opentinker_trainer.trainer import build_registry
 from opentinker_trainer.session_factory import create_session
 from opentinker_trainer.settings import TrainerSettings
 from tests.trainer.helpers import CE, rows_close, sft_datums, spec

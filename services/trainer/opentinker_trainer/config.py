@@ -66,15 +66,6 @@ class LrSchedule(StrEnum):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Lease:
-    """The job lease a call carries (empty job_id = a call outside any job)."""
-
-    job_id: str = ""
-    lease_id: str = ""
-    fencing_token: int = 0
-
-
-@dataclass(frozen=True, kw_only=True)
 class LossConfig:
     """What ForwardBackward minimises. Clip ranges: ratio in [1 - clip_low, 1 + clip_high].
 

@@ -21,14 +21,14 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from opentinker_runtime.core import model_refs
 from opentinker_api.common.v1 import algorithm_pb2 as algo_pb
-from opentinker_api.common.v1 import datum_pb2, model_pb2, resources_pb2, weights_pb2
+from opentinker_api.common.v1 import datum_pb2, model_pb2, weights_pb2
 from opentinker_api.trainer.v1 import trainer_service_pb2 as pb
 from opentinker_runtime.ml.checkpoints import CheckpointFormat
 from opentinker_runtime.ml.sources import LoraSpec, ModelInfo, ModelSource, Precision
 from opentinker_runtime.ml.weights import ChecksumAlgorithm, Chunk, TensorSpec
 from opentinker_trainer.batching import Datum
 from opentinker_trainer.checkpointing import CheckpointRecord
-from opentinker_trainer.config import (AdamStep, ImportanceMask, KlEstimator, KlPlacement, Lease,
+from opentinker_trainer.config import (AdamStep, ImportanceMask, KlEstimator, KlPlacement,
                                        LossAggregation, LossConfig, LossFunction, LrSchedule,
                                        OptimizerConfig, SessionSpec)
 from opentinker_trainer.errors import ValidationError
@@ -36,6 +36,7 @@ from opentinker_trainer.export import WeightsExport, WeightsFormat
 from opentinker_trainer.session import SessionView
 from opentinker_trainer.sessions import RequestKey
 
+MAX_CHUNK_BYTES = 4 * 1024 * 1024 - 64 * 1024  # below gRPC's default 4 MiB message limit
 LOSS_FUNCTIONS = {
     algo_pb.LOSS_FUNCTION_CROSS_ENTROPY: LossFunction.CROSS_ENTROPY,
     algo_pb.LOSS_FUNCTION_POLICY_GRADIENT: LossFunction.POLICY_GRADIENT,
@@ -115,11 +116,6 @@ def request_key(kind: str, request: Message) -> RequestKey | None:
 
 
 # ---------------------------------------------------------------- requests -> domain
-
-
-def lease(message: resources_pb2.LeaseContext) -> Lease:
-    return Lease(job_id=message.job_id, lease_id=message.lease_id,
-                 fencing_token=message.fencing_token)
 
 
 def session_spec(request: pb.CreateSessionRequest) -> SessionSpec:
@@ -257,6 +253,13 @@ def _tensor_list(specs: tuple[TensorSpec, ...]) -> weights_pb2.WeightsHeader:
     """A header holding only `tensors` (read only: merged into each export's header). Remembered:
     a session's layout rarely changes, and building a hundred-odd messages costs ~0.5 ms."""
     return weights_pb2.WeightsHeader(tensors=[tensor_spec_message(spec) for spec in specs])
+
+
+def chunk_bytes(value: int) -> int:
+    """ExportWeightsRequest.chunk_bytes, within what one gRPC message may carry."""
+    if value > MAX_CHUNK_BYTES:
+        raise ValidationError("chunk_bytes", f"must be <= {MAX_CHUNK_BYTES} (gRPC message limit)")
+    return value
 
 
 def shared_memory_requested(value: int) -> bool:

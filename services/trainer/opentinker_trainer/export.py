@@ -63,6 +63,18 @@ def export_weights_shared(session: TrainingSession, format: WeightsFormat | None
     return _export(session, format, package, shared_file=written.file)
 
 
+def export_for_transport(session: TrainingSession, format: WeightsFormat | None, shared: SharedExports, *,
+                         shared_memory: bool, chunk_bytes: int) -> WeightsExport:
+    """A shared-memory file when asked for and possible here, else the stream (either way the
+    session's previous file goes). Call under the session's lock."""
+    if shared_memory:
+        export = export_weights_shared(session, format, shared)
+        if export is not None:
+            return export
+    shared.forget(session.session_id)
+    return export_weights(session, format, chunk_bytes=chunk_bytes)
+
+
 def resolve_format(session: TrainingSession, format: WeightsFormat | None) -> WeightsFormat:
     """format None = LORA_ADAPTER for LoRA sessions (only the adapter moves), FULL otherwise."""
     lora = session.spec.lora

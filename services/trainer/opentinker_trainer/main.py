@@ -22,7 +22,8 @@ SHARED_REAP_INTERVAL_S = 30.0
 async def build_plan(settings: TrainerSettings) -> ServerPlan:
     """What the server hosts: the TrainerService over an empty session registry."""
     from opentinker_runtime.ml.models import quiet_transformers  # torch loads here, after settings parse
-    from opentinker_trainer.servicer import build_registry, trainer_service_binding
+    from opentinker_trainer.servicer import trainer_service_binding
+    from opentinker_trainer.trainer import build_registry
     from opentinker_trainer.errors import SessionNotFoundError
     from opentinker_trainer.shared_exports import SharedExports
 

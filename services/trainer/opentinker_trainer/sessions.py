@@ -3,7 +3,7 @@
 Per session one asyncio lock serialises calls; the torch work runs in a worker thread so the
 event loop stays responsive, and the lock is held until that thread finishes even when the
 caller gives up. Per job the highest fencing token seen is kept: a lower one is refused
-(StaleFencingError). A request_id makes a call apply once: its result is remembered (per
+(the edge's FencingGuard: StaleFencingToken). A request_id makes a call apply once: its result is remembered (per
 session, per kind of call) and a retry gets the same result; the same id with a different
 request is refused (RequestIdReusedError).
 
@@ -29,10 +29,10 @@ from typing import Any, TypeVar
 
 import structlog
 
+from opentinker_runtime.edge.lease import FencingGuard, LeaseContext
 from opentinker_trainer.metrics import ACTIVE_SESSIONS
-from opentinker_trainer.config import Lease, SessionSpec
-from opentinker_trainer.errors import (RequestIdReusedError, SessionNotFoundError,
-                                       StaleFencingError, ValidationError)
+from opentinker_trainer.config import SessionSpec
+from opentinker_trainer.errors import RequestIdReusedError, SessionNotFoundError, ValidationError
 from opentinker_trainer.session import SessionView, TrainingSession
 from opentinker_trainer.session_factory import create_session
 
@@ -96,7 +96,7 @@ class _Entry:
 
 
 class SessionRegistry:
-    """Sessions keyed by session_id; fencing tokens keyed by job_id."""
+    """Sessions keyed by session_id; fencing tokens keyed by job_id (`fencing`)."""
 
     def __init__(self, *, checkpoint_root: Path, device: str = "cpu",
                  device_ids: tuple[str, ...] = ("cpu:0",), idle_ttl_s: float = DEFAULT_IDLE_TTL_S,
@@ -107,20 +107,18 @@ class SessionRegistry:
         self.idle_ttl_s = idle_ttl_s
         self.clock = clock
         self._entries: dict[str, _Entry] = {}
-        self._highest_token: dict[str, int] = {}
+        self.fencing = FencingGuard(worker="trainer")
         self._create_lock = asyncio.Lock()
         self._created = RequestMemory()
         self._closed: OrderedDict[str, str] = OrderedDict()
-        self._assigned: dict[str, int] = {}
-        """job_id -> fencing token of the attempt the Scheduler has assigned this worker."""
 
-    async def create(self, spec: SessionSpec, *, lease: Lease, device_ids: Sequence[str] = (),
+    async def create(self, spec: SessionSpec, *, lease: LeaseContext, device_ids: Sequence[str] = (),
                      request: RequestKey | None = None) -> SessionView:
         """Open a session on `device_ids` (default: the first device; several = data-parallel).
 
         A retried request_id returns the session it created.
         """
-        self.check_fencing(lease)
+        self.fencing.check(lease)
         devices = self.session_devices(device_ids)
         await self.close_older_attempts(lease.job_id, lease.fencing_token)  # free memory first
         async with self._create_lock:
@@ -151,7 +149,7 @@ class SessionRegistry:
     def view(self, session_id: str) -> SessionView:
         return self._entry(session_id).session.view()
 
-    async def run(self, session_id: str, lease: Lease | None, work: Callable[[TrainingSession], T],
+    async def run(self, session_id: str, lease: LeaseContext | None, work: Callable[[TrainingSession], T],
                   *, request: RequestKey | None = None) -> T:
         """Run `work(session)` in a thread under the session's lock, after the lease checks."""
         entry = self._entry(session_id)
@@ -164,7 +162,7 @@ class SessionRegistry:
             finally:
                 entry.last_used = self.clock()
 
-    async def close(self, session_id: str, lease: Lease) -> SessionView:
+    async def close(self, session_id: str, lease: LeaseContext) -> SessionView:
         """Remove the session (after any call in flight) and report its final state."""
         entry = self._entry(session_id)
         async with entry.lock:
@@ -193,14 +191,13 @@ class SessionRegistry:
         job's floor, and older attempts' sessions are closed."""
         if not job_id:
             return
-        self._highest_token[job_id] = max(fencing_token, self._highest_token.get(job_id, 0))
-        self._assigned[job_id] = max(fencing_token, self._assigned.get(job_id, 0))
+        self.fencing.attempt_assigned(job_id, fencing_token)
         await self.close_older_attempts(job_id, fencing_token)
 
     async def job_stopped(self, job_id: str) -> list[str]:
         """The Scheduler no longer runs `job_id` here (cancelled, ended, or its lease moved to
         another worker; a WorkerAgent callback): close its sessions."""
-        self._assigned.pop(job_id, None)
+        self.fencing.job_stopped(job_id)
         ended = [entry for entry in self._entries.values() if job_id and entry.job_id == job_id]
         for entry in ended:
             await self._close_entry(entry, f"the scheduler no longer runs job {job_id!r} on this trainer")
@@ -217,21 +214,12 @@ class SessionRegistry:
                                            "trainer's session_idle_ttl_seconds)")
         return [entry.session.session_id for entry in idle]
 
-    def check_lease(self, session: TrainingSession, lease: Lease) -> None:
+    def check_lease(self, session: TrainingSession, lease: LeaseContext) -> None:
         """The lease must belong to the session's job and carry a current fencing token."""
         if session.spec.job_id and lease.job_id != session.spec.job_id:
             raise ValidationError("lease.job_id", f"{lease.job_id!r} is not the job of session "
                                   f"{session.session_id} ({session.spec.job_id!r})")
-        self.check_fencing(lease)
-
-    def check_fencing(self, lease: Lease) -> None:
-        """Refuse a token below the highest seen for the job; remember a higher one."""
-        if not lease.job_id:
-            return
-        highest = self._highest_token.get(lease.job_id, 0)
-        if lease.fencing_token < highest:
-            raise StaleFencingError(lease.job_id, lease.fencing_token, highest)
-        self._highest_token[lease.job_id] = lease.fencing_token
+        self.fencing.check(lease)
 
     def _entry(self, session_id: str) -> _Entry:
         if not session_id:
@@ -244,8 +232,7 @@ class SessionRegistry:
 
     def _lease_holds(self, entry: _Entry) -> bool:
         """Whether the session belongs to the attempt of its job the Scheduler assigned us."""
-        assigned = self._assigned.get(entry.job_id)
-        return assigned is not None and entry.fencing_token >= assigned
+        return self.fencing.holds(entry.job_id, entry.fencing_token)
 
     def _require_open(self, entry: _Entry) -> None:
         """A call that waited for the lock of a session closed meanwhile fails."""
