@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from opentinker_api.common.v1 import model_pb2
+from opentinker_runtime.jobplan.plan import DatasetPlan
+from opentinker_runtime.ml.sources import ModelSource
 from opentinker_coordinator.driver.sft_data import DatasetError, load_sft_datums, read_conversations
 
 CHAT = [{"role": "user", "content": "1+1="}, {"role": "assistant", "content": "2"}]
@@ -59,7 +60,7 @@ def test_unreadable_files_name_the_field(tmp_path: Path) -> None:
 def test_datums_train_only_the_assistant_tokens(tmp_path: Path) -> None:
     path = tmp_path / "chat.parquet"
     pq.write_table(pa.Table.from_pylist([{"messages": CHAT}]), path)
-    model = model_pb2.ModelReference(builtin=model_pb2.BuiltinModel(name="tiny-llama", seed=1))
-    (datum,) = load_sft_datums(str(path), model, tmp_path)
+    model = ModelSource.builtin("tiny-llama", seed=1)
+    (datum,) = load_sft_datums(DatasetPlan(path=str(path), messages_field="messages"), model, tmp_path)
     trained = [token for token, mask in zip(datum.tokens, datum.loss_mask, strict=True) if mask]
     assert len(datum.tokens) == len(datum.loss_mask) > len(trained) >= 2  # "2" and the closing eos

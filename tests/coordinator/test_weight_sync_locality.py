@@ -17,14 +17,19 @@ from pathlib import Path
 import grpc
 import torch
 
-from opentinker_api.common.v1 import algorithm_pb2, datum_pb2, model_pb2, resources_pb2, sampling_pb2, weights_pb2
+from opentinker_api.common.v1 import (
+    algorithm_pb2, datum_pb2, environment_pb2, model_pb2, resources_pb2, sampling_pb2, weights_pb2,
+)
 from opentinker_api.rollout.v1 import rollout_service_pb2 as rollout_pb
 from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from opentinker_runtime.core.server import start_server, stop_server
+from opentinker_runtime.jobplan import PolicyPlan, resolve_job_plan
 from opentinker_runtime.ml.models import merged_copy, save_model_dir
 from opentinker_runtime.ml.weights import lora_state_dict
-from opentinker_coordinator.adapters.remote import RemoteRollout, RemoteTrainer, RemoteWeightSync
+from opentinker_coordinator.adapters.remote import (
+    RemoteRollout, RemoteTrainer, RemoteWeightSync, RolloutPolicy, TrainerSession,
+)
 from opentinker_rollout.main import build_plan as rollout_plan
 from opentinker_rollout.settings import RolloutSettings
 from opentinker_trainer.main import build_plan as trainer_plan
@@ -36,13 +41,17 @@ GREEDY = sampling_pb2.SamplingParams(max_new_tokens=12, temperature=0.0)
 PROMPT = rollout_pb.Prompt(tokens={"tokens": list(range(30, 50))})
 
 
-def job(lora: bool) -> job_pb2.Job:
+def policy_of(lora: bool) -> PolicyPlan:
+    """The policy of an RL job's resolved plan."""
     adaptation = (model_pb2.Adaptation(lora=model_pb2.LoraAdaptation(rank=4, alpha=8.0)) if lora
                   else model_pb2.Adaptation(full=model_pb2.FullAdaptation()))
     policy = job_pb2.AgentSpec(model=MODEL, adaptation=adaptation,
                                algorithm=algorithm_pb2.Algorithm(
                                    optimizer=algorithm_pb2.OptimizerConfig(learning_rate=5e-2)))
-    return job_pb2.Job(job_id=LEASE.job_id, spec=job_pb2.JobSpec(type=job_pb2.JOB_TYPE_RL, policy=policy))
+    spec = job_pb2.JobSpec(type=job_pb2.JOB_TYPE_RL, policy=policy,
+                           environment=environment_pb2.EnvironmentReference(env_name="math"),
+                           training=job_pb2.TrainingConfig(total_steps=1, batch_size=1, group_size=1))
+    return resolve_job_plan(spec).policy
 
 
 class Stack:
@@ -125,12 +134,13 @@ async def stack(tmp_path: Path, *, lora: bool, rollout_shared_dir: str | None = 
         (trainer_server, tplan), (rollout_server, rplan) = servers
         trainer_channel = await exits.enter_async_context(grpc.aio.insecure_channel(f"127.0.0.1:{trainer_server.port}"))
         rollout_channel = await exits.enter_async_context(grpc.aio.insecure_channel(f"127.0.0.1:{rollout_server.port}"))
-        the_job = job(lora)
-        trainer = RemoteTrainer(trainer_channel, the_job, LEASE)
-        rollout = RemoteRollout(rollout_channel, the_job, LEASE)
+        policy = policy_of(lora)
+        trainer = RemoteTrainer(trainer_channel, TrainerSession(request_prefix=LEASE.job_id, policy=policy, seed=0,
+                                                                max_tokens_per_micro_batch=0), LEASE)
+        rollout = RemoteRollout(rollout_channel, RolloutPolicy(request_prefix=LEASE.job_id, policy=policy), LEASE)
         await trainer.open()
         await rollout.open()
-        yield Stack(trainer, rollout, tplan.services[0].servicer.registry, rplan.services[0].servicer.registry,
+        yield Stack(trainer, rollout, tplan.services[0].servicer.trainer.registry, rplan.services[0].servicer.rollout.registry,
                     shared)
 
 

@@ -18,14 +18,23 @@ from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as scheduler_
 from opentinker_runtime.auth.channels import JobTokenSlot, authenticated_channel
 from opentinker_runtime.auth.job_tokens import job_token_of
 from opentinker_runtime.auth.tenant_paths import DEFAULT_TENANT_DATA_DIR, TenantAreas
+from opentinker_runtime.jobplan import JobKind, JobPlan, PolicyPlan, resolve_job_plan
 from opentinker_coordinator.driver import job_plans
 from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
 from opentinker_coordinator.driver.env_outages import OutageBudget
 from opentinker_coordinator.adapters.envhost_resolution import resolve_envhosts, scheduler_envhosts
 from opentinker_coordinator.driver.inference_driver import InferencePorts, run_inference
-from opentinker_coordinator.adapters.job_paths import confine_job_paths
+from opentinker_coordinator.adapters.job_paths import confine_plan_paths
 from opentinker_coordinator.driver.ma_driver import AgentFailed, AgentPorts, MultiAgentPorts, run_multi_agent
-from opentinker_coordinator.adapters.remote import RemoteRollout, RemoteTrainer, RemoteWeightSync, SchedulerReporter
+from opentinker_coordinator.adapters.remote import (
+    RemoteRollout,
+    RemoteTrainer,
+    RemoteWeightSync,
+    RolloutPolicy,
+    SchedulerReporter,
+    TrainerSession,
+    request_prefix,
+)
 from opentinker_coordinator.adapters.retries import CallGuard, RetryBudget, WorkerLost
 from opentinker_coordinator.driver.rl_driver import RlPorts, StopRequested, run_rl
 from opentinker_coordinator.runs import RunState, RunStatus
@@ -72,6 +81,28 @@ def address_for(job: job_pb2.Job, role: int, default: str) -> str:
     return assignment.address if assignment and assignment.address else default
 
 
+def trainer_device_ids(job: job_pb2.Job) -> tuple[str, ...]:
+    """The Trainer devices the Scheduler leased the job (several = data-parallel)."""
+    assignment = assignment_for(job, resources_pb2.ROLE_TRAINER)
+    return tuple(assignment.device_ids) if assignment else ()
+
+
+def trainer_session(job: job_pb2.Job, plan: JobPlan, policy: PolicyPlan) -> TrainerSession:
+    """The Trainer session of `policy` (the job's, or one agent's) on the devices the job was leased."""
+    return TrainerSession(request_prefix=request_prefix(job.job_id, policy.agent_id), policy=policy,
+                          seed=plan.training.seed, max_tokens_per_micro_batch=plan.training.max_tokens_per_micro_batch,
+                          device_ids=trainer_device_ids(job))
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentChannels:
+    """The channels a multi-agent job's agents share, and the retries of their Trainer calls."""
+
+    trainer: grpc.aio.Channel
+    rollout: grpc.aio.Channel
+    trainer_guard: CallGuard
+
+
 class JobLauncher:
     """The RunRegistry's launcher: one call drives one job to its end."""
 
@@ -99,8 +130,7 @@ class JobLauncher:
     async def _drive_reporting_failure(self, job: job_pb2.Job, run: RunState, reporter: SchedulerReporter) -> None:
         try:
             try:
-                job = await resolve_envhosts(job, scheduler_envhosts(reporter.stub, reporter.guard.call))
-                await self._drive(job, run, reporter)
+                await self._drive(job, await self._plan(job, reporter), run, reporter)
             except WorkerLost as lost:
                 await _pause_until_requeued(run, reporter, lost.role, lost, self.config.requeue_wait_seconds)
             run.end(RunStatus.FINISHED, "succeeded")
@@ -119,71 +149,86 @@ class JobLauncher:
                 await reporter.finish(succeeded=False, message=message)
             run.end(RunStatus.FAILED, message)
 
-    async def _drive(self, job: job_pb2.Job, run: RunState, reporter: SchedulerReporter) -> None:
-        job_plans.check_driven_here(job.spec)
-        shown_output = job.spec.inference.output_path or f"{job.job_id}.jsonl"  # as its tenant knows it
-        job = confine_job_paths(job, self.config.tenant_areas)  # before anything opens a path
-        kind = job.spec.type
-        if kind == job_pb2.JOB_TYPE_RL and job.spec.agents:
-            await self._drive_multi_agent(job, run, reporter)
+    async def _plan(self, job: job_pb2.Job, reporter: SchedulerReporter) -> JobPlan:
+        """The job's spec resolved once (the same plan the Scheduler checked at SubmitJob), its named
+        EnvHosts given their current addresses. A SESSION job is refused: it is the gateway's."""
+        plan = resolve_job_plan(job.spec, job_id=job.job_id)
+        job_plans.check_driven_here(plan.kind)
+        return await resolve_envhosts(plan, job.tenant_id, scheduler_envhosts(reporter.stub, reporter.guard.call))
+
+    async def _drive(self, job: job_pb2.Job, plan: JobPlan, run: RunState, reporter: SchedulerReporter) -> None:
+        shown_output = plan.inference.output_path if plan.inference else ""  # as its tenant knows it
+        plan = confine_plan_paths(plan, job.tenant_id, self.config.tenant_areas)  # before anything opens a path
+        if plan.agents:
+            await self._drive_multi_agent(job, plan, run, reporter)
             return
         async with self._channel(job, resources_pb2.ROLE_TRAINER, self.config.trainer_address) as trainer_channel, \
                 self._channel(job, resources_pb2.ROLE_ROLLOUT, self.config.rollout_address) as rollout_channel:
-            trainer = RemoteTrainer(trainer_channel, job, lease_for(job, resources_pb2.ROLE_TRAINER, reporter.lease),
+            trainer = RemoteTrainer(trainer_channel, trainer_session(job, plan, plan.policy),
+                                    lease_for(job, resources_pb2.ROLE_TRAINER, reporter.lease),
                                     guard=self._guard("trainer", run, reporter))
-            rollout = RemoteRollout(rollout_channel, job, lease_for(job, resources_pb2.ROLE_ROLLOUT, reporter.lease),
+            rollout = RemoteRollout(rollout_channel, RolloutPolicy(request_prefix=job.job_id, policy=plan.policy,
+                                                                   environment=plan.environment),
+                                    lease_for(job, resources_pb2.ROLE_ROLLOUT, reporter.lease),
                                     guard=self._guard("rollout", run, reporter))
             try:
-                if kind == job_pb2.JOB_TYPE_RL:
-                    ports = RlPorts(trainer=trainer, rollout=rollout, weights=RemoteWeightSync(trainer, rollout),
-                                    reporter=reporter, stop=run.stop)
-                    plan = dataclasses.replace(job_plans.rl_plan(job), env_outage=self.config.env_outage)
-                    await run_rl(plan, ports)
-                elif kind == job_pb2.JOB_TYPE_SFT:
-                    from opentinker_coordinator.driver.sft_data import load_sft_datums  # torch-free but heavy import
-
-                    examples = load_sft_datums(job.spec.dataset.path, job.spec.policy.model,
-                                                self.config.checkpoint_dir, job.spec.dataset.messages_field)
-                    await run_sft(job_plans.sft_plan(job), SftPorts(trainer=trainer, reporter=reporter, stop=run.stop),
-                                  examples)
-                else:  # INFERENCE (check_driven_here refused every other type)
-                    plan = dataclasses.replace(job_plans.inference_plan(job), shown_output=shown_output)
-                    await run_inference(plan, InferencePorts(rollout=rollout, reporter=reporter, stop=run.stop))
+                await self._run_single(job, plan, shown_output, trainer, rollout, run, reporter)
             finally:
                 await _close_quietly(trainer, rollout)
 
-    async def _drive_multi_agent(self, job: job_pb2.Job, run: RunState, reporter: SchedulerReporter) -> None:
+    async def _run_single(self, job: job_pb2.Job, plan: JobPlan, shown_output: str, trainer: RemoteTrainer,
+                          rollout: RemoteRollout, run: RunState, reporter: SchedulerReporter) -> None:
+        """The driver of a single-policy job (check_driven_here refused every kind but these three)."""
+        if plan.kind is JobKind.RL:
+            ports = RlPorts(trainer=trainer, rollout=rollout, weights=RemoteWeightSync(trainer, rollout),
+                            reporter=reporter, stop=run.stop)
+            await run_rl(dataclasses.replace(job_plans.rl_plan(job, plan), env_outage=self.config.env_outage), ports)
+        elif plan.kind is JobKind.SFT:
+            from opentinker_coordinator.driver.sft_data import load_sft_datums  # torch-free but heavy import
+
+            examples = load_sft_datums(plan.dataset, plan.policy.model, self.config.checkpoint_dir)
+            await run_sft(job_plans.sft_plan(job, plan), SftPorts(trainer=trainer, reporter=reporter, stop=run.stop),
+                          examples)
+        else:
+            await run_inference(job_plans.inference_plan(job, plan, shown_output),
+                                InferencePorts(rollout=rollout, reporter=reporter, stop=run.stop))
+
+    async def _drive_multi_agent(self, job: job_pb2.Job, plan: JobPlan, run: RunState,
+                                 reporter: SchedulerReporter) -> None:
         if self.protocol is None:
             raise job_plans.UnsupportedJob("this Coordinator hosts no Agent Protocol; multi-agent jobs need one")
-        plan = dataclasses.replace(job_plans.multi_agent_plan(job, run.fencing_token),
-                                   env_outage=self.config.env_outage)
+        driver_plan = dataclasses.replace(job_plans.multi_agent_plan(job, plan, run.fencing_token),
+                                          env_outage=self.config.env_outage)
         if token := job_token_of(job):
             self.job_tokens[job.job_id] = token  # the matches' EnvHost calls carry it
         async with self._channel(job, resources_pb2.ROLE_TRAINER, self.config.trainer_address) as trainer_channel, \
                 self._channel(job, resources_pb2.ROLE_ROLLOUT, self.config.rollout_address) as rollout_channel:
-            agents = {agent.agent_id: self._agent_ports(job, agent, reporter, trainer_channel, rollout_channel,
-                                                        self._guard("trainer", run, reporter))
-                      for agent in job.spec.agents}
+            channels = AgentChannels(trainer=trainer_channel, rollout=rollout_channel,
+                                     trainer_guard=self._guard("trainer", run, reporter))
+            agents = {agent.agent_id: self._agent_ports(job, plan, agent, reporter, channels) for agent in plan.agents}
             ports = MultiAgentPorts(agents=agents, host=self.protocol, reporter=reporter, stop=run.stop)
             try:
-                await run_multi_agent(plan, ports)
+                await run_multi_agent(driver_plan, ports)
             except AgentFailed as failed:
                 if not _worker_lost(failed.cause):
                     raise
                 await _pause_until_requeued(run, reporter, f"agent {failed.agent_id!r}", failed,
-                                            plan.barrier_timeout_s)
+                                            driver_plan.barrier_timeout_s)
             finally:
                 await _close_quietly(*[port for own in agents.values() for port in (own.trainer, own.rollout) if port])
 
-    def _agent_ports(self, job: job_pb2.Job, agent: job_pb2.AgentSpec, reporter: SchedulerReporter,
-                     trainer_channel: grpc.aio.Channel, rollout_channel: grpc.aio.Channel,
-                     trainer_guard: CallGuard) -> AgentPorts:
-        rollout = RemoteRollout(rollout_channel, job, lease_for(job, resources_pb2.ROLE_ROLLOUT, reporter.lease),
-                                agent_id=agent.agent_id, coordinator_address=self.config.coordinator_address)
+    def _agent_ports(self, job: job_pb2.Job, plan: JobPlan, agent: PolicyPlan, reporter: SchedulerReporter,
+                     channels: AgentChannels) -> AgentPorts:
+        prefix = request_prefix(job.job_id, agent.agent_id)
+        rollout = RemoteRollout(channels.rollout, RolloutPolicy(
+            request_prefix=prefix, policy=agent, eval_environment=plan.multi_agent.eval_environment,
+            coordinator_address=self.config.coordinator_address),
+            lease_for(job, resources_pb2.ROLE_ROLLOUT, reporter.lease))
         if agent.frozen:
             return AgentPorts(rollout=rollout)
-        trainer = RemoteTrainer(trainer_channel, job, lease_for(job, resources_pb2.ROLE_TRAINER, reporter.lease),
-                                agent_id=agent.agent_id, guard=trainer_guard)
+        trainer = RemoteTrainer(channels.trainer, trainer_session(job, plan, agent),
+                                lease_for(job, resources_pb2.ROLE_TRAINER, reporter.lease),
+                                guard=channels.trainer_guard)
         return AgentPorts(rollout=rollout, trainer=trainer, weights=RemoteWeightSync(trainer, rollout))
 
     def _guard(self, peer: str, run: RunState, reporter: SchedulerReporter) -> CallGuard:

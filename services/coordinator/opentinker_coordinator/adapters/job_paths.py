@@ -2,69 +2,78 @@
 
 The Scheduler lets only admin keys name absolute paths (or, for models, paths in the shared model
 directory); every relative path is resolved here, with symlinks followed, inside the job's tenant
-area (`opentinker_runtime.auth.tenant_paths`), and the job the drivers see carries the resolved paths:
-the INFERENCE output, the SFT dataset, local models (sent on to Trainer and Rollout) and the path
-entries of game configs. Paths that lead out of the area, do
-not exist or cannot be read all fail the run with the same message.
+area (`opentinker_runtime.auth.tenant_paths`), and the plan the drivers see carries the resolved
+paths: the INFERENCE output, the SFT dataset, local models (sent on to Trainer and Rollout) and the
+path entries of game configs. Paths that lead out of the area, do not exist or cannot be read all
+fail the run with the same message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import copy
+import dataclasses
 
-from google.protobuf import json_format
-
-from opentinker_api.common.v1 import environment_pb2, model_pb2
-from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_runtime.auth.tenant_paths import TenantAreas, config_path_entries
+from opentinker_runtime.jobplan.plan import EnvironmentPlan, JobPlan, PolicyPlan
+from opentinker_runtime.ml.sources import ModelKind
 
 
-def confine_job_paths(job: job_pb2.Job, areas: TenantAreas) -> job_pb2.Job:
-    """A copy of `job` whose relative paths are absolute paths inside its tenant's area; PathRefused
+def confine_plan_paths(plan: JobPlan, tenant_id: str, areas: TenantAreas) -> JobPlan:
+    """`plan` with its relative paths made absolute paths inside the tenant's area; PathRefused
     (a ValueError naming the field) for a path that leads out, is missing or cannot be read."""
-    confined = job_pb2.Job()
-    confined.CopyFrom(job)
-    spec, tenant = confined.spec, job.tenant_id
-    if spec.type == job_pb2.JOB_TYPE_INFERENCE and not spec.inference.output_path:
-        spec.inference.output_path = f"{job.job_id}.jsonl"  # beside the tenant's other outputs, listed as an artifact
-    if spec.inference.output_path and not spec.inference.output_path.startswith("/"):
-        spec.inference.output_path = str(areas.output(tenant, spec.inference.output_path,
-                                                      "spec.inference.output_path"))
-    if spec.dataset.path and not spec.dataset.path.startswith("/"):
-        spec.dataset.path = str(areas.dataset(tenant, spec.dataset.path, "spec.dataset.path"))
-    for field, model in _models(spec):
-        _confine_local_model(model.local, areas, tenant, f"{field}.local")
-    for field, environment in (("spec.environment", spec.environment),
-                               ("spec.multi_agent.eval_environment", spec.multi_agent.eval_environment)):
-        _confine_game_config(environment, areas, tenant, f"{field}.config")
-    return confined
+    confine = PathConfinement(areas=areas, tenant_id=tenant_id)
+    league = plan.multi_agent
+    if league is not None:
+        league = dataclasses.replace(league, eval_environment=confine.environment(league.eval_environment))
+    return dataclasses.replace(
+        plan, policy=confine.policy(plan.policy), agents=tuple(confine.policy(agent) for agent in plan.agents),
+        environment=confine.environment(plan.environment), multi_agent=league,
+        inference=plan.inference and dataclasses.replace(plan.inference, output_path=confine.output(
+            plan.inference.output_path)),
+        dataset=plan.dataset and dataclasses.replace(plan.dataset, path=confine.dataset(plan.dataset.path)))
 
 
-def _models(spec: job_pb2.JobSpec) -> Iterator[tuple[str, model_pb2.ModelReference]]:
-    if spec.HasField("policy"):
-        yield "spec.policy.model", spec.policy.model
-    for index, agent in enumerate(spec.agents):
-        yield f"spec.agents[{index}].model", agent.model
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PathConfinement:
+    areas: TenantAreas
+    tenant_id: str
+
+    def output(self, path: str) -> str:
+        if path.startswith("/"):
+            return path
+        return str(self.areas.output(self.tenant_id, path, "spec.inference.output_path"))
+
+    def dataset(self, path: str) -> str:
+        if not path or path.startswith("/"):
+            return path
+        return str(self.areas.dataset(self.tenant_id, path, "spec.dataset.path"))
+
+    def policy(self, policy: PolicyPlan | None) -> PolicyPlan | None:
+        if policy is None or policy.model.kind != ModelKind.LOCAL:
+            return policy
+        model = policy.model
+        field = f"{policy.path}.model.local"
+        return dataclasses.replace(policy, model=dataclasses.replace(
+            model, path=self._model(model.path, f"{field}.path"),
+            tokenizer_path=self._model(model.tokenizer_path, f"{field}.tokenizer_path")))
+
+    def _model(self, path: str, field: str) -> str:
+        if path and (not path.startswith("/") or self.areas.in_shared_model_dir(path)):
+            return str(self.areas.model(self.tenant_id, path, field))
+        return path
+
+    def environment(self, environment: EnvironmentPlan | None) -> EnvironmentPlan | None:
+        """Path entries of a game config name files in the tenant's datasets/, whichever EnvHost
+        plays it (a named one may be the stack's own, or an operator's sharing the stack's files).
+        Only a raw envhost_address, an admin-only field, keeps its config as it is."""
+        if environment is None or (environment.envhost_address and not environment.envhost):
+            return environment
+        config = copy.deepcopy(dict(environment.config))
+        entries = [entry for entry in config_path_entries(config, f"{environment.path}.config")
+                   if not entry[1][entry[2]].startswith("/")]
+        for name, container, key in entries:
+            container[key] = str(self.areas.dataset(self.tenant_id, container[key], name))
+        return dataclasses.replace(environment, config=config) if entries else environment
 
 
-def _confine_local_model(local: model_pb2.LocalModel, areas: TenantAreas, tenant: str, field: str) -> None:
-    for name in ("path", "tokenizer_path"):
-        path = getattr(local, name)
-        if path and (not path.startswith("/") or areas.in_shared_model_dir(path)):
-            setattr(local, name, str(areas.model(tenant, path, f"{field}.{name}")))
-
-
-def _confine_game_config(environment: environment_pb2.EnvironmentReference, areas: TenantAreas, tenant: str,
-                         field: str) -> None:
-    """Path entries of a game config name files in the tenant's datasets/, whichever EnvHost plays it (a
-    named one may be the stack's own, or an operator's sharing the stack's files). Only a raw
-    envhost_address, an admin-only field, keeps its config as it is."""
-    if (environment.envhost_address and not environment.envhost) or not environment.HasField("config"):
-        return
-    config = json_format.MessageToDict(environment.config)
-    entries = [entry for entry in config_path_entries(config, field) if not entry[1][entry[2]].startswith("/")]
-    for name, container, key in entries:
-        container[key] = str(areas.dataset(tenant, container[key], name))
-    if entries:
-        environment.config.Clear()
-        environment.config.update(config)
+__all__ = ["confine_plan_paths"]

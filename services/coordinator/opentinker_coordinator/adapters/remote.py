@@ -1,6 +1,7 @@
 """gRPC adapters of the driver's ports: Trainer, Rollout, weight sync, Scheduler reporting.
 
-This is the coordinator's service edge: it builds requests from the job's spec and
+This is the coordinator's service edge: it builds requests from plain values of the job's plan
+(`TrainerSession`, `RolloutPolicy`: never the spec itself; `plan_messages` converts them) and
 converts responses into domain objects; the drivers never see protobuf.
 """
 
@@ -8,14 +9,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 
 import grpc
 import structlog
 from google.protobuf import json_format, struct_pb2
 
 from opentinker_api.common.v1 import (
-    algorithm_pb2, datum_pb2, environment_pb2, progress_pb2, resources_pb2, sampling_pb2, trajectory_pb2,
-    weights_pb2,
+    datum_pb2, environment_pb2, progress_pb2, resources_pb2, trajectory_pb2, weights_pb2,
 )
 from opentinker_api.rollout.v1 import rollout_service_pb2 as rollout_pb
 from opentinker_api.rollout.v1 import rollout_service_pb2_grpc as rollout_grpc
@@ -25,6 +26,16 @@ from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as scheduler_
 from opentinker_api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from opentinker_api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
 from opentinker_runtime.core.errors import reason_from_metadata
+from opentinker_runtime.jobplan.plan import AdaptationKind, EnvironmentPlan, PolicyPlan
+from opentinker_coordinator.adapters.plan_messages import (
+    adaptation_message,
+    environment_message,
+    limits_message,
+    loss_message,
+    model_message,
+    optimizer_message,
+    sampling_message,
+)
 from opentinker_coordinator.adapters.retries import CallGuard
 from opentinker_coordinator.adapters.samples_proto import samples_message
 from opentinker_coordinator.env_values import numeric_info_values
@@ -32,45 +43,37 @@ from opentinker_coordinator.types import CheckpointRef, Datum, EpisodeRequest, S
 
 log = structlog.get_logger(__name__)
 
-DEFAULT_SAMPLING = sampling_pb2.SamplingParams(max_new_tokens=32, temperature=1.0)
-RL_LOSS = algorithm_pb2.LossConfig(
-    function=algorithm_pb2.LOSS_FUNCTION_PPO_CLIP, aggregation=algorithm_pb2.LOSS_AGGREGATION_TOKEN_MEAN,
-    clip_low=0.2, clip_high=0.2)
-SFT_LOSS = algorithm_pb2.LossConfig(
-    function=algorithm_pb2.LOSS_FUNCTION_CROSS_ENTROPY, aggregation=algorithm_pb2.LOSS_AGGREGATION_TOKEN_MEAN)
+
+@dataclass(frozen=True, kw_only=True)
+class TrainerSession:
+    """One Trainer session of a job (one agent's in a multi-agent job), as plain values of its plan."""
+
+    request_prefix: str
+    """`<job_id>`, or `<job_id>/<agent_id>` for an agent: the request ids' prefix."""
+    policy: PolicyPlan
+    """A learning policy (its loss and optimizer are set)."""
+    seed: int
+    max_tokens_per_micro_batch: int
+    device_ids: tuple[str, ...] = ()
+    """The Trainer devices the Scheduler leased the job (several = data-parallel)."""
 
 
-def training_sampling(policy: job_pb2.AgentSpec) -> sampling_pb2.SamplingParams:
-    """The job's sampling params, or the defaults when the spec sets none."""
-    return policy.sampling if policy.HasField("sampling") else DEFAULT_SAMPLING
+@dataclass(frozen=True, kw_only=True)
+class RolloutPolicy:
+    """A job's policy (one agent's) on a Rollout worker, and where its episodes are played."""
+
+    request_prefix: str
+    policy: PolicyPlan
+    environment: EnvironmentPlan | None = None
+    """Single-agent episodes (None in a multi-agent job: its matches are hosted by the Coordinator)."""
+    eval_environment: EnvironmentPlan | None = None
+    """A multi-agent job's environment each agent is also evaluated in, alone."""
+    coordinator_address: str = ""
+    """Where the Rollout reaches this Coordinator to play its seats of multi-agent matches."""
 
 
-def eval_sampling(policy: job_pb2.AgentSpec) -> sampling_pb2.SamplingParams:
-    """Greedy, one sample, same token limits and stops as training."""
-    sampling = sampling_pb2.SamplingParams()
-    sampling.CopyFrom(training_sampling(policy))
-    sampling.temperature, sampling.top_p, sampling.top_k, sampling.n = 0.0, 0.0, 0, 1
-    return sampling
-
-
-def agent_policy(job: job_pb2.Job, agent_id: str = "") -> job_pb2.AgentSpec:
-    """The spec's policy, or in a multi-agent job the named agent's."""
-    if not agent_id:
-        return job.spec.policy
-    return next(agent for agent in job.spec.agents if agent.agent_id == agent_id)
-
-
-def loss_config(job: job_pb2.Job, agent_id: str = "") -> algorithm_pb2.LossConfig:
-    """The job type's default loss with the spec's set fields on top (an unset function or
-    clip range keeps the default, so `loss: {aggregation: SEQUENCE_MEAN}` is a complete
-    spec); temperature follows the sampling."""
-    policy = agent_policy(job, agent_id)
-    loss = algorithm_pb2.LossConfig()
-    loss.CopyFrom(SFT_LOSS if job.spec.type == job_pb2.JOB_TYPE_SFT else RL_LOSS)
-    loss.MergeFrom(policy.algorithm.loss)
-    if loss.temperature == 0 and job.spec.type == job_pb2.JOB_TYPE_RL:
-        loss.temperature = training_sampling(policy).temperature or 1.0
-    return loss
+def request_prefix(job_id: str, agent_id: str = "") -> str:
+    return f"{job_id}/{agent_id}" if agent_id else job_id
 
 
 def datum_message(datum: Datum) -> datum_pb2.Datum:
@@ -78,26 +81,8 @@ def datum_message(datum: Datum) -> datum_pb2.Datum:
                            sampling_logprobs=datum.sampling_logprobs, group_id=datum.group_id)
 
 
-def is_lora(job: job_pb2.Job, agent_id: str = "") -> bool:
-    return agent_policy(job, agent_id).adaptation.WhichOneof("kind") == "lora"
-
-
-def session_optimizer(job: job_pb2.Job, agent_id: str = "") -> algorithm_pb2.OptimizerConfig:
-    """The policy's optimizer; a decay schedule without total_steps decays over the job's."""
-    optimizer = algorithm_pb2.OptimizerConfig()
-    optimizer.CopyFrom(agent_policy(job, agent_id).algorithm.optimizer)
-    if not optimizer.total_steps:
-        optimizer.total_steps = job.spec.training.total_steps
-    return optimizer
-
-
-def trainer_device_ids(job: job_pb2.Job) -> list[str]:
-    """The Trainer devices the Scheduler leased the job (several = data-parallel)."""
-    return next((list(a.device_ids) for a in job.assignments if a.role == resources_pb2.ROLE_TRAINER), [])
-
-
-def _request_prefix(job: job_pb2.Job, agent_id: str) -> str:
-    return f"{job.job_id}/{agent_id}" if agent_id else job.job_id
+def is_lora(policy: PolicyPlan) -> bool:
+    return policy.adaptation.kind is AdaptationKind.LORA
 
 
 async def _guarded(guard: CallGuard | None, what: str, attempt):  # noqa: ANN001, ANN202
@@ -106,25 +91,29 @@ async def _guarded(guard: CallGuard | None, what: str, attempt):  # noqa: ANN001
 
 
 class RemoteTrainer:
-    """TrainerPort over gRPC: one session for the job (for one agent of a multi-agent job)."""
+    """TrainerPort over gRPC: one session for the job (for one agent of a multi-agent job).
+    Its requests are built from the plan's values once."""
 
-    def __init__(self, channel: grpc.aio.Channel, job: job_pb2.Job, lease: resources_pb2.LeaseContext,
-                 agent_id: str = "", guard: CallGuard | None = None) -> None:
+    def __init__(self, channel: grpc.aio.Channel, session: TrainerSession, lease: resources_pb2.LeaseContext,
+                 guard: CallGuard | None = None) -> None:
         self.stub = trainer_grpc.TrainerServiceStub(channel)
-        self.job, self.lease, self.agent_id = job, lease, agent_id
-        self.prefix = _request_prefix(job, agent_id)
+        self.session, self.lease, self.guard = session, lease, guard
+        self.prefix = session.request_prefix
+        self.loss = loss_message(session.policy.loss)
         self.session_id = ""
-        self.guard = guard
         self.backward_calls = 0
 
-    async def open(self) -> None:
-        policy, training = agent_policy(self.job, self.agent_id), self.job.spec.training
-        request = trainer_pb.CreateSessionRequest(
+    def create_request(self) -> trainer_pb.CreateSessionRequest:
+        policy = self.session.policy
+        return trainer_pb.CreateSessionRequest(
             request_id=f"{self.prefix}/session/{self.lease.fencing_token}", lease=self.lease,
-            base_model=policy.model, adaptation=policy.adaptation,
-            optimizer=session_optimizer(self.job, self.agent_id),
-            seed=training.seed, max_tokens_per_micro_batch=training.max_tokens_per_micro_batch,
-            device_ids=trainer_device_ids(self.job))
+            base_model=model_message(policy.model), adaptation=adaptation_message(policy.adaptation),
+            optimizer=optimizer_message(policy.optimizer), seed=self.session.seed,
+            max_tokens_per_micro_batch=self.session.max_tokens_per_micro_batch,
+            device_ids=list(self.session.device_ids))
+
+    async def open(self) -> None:
+        request = self.create_request()
         response = await _guarded(self.guard, "CreateSession", lambda: self.stub.CreateSession(request))
         self.session_id = response.session.session_id
 
@@ -132,7 +121,7 @@ class RemoteTrainer:
         self.backward_calls += 1  # a retry reuses the id: the Trainer accumulates the gradients once
         request = trainer_pb.ForwardBackwardRequest(
             session_id=self.session_id, lease=self.lease, datums=[datum_message(d) for d in datums],
-            loss=loss_config(self.job, self.agent_id),
+            loss=self.loss,
             request_id=f"{self.prefix}/backward/{self.lease.fencing_token}/{self.backward_calls}")
         response = await _guarded(self.guard, "ForwardBackward", lambda: self.stub.ForwardBackward(request))
         return {"loss": response.loss, "loss_tokens": float(response.num_tokens), **dict(response.metrics)}
@@ -145,7 +134,7 @@ class RemoteTrainer:
 
     async def save_checkpoint(self, name: str, *, final: bool) -> CheckpointRef:
         if final:
-            fmt = (trainer_pb.CHECKPOINT_FORMAT_PEFT_ADAPTER if is_lora(self.job, self.agent_id)
+            fmt = (trainer_pb.CHECKPOINT_FORMAT_PEFT_ADAPTER if is_lora(self.session.policy)
                    else trainer_pb.CHECKPOINT_FORMAT_HF_MODEL)
         else:
             fmt = trainer_pb.CHECKPOINT_FORMAT_TRAINING_STATE
@@ -203,21 +192,27 @@ def trajectory_from_message(message: trajectory_pb2.Trajectory) -> Trajectory:
 
 
 class RemoteRollout:
-    """RolloutPort over gRPC: the job's policy (or one agent's) on one Rollout worker."""
+    """RolloutPort over gRPC: the job's policy (or one agent's) on one Rollout worker. Its requests'
+    parts (model, sampling, limits, environments) are built from the plan's values once."""
 
-    def __init__(self, channel: grpc.aio.Channel, job: job_pb2.Job, lease: resources_pb2.LeaseContext,
-                 agent_id: str = "", coordinator_address: str = "", guard: CallGuard | None = None) -> None:
+    def __init__(self, channel: grpc.aio.Channel, target: RolloutPolicy, lease: resources_pb2.LeaseContext,
+                 guard: CallGuard | None = None) -> None:
         self.stub = rollout_grpc.RolloutServiceStub(channel)
-        self.job, self.lease, self.agent_id = job, lease, agent_id
-        self.guard = guard
-        self.coordinator_address = coordinator_address
-        self.policy = agent_policy(job, agent_id)
+        self.target, self.lease, self.guard = target, lease, guard
+        policy = target.policy
+        self.agent_id = policy.agent_id
+        self.sampling = {False: sampling_message(policy.sampling), True: sampling_message(policy.eval_sampling)}
+        """By `evaluation`: training samples as the plan says, evaluations greedily."""
+        self.limits = limits_message(policy.limits)
+        self.environment = environment_message(target.environment) if target.environment else None
+        self.eval_environment = environment_message(target.eval_environment) if target.eval_environment else None
         self.policy_id = ""
 
     async def open(self) -> None:
+        policy = self.target.policy
         request = rollout_pb.LoadModelRequest(
-            request_id=f"{_request_prefix(self.job, self.agent_id)}/policy/{self.lease.fencing_token}",
-            lease=self.lease, model=self.policy.model, adaptation=self.policy.adaptation)
+            request_id=f"{self.target.request_prefix}/policy/{self.lease.fencing_token}", lease=self.lease,
+            model=model_message(policy.model), adaptation=adaptation_message(policy.adaptation))
         self.policy_id = (await _guarded(self.guard, "LoadModel", lambda: self.stub.LoadModel(request))).policy.policy_id
 
     async def run_episodes(self, requests: Sequence[EpisodeRequest], group_size: int, *, evaluation: bool,
@@ -225,9 +220,9 @@ class RemoteRollout:
                            ) -> AsyncIterator[Trajectory]:
         """Single-agent episodes in the job's environment (or `environment`, e.g. an agent's eval)."""
         request = rollout_pb.RunEpisodesRequest(
-            policy_id=self.policy_id, lease=self.lease, environment=environment or self.job.spec.environment,
+            policy_id=self.policy_id, lease=self.lease, environment=environment or self.environment,
             episodes=[episode_spec(r) for r in requests], group_size=group_size,
-            sampling=self._sampling(evaluation), limits=self.policy.limits, agent_id=self.agent_id)
+            sampling=self.sampling[evaluation], limits=self.limits, agent_id=self.agent_id)
         if self.guard is None:
             async for trajectory in self._stream(request):
                 yield trajectory
@@ -245,26 +240,22 @@ class RemoteRollout:
             policy_id=self.policy_id, lease=self.lease, group_size=1,
             episodes=[rollout_pb.EpisodeSpec(group_id=s.group_id, seed=s.seed, match_id=s.match_id, seat=s.seat)
                       for s in seats],
-            sampling=self._sampling(evaluation), limits=self.policy.limits,
-            coordinator_address=self.coordinator_address, agent_id=self.agent_id)
+            sampling=self.sampling[evaluation], limits=self.limits,
+            coordinator_address=self.target.coordinator_address, agent_id=self.agent_id)
         async for trajectory in self._stream(request):
             yield trajectory
 
     async def evaluate_alone(self, requests: Sequence[EpisodeRequest]) -> AsyncIterator[Trajectory]:
         """Greedy single-agent episodes in the multi-agent job's eval environment."""
-        async for trajectory in self.run_episodes(requests, 1, evaluation=True,
-                                                  environment=self.job.spec.multi_agent.eval_environment):
+        async for trajectory in self.run_episodes(requests, 1, evaluation=True, environment=self.eval_environment):
             yield trajectory
-
-    def _sampling(self, evaluation: bool) -> sampling_pb2.SamplingParams:
-        return eval_sampling(self.policy) if evaluation else training_sampling(self.policy)
 
     async def _stream(self, request: rollout_pb.RunEpisodesRequest) -> AsyncIterator[Trajectory]:
         async for item in self.stub.RunEpisodes(request):
             if item.HasField("trajectory"):
                 yield trajectory_from_message(item.trajectory)
             elif item.HasField("error"):
-                log.warning("episode_failed", job_id=self.job.job_id, error=item.error.message)
+                log.warning("episode_failed", job_id=self.lease.job_id, error=item.error.message)
 
     async def close(self) -> None:
         if self.policy_id:
@@ -288,7 +279,7 @@ class RemoteWeightSync:
     async def _requests(self, transport: int) -> AsyncIterator[rollout_pb.UpdateWeightsRequest]:
         target = rollout_pb.UpdateWeightsTarget(policy_id=self.rollout.policy_id, lease=self.rollout.lease)
         yield rollout_pb.UpdateWeightsRequest(target=target)
-        fmt = (weights_pb2.WEIGHTS_FORMAT_LORA_ADAPTER if is_lora(self.trainer.job, self.trainer.agent_id)
+        fmt = (weights_pb2.WEIGHTS_FORMAT_LORA_ADAPTER if is_lora(self.trainer.session.policy)
                else weights_pb2.WEIGHTS_FORMAT_FULL)
         export = self.trainer.stub.ExportWeights(trainer_pb.ExportWeightsRequest(
             session_id=self.trainer.session_id, format=fmt, transport=transport))
@@ -313,7 +304,7 @@ class RemoteWeightSync:
                 if reason not in SHARED_FILE_FALLBACK_REASONS:
                     raise
                 self.shared_memory = reason != "ERROR_REASON_WEIGHTS_SHARED_FILE_UNAVAILABLE"
-                log.info("weights_stream_fallback", job_id=self.trainer.job.job_id, reason=reason,
+                log.info("weights_stream_fallback", job_id=self.trainer.lease.job_id, reason=reason,
                          detail=error.details(), stream_from_now_on=not self.shared_memory)
         return await self._push(weights_pb2.WEIGHTS_TRANSPORT_STREAM)
 

@@ -6,7 +6,6 @@ import itertools
 from collections.abc import Mapping, Sequence
 
 INITIAL_RATING = 1000.0
-DEFAULT_K = 16.0
 
 
 def expected_score(rating: float, opponent: float) -> float:

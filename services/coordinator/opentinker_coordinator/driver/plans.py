@@ -1,9 +1,11 @@
-"""What a job asks the driver to do, read from its spec by `remote.plan_from_job`."""
+"""What a job asks the driver to do: built by `job_plans` from the job's resolved plan (its field
+defaults here are the table's, `opentinker_runtime.jobplan.defaults`, for tests that build plans)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from opentinker_runtime.jobplan import defaults
 from opentinker_coordinator.driver.advantages import Estimator
 from opentinker_coordinator.driver.env_outages import OutageBudget
 from opentinker_coordinator.driver.pairings import Pairing
@@ -22,12 +24,12 @@ class RlPlan:
     """Episodes per problem."""
     eval_every_steps: int = 0
     """0 = evaluate only at the end."""
-    eval_episodes: int = 32
+    eval_episodes: int = defaults.EVAL_EPISODES
     checkpoint_every_steps: int = 0
     seed: int = 0
     estimator: Estimator = Estimator.GRPO
     normalize_by_std: bool = False
-    gamma: float = 1.0
+    gamma: float = defaults.GAMMA
     """Per-turn discount of DISCOUNTED_RETURN."""
     resume: CheckpointRef | None = None
     """An earlier attempt's checkpoint to continue from (the job was re-queued)."""
@@ -70,7 +72,7 @@ class AgentPlan:
     """False for a frozen agent: it plays but is never updated (a snapshot opponent)."""
     estimator: Estimator = Estimator.GRPO
     normalize_by_std: bool = False
-    gamma: float = 1.0
+    gamma: float = defaults.GAMMA
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,13 +99,13 @@ class MultiAgentPlan:
     group_size: int
     """Matches per problem and pairing; an agent's trajectories of one problem and seat form a group."""
     eval_every_steps: int = 0
-    eval_episodes: int = 32
+    eval_episodes: int = defaults.EVAL_EPISODES
     evaluates_alone: bool = False
     """True when every agent is also evaluated alone in the job's eval environment."""
     checkpoint_every_steps: int = 0
     seed: int = 0
-    elo_k: float = 16.0
-    barrier_timeout_s: float = 300.0
+    elo_k: float = defaults.ELO_K
+    barrier_timeout_s: float = defaults.BARRIER_TIMEOUT_S
     resume: MultiAgentResume | None = None
     env_outage: OutageBudget = OutageBudget()
     """How long an evaluation waits out an unreachable environment (the Coordinator's setting)."""

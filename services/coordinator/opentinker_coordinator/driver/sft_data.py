@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from opentinker_api.common.v1 import model_pb2
-from opentinker_runtime.core import model_refs
+from opentinker_runtime.jobplan import defaults
+from opentinker_runtime.jobplan.plan import DatasetPlan
 from opentinker_runtime.ml.chat import render_sft_example
 from opentinker_env.data import DatasetError as EnvDatasetError
 from opentinker_env.data import read_records
+from opentinker_runtime.ml.sources import ModelSource
 from opentinker_runtime.ml.tokenizers import load_tokenizer
 from opentinker_coordinator.types import Datum
 
@@ -21,7 +22,7 @@ class DatasetError(ValueError):
     """The SFT dataset cannot be used; the message names the file and line."""
 
 
-def read_conversations(path: Path, messages_field: str = "messages") -> list[list[dict]]:
+def read_conversations(path: Path, messages_field: str = defaults.MESSAGES_FIELD) -> list[list[dict]]:
     """The conversations of a JSONL or Parquet file: each record's `messages_field` is a list
     of {"role", "content"} messages with at least one assistant message."""
     if not path.is_file():
@@ -46,11 +47,11 @@ def _conversation(path: Path, number: int, record: dict, field: str) -> list[dic
     return messages
 
 
-def load_sft_datums(path: str, model: model_pb2.ModelReference, checkpoint_root: Path,
-                    messages_field: str = "") -> list[Datum]:
-    tokenizer = load_tokenizer(model_refs.model_source(model, "spec.policy.model"), checkpoint_root)
+def load_sft_datums(dataset: DatasetPlan, model: ModelSource, checkpoint_root: Path) -> list[Datum]:
+    """The dataset's conversations rendered with the chat template of the policy's model."""
+    tokenizer = load_tokenizer(model, checkpoint_root)
     datums = []
-    for messages in read_conversations(Path(path), messages_field or "messages"):
+    for messages in read_conversations(Path(dataset.path), dataset.messages_field):
         tokens, mask = render_sft_example(tokenizer, messages)
         datums.append(Datum(tokens=list(tokens), loss_mask=[float(m) for m in mask]))
     return datums
