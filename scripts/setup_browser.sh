@@ -20,6 +20,11 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup_browser: no .venv; run scripts/setup.sh first" >&2
   exit 1
 fi
-.venv/bin/python -m pip install -q -r tests/dashboard/requirements-browser.txt
+if [ -x .venv/bin/uv ]; then  # setup.sh installed uv: the same sources as pip, faster
+  mapfile -t sources < <(.venv/bin/python scripts/uv_index_args.py)
+  .venv/bin/uv pip install --python .venv/bin/python -q "${sources[@]}" -r tests/dashboard/requirements-browser.txt
+else
+  .venv/bin/python -m pip install -q -r tests/dashboard/requirements-browser.txt
+fi
 echo "==> browser: ready: $(chromium --version 2>/dev/null), $(chromedriver --version | cut -d' ' -f1-2)," \
      "selenium $(.venv/bin/python -c 'import selenium; print(selenium.__version__)')"
