@@ -15,7 +15,7 @@ from opentinker_runtime.ml.sources import LoraSpec, ModelSource
 from opentinker_runtime.ml.weights import lora_state_dict
 from opentinker_rollout.batcher import BatcherClosed
 from opentinker_rollout.engine import GenerationRequest
-from opentinker_rollout.fencing import Lease
+from opentinker_runtime.edge.lease import LeaseContext
 from opentinker_rollout.policies import LoadRequest
 from tests.rollout._support import MODEL_NAME
 from tests.rollout.test_grpc import weights_requests, with_servers
@@ -40,11 +40,11 @@ def assert_same_generation(actual, expected):
 
 async def load_two_jobs(reg):
     """Job a (rank 4, all linear layers) and job b (rank 8, q/v only) on the same source."""
-    a = await reg.load(LoadRequest(source=SOURCE, lora=LORA, lease=Lease(job_id="job-a")))
-    b = await reg.load(LoadRequest(source=SOURCE, lora=WIDE_LORA, lease=Lease(job_id="job-b")))
-    await reg.update_weights(a.policy_id, Lease(job_id="job-a"),
+    a = await reg.load(LoadRequest(source=SOURCE, lora=LORA, lease=LeaseContext(job_id="job-a")))
+    b = await reg.load(LoadRequest(source=SOURCE, lora=WIDE_LORA, lease=LeaseContext(job_id="job-b")))
+    await reg.update_weights(a.policy_id, LeaseContext(job_id="job-a"),
                              *transfer(lora_state_dict(lora_reference(LORA, seed=1)), 1))
-    await reg.update_weights(b.policy_id, Lease(job_id="job-b"),
+    await reg.update_weights(b.policy_id, LeaseContext(job_id="job-b"),
                              *transfer(lora_state_dict(lora_reference(WIDE_LORA, seed=2)), 3))
     return reg.get(a.policy_id), reg.get(b.policy_id)
 
@@ -60,7 +60,7 @@ def test_lora_policies_of_one_source_share_a_base_and_batch_with_their_own_adapt
         a, b = await load_two_jobs(reg)
         shared = (a.model is b.model, a.batcher is b.batcher, reg.base_count)
         answer_a, answer_b = await greedy_together(a, b)
-        await reg.load(LoadRequest(source=SOURCE, lease=Lease(job_id="job-c")))
+        await reg.load(LoadRequest(source=SOURCE, lease=LeaseContext(job_id="job-c")))
         bases_with_full = reg.base_count
         await reg.close()
         return shared, answer_a, answer_b, bases_with_full, a.batcher.stats
@@ -79,13 +79,13 @@ def test_unloading_one_job_deletes_its_adapter_and_leaves_the_other_serving(tmp_
     async def scenario():
         reg = registry(tmp_path)
         a, b = await load_two_jobs(reg)
-        await reg.unload(a.policy_id, Lease(job_id="job-a"))
+        await reg.unload(a.policy_id, LeaseContext(job_id="job-a"))
         adapters_left = set(b.model.peft_config)
         with pytest.raises(BatcherClosed):
             await a.generator.generate(GenerationRequest(prompt_ids=PROMPT, sampling=GREEDY))
         (answer_b,) = await greedy_together(b)
         bases_before = reg.base_count
-        await reg.unload(b.policy_id, Lease(job_id="job-b"))
+        await reg.unload(b.policy_id, LeaseContext(job_id="job-b"))
         return adapters_left, answer_b, bases_before, reg.base_count, b.batcher
 
     adapters_left, answer_b, bases_before, bases_after, batcher = asyncio.run(scenario())
@@ -100,7 +100,7 @@ def test_a_new_adapter_starts_as_the_base_model_beside_a_trained_one(tmp_path):
         reg = registry(tmp_path)
         a, _ = await load_two_jobs(reg)
         fresh = reg.get((await reg.load(LoadRequest(source=SOURCE, lora=LORA,
-                                                    lease=Lease(job_id="job-d")))).policy_id)
+                                                    lease=LeaseContext(job_id="job-d")))).policy_id)
         answers = await greedy_together(a, fresh)
         await reg.close()
         return answers, fresh.version

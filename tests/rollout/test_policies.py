@@ -18,11 +18,10 @@ from opentinker_rollout.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
-    StaleFencingToken,
     WeightsCorrupt,
     WeightsVersionConflict,
 )
-from opentinker_rollout.fencing import Lease
+from opentinker_runtime.edge.lease import LeaseContext, StaleFencingToken
 from opentinker_rollout.policies import (
     LoadRequest,
     PolicyRegistry,
@@ -36,7 +35,7 @@ from tests.rollout._support import MODEL_NAME, tiny_model
 LORA = LoraSpec(rank=4, alpha=8.0)
 PROMPT = tuple(range(40, 60))
 GREEDY = SamplingConfig(max_new_tokens=12, temperature=0.0)
-NO_LEASE = Lease()
+NO_LEASE = LeaseContext()
 
 
 def lora_reference(spec: LoraSpec = LORA, seed: int = 1) -> torch.nn.Module:
@@ -75,7 +74,7 @@ def registry(tmp_path: Path) -> PolicyRegistry:
     return PolicyRegistry(checkpoint_root=tmp_path, default_max_batch_size=8)
 
 
-def load_lora(reg: PolicyRegistry, lease: Lease = NO_LEASE, request_id: str = "") -> str:
+def load_lora(reg: PolicyRegistry, lease: LeaseContext = NO_LEASE, request_id: str = "") -> str:
     request = LoadRequest(source=ModelSource.builtin(MODEL_NAME, 0), lora=LORA, lease=lease,
                           request_id=request_id)
     return asyncio.run(reg.load(request)).policy_id
@@ -90,7 +89,7 @@ def test_a_lora_update_changes_outputs_to_those_of_the_sender(tmp_path):
         policy = reg.get(info.policy_id)
         before, version_before = await greedy(policy)
         header, chunks = transfer(lora_state_dict(reference), version=1)
-        updated, received = await reg.update_weights(info.policy_id, Lease(), header, chunks)
+        updated, received = await reg.update_weights(info.policy_id, LeaseContext(), header, chunks)
         after, version_after = await greedy(policy)
         await reg.close()
         return info, before, version_before, updated, received, header, after, version_after
@@ -109,11 +108,11 @@ def test_a_version_not_newer_than_the_current_one_is_refused(tmp_path):
     async def scenario():
         reg = registry(tmp_path)
         info = await reg.load(LoadRequest(source=ModelSource.builtin(MODEL_NAME, 0), lora=LORA))
-        await reg.update_weights(info.policy_id, Lease(), *transfer(lora_state_dict(lora_reference()), 2))
+        await reg.update_weights(info.policy_id, LeaseContext(), *transfer(lora_state_dict(lora_reference()), 2))
         errors = []
         for version in (2, 1):
             try:
-                await reg.update_weights(info.policy_id, Lease(),
+                await reg.update_weights(info.policy_id, LeaseContext(),
                                          *transfer(lora_state_dict(lora_reference(seed=9)), version))
             except WeightsVersionConflict as error:
                 errors.append(error)
@@ -138,11 +137,11 @@ def test_corrupt_or_mismatched_transfers_change_nothing(tmp_path):
                     transfer({"bogus.weight": torch.zeros(2)}, 1)]
         for header, chunks in attempts:
             with pytest.raises(WeightsCorrupt) as caught:
-                await reg.update_weights(info.policy_id, Lease(), header, chunks)
+                await reg.update_weights(info.policy_id, LeaseContext(), header, chunks)
             problems.append(str(caught.value))
         with pytest.raises(FailedPrecondition, match="header.format"):
             full = transfer(build_builtin(MODEL_NAME, 1).state_dict(), 1, WeightsFormat.FULL)
-            await reg.update_weights(info.policy_id, Lease(), *full)
+            await reg.update_weights(info.policy_id, LeaseContext(), *full)
         after, version = await greedy(policy)
         await reg.close()
         return problems, before, after, version
@@ -159,10 +158,10 @@ def test_full_weights_replace_a_full_policy(tmp_path):
         reg = registry(tmp_path)
         info = await reg.load(LoadRequest(source=ModelSource.builtin(MODEL_NAME, 0)))
         header, chunks = transfer(sender.state_dict(), 1, WeightsFormat.FULL)
-        await reg.update_weights(info.policy_id, Lease(), header, chunks)
+        await reg.update_weights(info.policy_id, LeaseContext(), header, chunks)
         after, version = await greedy(reg.get(info.policy_id))
         with pytest.raises(FailedPrecondition, match="LORA_ADAPTER weights need"):
-            await reg.update_weights(info.policy_id, Lease(), *transfer(lora_state_dict(lora_reference()), 2))
+            await reg.update_weights(info.policy_id, LeaseContext(), *transfer(lora_state_dict(lora_reference()), 2))
         await reg.close()
         return after, version
 
@@ -172,16 +171,16 @@ def test_full_weights_replace_a_full_policy(tmp_path):
 
 def test_a_lower_fencing_token_is_refused_for_every_call_of_the_job(tmp_path):
     reg = registry(tmp_path)
-    policy_id = load_lora(reg, Lease(job_id="job-1", fencing_token=5))
+    policy_id = load_lora(reg, LeaseContext(job_id="job-1", fencing_token=5))
     with pytest.raises(StaleFencingToken):
-        asyncio.run(reg.update_weights(policy_id, Lease(job_id="job-1", fencing_token=4),
+        asyncio.run(reg.update_weights(policy_id, LeaseContext(job_id="job-1", fencing_token=4),
                                        *transfer(lora_state_dict(lora_reference()), 1)))
-    asyncio.run(reg.update_weights(policy_id, Lease(job_id="job-1", fencing_token=6),
+    asyncio.run(reg.update_weights(policy_id, LeaseContext(job_id="job-1", fencing_token=6),
                                    *transfer(lora_state_dict(lora_reference()), 1)))
-    with pytest.raises(StaleFencingToken, match="fencing_token 5"):
-        asyncio.run(reg.unload(policy_id, Lease(job_id="job-1", fencing_token=5)))
+    with pytest.raises(StaleFencingToken, match="fencing_token: 5 is stale"):
+        asyncio.run(reg.unload(policy_id, LeaseContext(job_id="job-1", fencing_token=5)))
     with pytest.raises(FailedPrecondition, match="belongs to job 'job-1'"):
-        asyncio.run(reg.unload(policy_id, Lease(job_id="job-2", fencing_token=1)))
+        asyncio.run(reg.unload(policy_id, LeaseContext(job_id="job-2", fencing_token=1)))
     assert reg.get(policy_id).version == 1
 
 
@@ -211,7 +210,7 @@ def test_unload_fails_waiting_generations_and_forgets_the_policy(tmp_path):
         info = await reg.load(LoadRequest(source=ModelSource.builtin(MODEL_NAME, 0)))
         policy = reg.get(info.policy_id)
         pending = asyncio.create_task(greedy(policy))
-        await reg.unload(info.policy_id, Lease())
+        await reg.unload(info.policy_id, LeaseContext())
         with pytest.raises(NotFound):
             reg.get(info.policy_id)
         return await asyncio.gather(pending, return_exceptions=True)

@@ -45,7 +45,7 @@ async def rollout(tmp_path, **settings) -> AsyncIterator[tuple[pb_grpc.RolloutSe
     assert isinstance(servicer, RolloutServicer)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{started.port}") as channel:
-            yield pb_grpc.RolloutServiceStub(channel), servicer.registry, settings
+            yield pb_grpc.RolloutServiceStub(channel), servicer.rollout.registry, settings
     finally:
         await stop_server(started, grace_seconds=1)
         for hook in plan.close_hooks:

@@ -20,7 +20,7 @@ from opentinker_runtime.ml.weights import lora_state_dict
 from opentinker_rollout import transformers_engine
 from opentinker_rollout.engine import GenerationRequest, SamplingConfig
 from opentinker_rollout.errors import FailedPrecondition, InvalidArgument
-from opentinker_rollout.fencing import Lease
+from opentinker_runtime.edge.lease import LeaseContext
 from opentinker_rollout.policies import LoadRequest
 from opentinker_rollout.sampler import Prompt, sample
 from opentinker_trainer.config import OptimizerConfig, SessionSpec
@@ -139,7 +139,7 @@ def test_small_forward_chunks_and_mixed_adapters_give_the_same_numbers(tmp_path,
         source = ModelSource.builtin(MODEL_NAME, 0)
         policies = []
         for job, spec, reference in zip(("a", "b"), (LORA, wide), references, strict=True):
-            lease = Lease(job_id=job)
+            lease = LeaseContext(job_id=job)
             info = await reg.load(LoadRequest(source=source, lora=spec, lease=lease, max_batch_size=16))
             await reg.update_weights(info.policy_id, lease, *transfer(lora_state_dict(reference), 1))
             policies.append(reg.get(info.policy_id))

@@ -25,7 +25,7 @@ from opentinker_runtime.ml.sources import ModelSource
 from opentinker_runtime.ml.weights import lora_state_dict
 from opentinker_rollout.batcher import GenerationBatcher
 from opentinker_rollout.engine import GenerationRequest, SamplingConfig
-from opentinker_rollout.fencing import Lease
+from opentinker_runtime.edge.lease import LeaseContext
 from opentinker_rollout.main import build_plan
 from opentinker_rollout.policies import LoadRequest, WeightsFormat
 from opentinker_rollout.settings import RolloutSettings
@@ -127,7 +127,7 @@ def test_a_lora_update_lands_between_decode_steps_of_a_running_generation(tmp_pa
         long_task = asyncio.create_task(then_record(
             order, "generation", policy.generator.generate(GenerationRequest(prompt_ids=PROMPT, sampling=LONG))))
         await steps_done(policy.batcher, STEPS_BEFORE_UPDATE)
-        updated, _ = await reg.update_weights(policy.policy_id, Lease(),
+        updated, _ = await reg.update_weights(policy.policy_id, LeaseContext(),
                                               *transfer(lora_state_dict(new_weights), 1))
         swap_at = policy.batcher.stats.engine_calls  # one token per step since the long one's prefill
         order.append("update")
@@ -159,7 +159,7 @@ def test_after_a_full_weights_swap_every_token_is_the_new_weights_certain_one(tm
         long_task = asyncio.create_task(
             policy.generator.generate(GenerationRequest(prompt_ids=PROMPT, sampling=LONG)))
         await steps_done(policy.batcher, STEPS_BEFORE_UPDATE)
-        await reg.update_weights(policy.policy_id, Lease(), *transfer(blank, 1, WeightsFormat.FULL))
+        await reg.update_weights(policy.policy_id, LeaseContext(), *transfer(blank, 1, WeightsFormat.FULL))
         swap_at, done_at_swap = policy.batcher.stats.engine_calls, long_task.done()
         in_flight = await long_task
         vocab = policy.model_info.vocab_size
@@ -180,13 +180,13 @@ def test_updating_one_adapter_leaves_the_other_adapters_generation_untouched(tmp
 
     async def scenario():
         reg = registry(tmp_path)
-        a, b = [reg.get((await reg.load(LoadRequest(source=SOURCE, lora=LORA, lease=Lease(job_id=job))
+        a, b = [reg.get((await reg.load(LoadRequest(source=SOURCE, lora=LORA, lease=LeaseContext(job_id=job))
                                         )).policy_id) for job in ("job-a", "job-b")]
-        await reg.update_weights(b.policy_id, Lease(job_id="job-b"), *transfer(lora_state_dict(weights_b), 4))
+        await reg.update_weights(b.policy_id, LeaseContext(job_id="job-b"), *transfer(lora_state_dict(weights_b), 4))
         long_request = GenerationRequest(prompt_ids=PROMPT, sampling=LONG)
         running = [asyncio.create_task(p.generator.generate(long_request)) for p in (a, b)]
         await steps_done(a.batcher, STEPS_BEFORE_UPDATE)
-        await reg.update_weights(a.policy_id, Lease(job_id="job-a"), *transfer(lora_state_dict(weights_a), 1))
+        await reg.update_weights(a.policy_id, LeaseContext(job_id="job-a"), *transfer(lora_state_dict(weights_a), 1))
         at_swap = (a.version, b.version, [task.done() for task in running])
         answers = await asyncio.gather(*running)
         await reg.close()
@@ -207,7 +207,7 @@ async def with_rollout(scenario, tmp_path):
     server = await start_server(settings, plan)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-            return await scenario(pb_grpc.RolloutServiceStub(channel), plan.services[0].servicer.registry)
+            return await scenario(pb_grpc.RolloutServiceStub(channel), plan.services[0].servicer.rollout.registry)
     finally:
         await stop_server(server, grace_seconds=1)
         for hook in plan.close_hooks:

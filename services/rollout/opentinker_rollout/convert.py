@@ -17,6 +17,7 @@ takes one seat of a match).
 from __future__ import annotations
 
 import math
+from collections.abc import AsyncIterator
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2
@@ -25,7 +26,6 @@ from opentinker_runtime.core import model_refs
 from opentinker_api.common.v1 import (
     errors_pb2,
     model_pb2,
-    resources_pb2,
     sampling_pb2,
     trajectory_pb2,
     weights_pb2,
@@ -33,12 +33,13 @@ from opentinker_api.common.v1 import (
 from opentinker_api.rollout.v1 import rollout_service_pb2 as rollout_pb2
 from opentinker_runtime.ml.sources import LoraSpec, ModelInfo, ModelSource
 from opentinker_runtime.ml.shared_weights import SharedFile
+from opentinker_runtime.edge.convert import lease_from_proto
 from opentinker_runtime.ml.weights import ChecksumAlgorithm, TensorSpec, WeightsChecksum
 from opentinker_rollout.engine import FinishReason, SamplingConfig
 from opentinker_rollout.episode import EpisodeLimits, StopReason, Trajectory, TruncatedActions, Turn
 from opentinker_rollout.errors import InvalidArgument, WeightsCorrupt
-from opentinker_rollout.fencing import Lease
-from opentinker_rollout.policies import LoadRequest, PolicyInfo, WeightsFormat, WeightsHeader
+from opentinker_rollout.episode_runs import CoordinatorMatches, EnvHostGame, EpisodeRun
+from opentinker_rollout.policies import LoadRequest, PolicyInfo, WeightsChunk, WeightsFormat, WeightsHeader
 from opentinker_rollout.runner import EpisodeError, EpisodeSpec
 from opentinker_rollout.sampler import Completion, Prompt, PromptCompletions
 
@@ -67,17 +68,12 @@ FINISH_STOP_REASONS = {FinishReason.STOP: StopReason.DONE,
 
 # ---- requests -> domain ----------------------------------------------------------------------
 
-def lease(message: resources_pb2.LeaseContext) -> Lease:
-    return Lease(job_id=message.job_id, lease_id=message.lease_id,
-                 fencing_token=message.fencing_token)
-
-
 def load_request(request: rollout_pb2.LoadModelRequest) -> LoadRequest:
     if request.engine not in (rollout_pb2.ENGINE_UNSPECIFIED, rollout_pb2.ENGINE_TRANSFORMERS):
         raise InvalidArgument("engine", "only ENGINE_TRANSFORMERS is available on this worker")
     if not 0 <= request.max_batch_size <= MAX_BATCH_SIZE:
         raise InvalidArgument("max_batch_size", f"must be in [0, {MAX_BATCH_SIZE}] (0 = the worker's default)")
-    return LoadRequest(request_id=request.request_id, lease=lease(request.lease),
+    return LoadRequest(request_id=request.request_id, lease=lease_from_proto(request.lease),
                        source=model_source(request.model), lora=lora_spec(request.adaptation),
                        max_batch_size=request.max_batch_size)
 
@@ -158,6 +154,23 @@ def episode_specs(request: rollout_pb2.RunEpisodesRequest) -> tuple[EpisodeSpec,
                  for i, spec in enumerate(request.episodes))
 
 
+def episode_run(request: rollout_pb2.RunEpisodesRequest) -> EpisodeRun:
+    specs = episode_specs(request)
+    return EpisodeRun(policy_id=request.policy_id, lease=lease_from_proto(request.lease), specs=specs,
+                      group_size=request.group_size or 1, sampling=sampling_config(request.sampling),
+                      limits=episode_limits(request.limits), agent_id=request.agent_id,
+                      environment=episode_environment(request))
+
+
+def episode_environment(request: rollout_pb2.RunEpisodesRequest) -> EnvHostGame | CoordinatorMatches:
+    """Coordinator matches when the episodes name them, else the EnvHost game `environment` names."""
+    if plays_matches(request):
+        return CoordinatorMatches(address=request.coordinator_address)
+    environment = request.environment
+    return EnvHostGame(env_name=environment.env_name, address=environment.envhost_address,
+                       config=from_struct(environment.config, "environment.config"))
+
+
 def plays_matches(request: rollout_pb2.RunEpisodesRequest) -> bool:
     """True when the call's episodes are seats of Coordinator matches."""
     return any(spec.match_id or spec.seat for spec in request.episodes)
@@ -190,6 +203,34 @@ def _check_match_request(request: rollout_pb2.RunEpisodesRequest) -> None:
     if request.group_size > 1:
         raise InvalidArgument("group_size", "must be 0 or 1 for match episodes (each match is played "
                               "once per seat)")
+
+
+async def weights_target(stream: AsyncIterator[rollout_pb2.UpdateWeightsRequest]) -> rollout_pb2.UpdateWeightsTarget:
+    """UpdateWeights' first message: the policy (required) and lease the weights are for."""
+    target = await _expect(stream, "target", "the first message must be a target")
+    if not target.policy_id:
+        raise InvalidArgument("target.policy_id", "is required")
+    return target
+
+
+async def weights_header_message(stream: AsyncIterator[rollout_pb2.UpdateWeightsRequest]) -> weights_pb2.WeightsHeader:
+    return await _expect(stream, "header", "the second message must be a header")
+
+
+async def weight_chunks(stream: AsyncIterator[rollout_pb2.UpdateWeightsRequest]) -> AsyncIterator[WeightsChunk]:
+    """The rest of UpdateWeights' stream: chunks only."""
+    async for message in stream:
+        if message.WhichOneof("item") != "chunk":
+            raise InvalidArgument("chunk", "after the header, every message must be a chunk")
+        yield WeightsChunk(tensor_name=message.chunk.tensor_name, offset=message.chunk.offset,
+                           data=message.chunk.data)
+
+
+async def _expect(stream: AsyncIterator[rollout_pb2.UpdateWeightsRequest], kind: str, problem: str) -> Any:
+    message = await anext(stream, None)
+    if message is None or message.WhichOneof("item") != kind:
+        raise InvalidArgument(kind, problem)
+    return getattr(message, kind)
 
 
 def prompts(request: rollout_pb2.SampleRequest) -> list[Prompt]:

@@ -1,43 +1,39 @@
-"""Domain errors of the Rollout service; the servicer maps each class to one gRPC status code.
-
-`reason` is an `opentinker.common.v1.ErrorReason` value name without its prefix.
+"""Domain errors of the Rollout service: each class declares the status code and ErrorReason its
+callers see (`opentinker_runtime.edge`); a stale fencing token is the edge's StaleFencingToken.
 """
 
 from __future__ import annotations
 
+from opentinker_runtime.edge.errors import Code, DomainError
 
-class RolloutError(Exception):
-    """Base class; `reason` tells a client what happened in a machine-readable way."""
 
-    reason: str = "UNSPECIFIED"
+class RolloutError(DomainError):
+    """Base class; its ErrorReason (UNSPECIFIED unless a class or raise says more) is always sent."""
 
-    def __init__(self, message: str, *, reason: str | None = None) -> None:
-        super().__init__(message)
-        self.reason = reason or type(self).reason
+    code = Code.FAILED_PRECONDITION
+    reason = "UNSPECIFIED"
 
 
 class InvalidArgument(RolloutError):
     """A request field is missing, malformed or out of range; the message starts with its path."""
 
+    code = Code.INVALID_ARGUMENT
     reason = "INVALID_FIELD"
 
     def __init__(self, field: str, problem: str, *, reason: str | None = None) -> None:
-        super().__init__(f"{field}: {problem}", reason=reason)
-        self.field = field
+        super().__init__(problem, field=field, reason=reason)
 
 
 class NotFound(RolloutError):
     """No policy with this id is loaded here."""
 
+    code = Code.NOT_FOUND
+
 
 class FailedPrecondition(RolloutError):
     """The request is valid but the policy's state does not allow it."""
 
-
-class StaleFencingToken(FailedPrecondition):
-    """A lease's fencing token is lower than the highest this worker has seen for the job."""
-
-    reason = "STALE_FENCING_TOKEN"
+    code = Code.FAILED_PRECONDITION
 
 
 class WeightsVersionConflict(FailedPrecondition):

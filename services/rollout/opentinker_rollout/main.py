@@ -14,8 +14,10 @@ from opentinker_runtime.core.torch_threads import apply_torch_threads
 from opentinker_runtime.workers.registration import WorkerRegistration
 from opentinker_rollout.envhost_client import EnvHostChannels
 from opentinker_rollout.envhost_sessions import SessionPools
+from opentinker_rollout.episode_runs import EpisodeRunner
 from opentinker_rollout.match_client import CoordinatorChannels
 from opentinker_rollout.policies import PolicyRegistry
+from opentinker_rollout.rollout import Rollout
 from opentinker_rollout.servicer import RolloutServicer, rollout_service_binding
 from opentinker_rollout.settings import RolloutSettings
 
@@ -33,9 +35,10 @@ async def build_plan(settings: RolloutSettings) -> ServerPlan:
                               shared_weights_dir=Path(settings.shared_weights_dir) if settings.shared_weights_dir else None)
     channels = EnvHostChannels(settings.api_key)
     coordinators = CoordinatorChannels(settings.api_key)
-    servicer = RolloutServicer(registry, channels, default_envhost_address=settings.envhost_address,
-                               max_concurrent_episodes=settings.max_concurrent_episodes,
-                               coordinator_channels=coordinators)
+    episodes = EpisodeRunner(registry, channels, default_envhost_address=settings.envhost_address,
+                             max_concurrent_episodes=settings.max_concurrent_episodes,
+                             coordinator_channels=coordinators)
+    servicer = RolloutServicer(Rollout(registry, channels, episodes))
     registration = WorkerRegistration.for_settings(settings, role="rollout", devices=discover_devices(
         settings.cpu_slots), **attempt_callbacks(JobAttempts(registry, channels.sessions)))
     return ServerPlan(services=[rollout_service_binding(servicer)],

@@ -61,7 +61,7 @@ from opentinker_rollout.errors import (
     WeightsCorrupt,
     WeightsVersionConflict,
 )
-from opentinker_rollout.fencing import FencingGuard, Lease
+from opentinker_runtime.edge.lease import FencingGuard, LeaseContext
 from opentinker_rollout.rendering import TokenizerRenderer
 from opentinker_rollout.transformers_engine import TransformersEngine
 
@@ -78,7 +78,7 @@ class WeightsFormat(StrEnum):
 @dataclass(frozen=True, kw_only=True)
 class LoadRequest:
     request_id: str = ""
-    lease: Lease = Lease()
+    lease: LeaseContext = LeaseContext()
     source: ModelSource
     lora: LoraSpec | None = None
     """Wrap the model with this (zero-initialised) adapter; later updates fill it."""
@@ -208,14 +208,12 @@ class PolicyRegistry:
         self.continuous_batching = continuous_batching
         self.default_max_batch_size = default_max_batch_size
         self.gather_window_s = gather_window_s
-        self.fencing = FencingGuard()
+        self.fencing = FencingGuard(worker="rollout worker")
         self._policies: dict[str, LoadedPolicy] = {}
         self._lora_bases: dict[ModelSource, ModelBase] = {}
         self._by_request: dict[str, tuple[LoadRequest, str]] = {}
         self._load_lock = asyncio.Lock()
         self.idle_ttl_s = idle_ttl_s
-        self._assigned: dict[str, int] = {}
-        """job_id -> fencing token of the attempt the Scheduler has assigned this worker."""
         self._unloaded: OrderedDict[str, str] = OrderedDict()
         """Why a policy was unloaded, for the NotFound of a late call."""
 
@@ -230,7 +228,7 @@ class PolicyRegistry:
         policy.touch()
         return policy
 
-    def check_lease(self, policy: LoadedPolicy, lease: Lease) -> None:
+    def check_lease(self, policy: LoadedPolicy, lease: LeaseContext) -> None:
         """Fencing, and a job may only drive its own policy."""
         self.fencing.check(lease)
         if policy.job_id and lease.job_id and lease.job_id != policy.job_id:
@@ -255,7 +253,7 @@ class PolicyRegistry:
                  adapters_on_base=len(policy.base.adapters))
         return policy.info()
 
-    async def unload(self, policy_id: str, lease: Lease) -> PolicyInfo:
+    async def unload(self, policy_id: str, lease: LeaseContext) -> PolicyInfo:
         policy = self.get(policy_id)
         self.check_lease(policy, lease)
         info = policy.info()
@@ -277,14 +275,13 @@ class PolicyRegistry:
         floor, and older attempts' policies are unloaded."""
         if not job_id:
             return
-        self.fencing.raise_floor(job_id, fencing_token)
-        self._assigned[job_id] = max(fencing_token, self._assigned.get(job_id, 0))
+        self.fencing.attempt_assigned(job_id, fencing_token)
         await self.unload_older_attempts(job_id, fencing_token)
 
     async def job_stopped(self, job_id: str) -> list[str]:
         """The Scheduler no longer runs `job_id` here (cancelled, ended, or moved to another
         worker): unload its policies."""
-        self._assigned.pop(job_id, None)
+        self.fencing.job_stopped(job_id)
         ended = [p for p in self._policies.values() if job_id and p.job_id == job_id]
         for policy in ended:
             await self._release(policy, f"the scheduler no longer runs job {job_id!r} on this worker")
@@ -300,8 +297,7 @@ class PolicyRegistry:
         return [policy.policy_id for policy in idle]
 
     def _lease_holds(self, policy: LoadedPolicy) -> bool:
-        assigned = self._assigned.get(policy.job_id)
-        return assigned is not None and policy.fencing_token >= assigned
+        return self.fencing.holds(policy.job_id, policy.fencing_token)
 
     async def _release(self, policy: LoadedPolicy, why: str) -> None:
         """Drop `policy` (its adapter, or its base with the last policy on it), remembering why."""
@@ -336,7 +332,7 @@ class PolicyRegistry:
         """Distinct loaded models (LoRA policies of one source share one)."""
         return len({id(policy.base) for policy in self._policies.values()})
 
-    async def update_weights(self, policy_id: str, lease: Lease, header: WeightsHeader,
+    async def update_weights(self, policy_id: str, lease: LeaseContext, header: WeightsHeader,
                              chunks: AsyncIterator[WeightsChunk]) -> tuple[PolicyInfo, int]:
         """Receive and verify new weights while generation goes on, then apply them between two
         decode steps; (the policy afterwards, bytes received)."""
