@@ -5,22 +5,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import grpc
 from google.protobuf import json_format, struct_pb2
 
-from opentinker_api.common.v1 import errors_pb2
 from opentinker_api.envhost.v1 import envhost_service_pb2 as pb
 from opentinker_env import StepResult
 from opentinker_envhost.catalog import GameSpec
-from opentinker_envhost.errors import EnvHostError, InvalidArgument, clip_middle, env_error_kind
+from opentinker_envhost.errors import InvalidArgument
 from opentinker_envhost.sessions import ResetOutcome
-from opentinker_runtime.core.errors import REASON_METADATA_KEY, TRACEBACK_METADATA_KEY
-from opentinker_runtime.auth.job_token_guard import JobTokenRefusal
-
-MAX_METADATA_TRACEBACK_CHARS = 3000  # grpc's default metadata limit is 8 KiB
-ENV_ERROR_KIND_METADATA_KEY = "opentinker-env-error-kind"
-"""Trailing metadata of a failed game call: `errors.env_error_kind` (failed, timeout, crashed,
-memory_limit, cpu_limit), for callers that count environment failures by kind."""
 
 
 def struct_to_dict(struct: struct_pb2.Struct, field: str = "config") -> dict[str, Any]:
@@ -97,37 +88,3 @@ def fill_step_response(response: pb.StepResponse, result: StepResult) -> None:
     response.done = result.done
     if result.info:  # the common case has none: no Struct to build
         response.info.update(result.info)
-
-
-def status_code(error: EnvHostError) -> grpc.StatusCode:
-    return grpc.StatusCode[error.kind.value]
-
-
-def reason_name(error: EnvHostError) -> str:
-    return f"ERROR_REASON_{error.reason}"
-
-
-def error_detail(error: EnvHostError) -> errors_pb2.ErrorDetail:
-    """The in-stream form of a domain error (Interact)."""
-    return errors_pb2.ErrorDetail(code=status_code(error).value[0], message=error.message,
-                                  reason=errors_pb2.ErrorReason.Value(reason_name(error)),
-                                  traceback=error.traceback)
-
-
-def refusal_detail(refusal: JobTokenRefusal) -> errors_pb2.ErrorDetail:
-    """A refused job token, in-stream (Interact)."""
-    reason = errors_pb2.ErrorReason.Value(refusal.reason) if refusal.reason else 0
-    return errors_pb2.ErrorDetail(code=refusal.code.value[0], message=refusal.message, reason=reason)
-
-
-def error_metadata(error: EnvHostError) -> tuple[tuple[str, str | bytes], ...]:
-    """Trailing metadata of a failed unary call: the reason name, the kind of a game's failure,
-    and the game's traceback (UTF-8; head and tail of at most MAX_METADATA_TRACEBACK_CHARS
-    characters) if there is one."""
-    pairs: list[tuple[str, str | bytes]] = [(REASON_METADATA_KEY, reason_name(error))]
-    if kind := env_error_kind(error):
-        pairs.append((ENV_ERROR_KIND_METADATA_KEY, kind))
-    if error.traceback:
-        clipped = clip_middle(error.traceback, MAX_METADATA_TRACEBACK_CHARS)
-        pairs.append((TRACEBACK_METADATA_KEY, clipped.encode("utf-8", errors="replace")))
-    return tuple(pairs)

@@ -1,10 +1,14 @@
-"""Domain errors of the EnvHost (no grpc here): each names a kind (a canonical status code
-name) and a reason (an `ErrorReason` name without its prefix) the servicer maps onto the wire."""
+"""Domain errors of the EnvHost (no grpc here): each declares the status code and ErrorReason its
+callers see (`opentinker_runtime.edge`). Failed unary calls also carry the kind of a game's
+failure (`env_error_kind`) in `opentinker-env-error-kind`, and the game's traceback."""
 
 from __future__ import annotations
 
-import enum
-from typing import ClassVar
+from opentinker_runtime.edge.errors import Code, DomainError, TrailingPairs
+
+ENV_ERROR_KIND_METADATA_KEY = "opentinker-env-error-kind"
+"""Trailing metadata of a failed game call: `env_error_kind` (failed, timeout, crashed,
+memory_limit, cpu_limit), for callers that count environment failures by kind."""
 
 
 def utf8_safe(text: str) -> str:
@@ -17,82 +21,65 @@ def utf8_safe(text: str) -> str:
     return text
 
 
-def clip_middle(text: str, limit: int) -> str:
-    """`text` if it fits in `limit` characters, else its head and tail around a marker."""
-    if len(text) <= limit:
-        return text
-    marker = f"\n... ({len(text) - limit} characters cut) ...\n"
-    keep = max(limit - len(marker), 0)
-    return text[: keep // 2] + marker + text[len(text) - (keep - keep // 2):]
+class EnvHostError(DomainError):
+    """Base of the EnvHost's domain errors (its ErrorReason, UNSPECIFIED unless a class says more,
+    is always sent); `traceback` holds a game's traceback, if any."""
 
-
-class ErrorKind(enum.StrEnum):
-    """Canonical gRPC status code names this service answers with."""
-
-    NOT_FOUND = "NOT_FOUND"
-    INVALID_ARGUMENT = "INVALID_ARGUMENT"
-    FAILED_PRECONDITION = "FAILED_PRECONDITION"
-    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
-    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
-    INTERNAL = "INTERNAL"
-
-
-class EnvHostError(Exception):
-    """Base of the EnvHost's domain errors; `traceback` holds a game's traceback, if any."""
-
-    kind: ClassVar[ErrorKind] = ErrorKind.INTERNAL
-    reason: ClassVar[str] = "UNSPECIFIED"
+    code = Code.INTERNAL
+    reason = "UNSPECIFIED"
 
     def __init__(self, message: str, *, traceback: str = "") -> None:
-        message, traceback = utf8_safe(message), utf8_safe(traceback)
-        super().__init__(message)
-        self.message = message
-        self.traceback = traceback
+        super().__init__(utf8_safe(message))
+        self.traceback = utf8_safe(traceback)
+
+    def trailing_details(self) -> TrailingPairs:
+        kind = env_error_kind(self)
+        return ((ENV_ERROR_KIND_METADATA_KEY, kind),) if kind else ()
 
 
 class UnknownEnvironment(EnvHostError):
-    kind = ErrorKind.NOT_FOUND
+    code = Code.NOT_FOUND
 
 
 class SessionNotFound(EnvHostError):
-    kind = ErrorKind.NOT_FOUND
+    code = Code.NOT_FOUND
     reason = "SESSION_NOT_FOUND"
 
 
 class InvalidArgument(EnvHostError):
     """Bad config, reset kwargs, seat or a missing field; the message starts with the field."""
 
-    kind = ErrorKind.INVALID_ARGUMENT
+    code = Code.INVALID_ARGUMENT
     reason = "INVALID_FIELD"
 
 
 class RequestIdReused(EnvHostError):
-    kind = ErrorKind.INVALID_ARGUMENT
+    code = Code.INVALID_ARGUMENT
     reason = "REQUEST_ID_REUSED"
 
 
 class SessionLimitReached(EnvHostError):
-    kind = ErrorKind.RESOURCE_EXHAUSTED
+    code = Code.RESOURCE_EXHAUSTED
     reason = "QUOTA_EXCEEDED"
 
 
 class WrongSessionState(EnvHostError):
     """Step before reset, step after done, or a session broken by a timeout."""
 
-    kind = ErrorKind.FAILED_PRECONDITION
+    code = Code.FAILED_PRECONDITION
 
 
 class NotYourTurnError(EnvHostError):
     """A seated step from the seat that is not to move; the episode goes on."""
 
-    kind = ErrorKind.FAILED_PRECONDITION
+    code = Code.FAILED_PRECONDITION
     reason = "NOT_YOUR_TURN"
 
 
 class EnvironmentFailure(EnvHostError):
     """The game raised or returned something invalid; fails this session's call only."""
 
-    kind = ErrorKind.INTERNAL
+    code = Code.INTERNAL
     reason = "ENVIRONMENT_FAILED"
 
 
@@ -110,7 +97,7 @@ class EnvironmentCrashed(EnvironmentFailure):
 class EnvironmentTimeout(EnvHostError):
     """A game call ran past the per-call timeout."""
 
-    kind = ErrorKind.DEADLINE_EXCEEDED
+    code = Code.DEADLINE_EXCEEDED
     reason = "ENVIRONMENT_TIMEOUT"
 
 

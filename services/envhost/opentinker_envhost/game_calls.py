@@ -28,8 +28,8 @@ from opentinker_envhost.errors import (
     EnvironmentTimeout,
     InvalidArgument,
     NotYourTurnError,
-    clip_middle,
 )
+from opentinker_runtime.edge.errors import clip_middle
 
 T = TypeVar("T")
 MAX_TRACEBACK_CHARS = 20_000

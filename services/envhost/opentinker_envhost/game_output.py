@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import structlog
 
-from opentinker_envhost.errors import clip_middle
+from opentinker_runtime.edge.errors import clip_middle
 
 MAX_LINE_CHARS = 1000
 LOG_BYTES_PER_WINDOW = 16 * 1024

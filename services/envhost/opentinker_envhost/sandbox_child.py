@@ -47,7 +47,8 @@ from typing import Any
 
 from opentinker_env import AsyncAbstractGame, GameClass, GameConfigError, NotYourTurn
 from opentinker_envhost import sandbox_protocol as wire
-from opentinker_envhost.errors import clip_middle, utf8_safe
+from opentinker_envhost.errors import utf8_safe
+from opentinker_runtime.edge.errors import clip_middle
 from opentinker_envhost.game_calls import MAX_TRACEBACK_CHARS, GameRaised
 from opentinker_envhost.game_results import reset_call, reset_outcome_to_wire, step_call, step_result_to_wire
 

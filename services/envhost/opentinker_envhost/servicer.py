@@ -1,11 +1,15 @@
 """The EnvHostService servicer: converts protobuf <-> domain objects around the SessionManager.
 
-Errors: a domain error becomes its canonical status code (NOT_FOUND unknown environment or
-session, INVALID_ARGUMENT bad config/kwargs/seat, RESOURCE_EXHAUSTED session limit,
-FAILED_PRECONDITION step before reset / after done / broken session, DEADLINE_EXCEEDED a game
-call past the timeout, INTERNAL a game that raised). Unary calls carry the ErrorReason name in
-trailing metadata `opentinker-reason` and a game's traceback in `opentinker-traceback-bin`;
-Interact answers the failed request with an ErrorDetail {code, message, reason, traceback}.
+Errors are the EnvHost's DomainErrors (NOT_FOUND unknown environment or session,
+INVALID_ARGUMENT bad config/kwargs/seat, RESOURCE_EXHAUSTED session limit, FAILED_PRECONDITION
+step before reset / after done / broken session, DEADLINE_EXCEEDED a game call past the timeout,
+INTERNAL a game that raised), mapped by the service edge (`opentinker_runtime.edge`): unary
+calls carry the ErrorReason name in `opentinker-reason`, the kind of a game's failure in
+`opentinker-env-error-kind` and its traceback in `opentinker-traceback-bin`; Interact answers the
+failed request with an ErrorDetail {code, message, reason, traceback}.
+
+Every call on a job's session, or opening one for a job, must carry that job's token (the
+`job_token` declarations; Interact checks each request against the same scopes).
 
 Structs: numbers arrive as doubles; whole ones are passed to games as ints (3.0 -> 3).
 ResetRequest.seed 0 means "no seed" (put `seed` in kwargs to pass 0).
@@ -16,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterable, Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterable, Callable
+from typing import Any
 
 import grpc
 import structlog
@@ -25,14 +29,19 @@ import structlog
 from opentinker_api.envhost.v1 import envhost_service_pb2 as pb
 from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
 from opentinker_runtime.auth.interceptor import current_job_tokens, current_principal
-from opentinker_runtime.auth.job_token_guard import (
+from opentinker_runtime.auth.job_tokens import hash_job_token
+from opentinker_runtime.core.server import ServiceBinding
+from opentinker_runtime.edge.handlers import servicer_base
+from opentinker_runtime.edge.job_token import (
+    JobScope,
+    job_token,
     job_token_allowed_now,
     job_token_check_needed,
     job_token_refusal,
-    require_job_token,
+    presented_token,
+    scoped_job,
 )
-from opentinker_runtime.auth.job_tokens import hash_job_token, presented_job_token
-from opentinker_runtime.core.server import ServiceBinding
+from opentinker_runtime.edge.status import error_detail
 from opentinker_env import StepResult
 from opentinker_envhost import convert
 from opentinker_envhost.errors import EnvHostError, InvalidArgument
@@ -41,60 +50,48 @@ from opentinker_envhost.sessions import ResetOutcome, SessionManager
 
 log = structlog.get_logger(__name__)
 
-SERVICE_FULL_NAME = pb.DESCRIPTOR.services_by_name["EnvHostService"].full_name
-
-Request = TypeVar("Request")
-Response = TypeVar("Response")
-UnaryRpc = Callable[[Any, Request, grpc.aio.ServicerContext], Awaitable[Response]]
-
-
-def answers_domain_errors(rpc: UnaryRpc[Request, Response]) -> UnaryRpc[Request, Response]:
-    """Abort with the domain error's status code, message and trailing metadata."""
-    @functools.wraps(rpc)
-    async def wrapper(self: Any, request: Request, context: grpc.aio.ServicerContext) -> Response:
-        try:
-            return await rpc(self, request, context)
-        except EnvHostError as error:
-            await context.abort(convert.status_code(error), error.message,
-                                trailing_metadata=convert.error_metadata(error))
-            raise  # unreachable: abort raises
-    return wrapper
+SERVICE = pb.DESCRIPTOR.services_by_name["EnvHostService"]
+SERVICE_FULL_NAME = SERVICE.full_name
+OPEN_SCOPE = JobScope(job_id="job_id")
+"""OpenSession acts on the job it names."""
+SESSION_SCOPE = JobScope(owner="session_id")
+"""Calls on a session act on its job."""
+INTERACT_SCOPES = {"open_session": OPEN_SCOPE, "reset": SESSION_SCOPE, "step": SESSION_SCOPE,
+                   "close_session": SESSION_SCOPE}
 
 
-class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
+class EnvHostServicer(servicer_base(pb_grpc.EnvHostServiceServicer, SERVICE)):  # type: ignore[misc]
     """Every EnvHostService RPC, over one SessionManager."""
 
     def __init__(self, manager: SessionManager) -> None:
         self.manager = manager
         self._closing: set[asyncio.Task[None]] = set()
 
-    @answers_domain_errors
+    def job_of_owner(self, session_id: str) -> str:
+        return self.manager.job_of(session_id)
+
     async def ListEnvironments(self, request: pb.ListEnvironmentsRequest,
                                context: grpc.aio.ServicerContext) -> pb.ListEnvironmentsResponse:
         specs, next_token = self.manager.catalog.page(request.page_size, request.page_token)
         return pb.ListEnvironmentsResponse(environments=[convert.environment(s) for s in specs],
                                            next_page_token=next_token)
 
-    @answers_domain_errors
+    @job_token(OPEN_SCOPE)
     async def OpenSession(self, request: pb.OpenSessionRequest,
                           context: grpc.aio.ServicerContext) -> pb.OpenSessionResponse:
-        await require_job_token(context, **self._job_scope("open_session", request))
         return await self.open_session(request, attempt_of(context, request.job_id))
 
-    @answers_domain_errors
+    @job_token(SESSION_SCOPE)
     async def Reset(self, request: pb.ResetRequest, context: grpc.aio.ServicerContext) -> pb.ResetResponse:
-        await require_job_token(context, **self._job_scope("reset", request))
         return await self.reset(request)
 
-    @answers_domain_errors
+    @job_token(SESSION_SCOPE)
     async def Step(self, request: pb.StepRequest, context: grpc.aio.ServicerContext) -> pb.StepResponse:
-        await require_job_token(context, **self._job_scope("step", request))
         return await self.step(request)
 
-    @answers_domain_errors
+    @job_token(SESSION_SCOPE)
     async def CloseSession(self, request: pb.CloseSessionRequest,
                            context: grpc.aio.ServicerContext) -> pb.CloseSessionResponse:
-        await require_job_token(context, **self._job_scope("close_session", request))
         return await self.close_session(request)
 
     async def Interact(self, request_iterator: AsyncIterable[pb.InteractRequest],
@@ -137,7 +134,7 @@ class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
                                            functools.partial(_answer_soon, request.sequence, answer, _fill_reset),
                                            seed=message.seed or None)
         except EnvHostError as error:
-            answer(pb.InteractResponse(sequence=request.sequence, error=convert.error_detail(error)))
+            answer(pb.InteractResponse(sequence=request.sequence, error=error_detail(error)))
             return True
 
     async def _close_bound(self, session_ids: set[str]) -> None:
@@ -146,13 +143,6 @@ class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
             with contextlib.suppress(EnvHostError):  # closed already (CloseSession, the TTL)
                 await self.manager.close(session_id)
                 log.info("session_closed_with_its_stream", session_id=session_id)
-
-    def _job_scope(self, kind: str, request) -> dict[str, str]:  # noqa: ANN001
-        """The job a call acts on (its job token is checked): an opened session's, or the one
-        OpenSession names."""
-        if kind == "open_session":
-            return {"job_id": request.job_id, "field": "job_id"}
-        return {"job_id": self.manager.job_of(request.session_id), "field": "session_id"}
 
     # -- shared by the unary RPCs and Interact ------------------------------------------------
 
@@ -186,9 +176,10 @@ class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
                 raise InvalidArgument(f"action: set one of {', '.join(INTERACT_ACTIONS)}")
             message = getattr(request, kind)
             if context is not None and job_token_check_needed():
-                refusal = await job_token_refusal(context, **self._job_scope(kind, message))
+                job_id, _, field = scoped_job(INTERACT_SCOPES[kind], message, self)
+                refusal = await job_token_refusal(context, job_id=job_id, field=field)
                 if refusal:
-                    return pb.InteractResponse(sequence=request.sequence, error=convert.refusal_detail(refusal))
+                    return pb.InteractResponse(sequence=request.sequence, error=error_detail(refusal))
             if kind == "step":
                 stepped = await self.manager.step(message.session_id, message.action, seat=message.seat,
                                                   truncated=message.truncated)
@@ -202,7 +193,7 @@ class EnvHostServicer(pb_grpc.EnvHostServiceServicer):
             else:
                 result = await self.close_session(message)
         except EnvHostError as error:
-            return pb.InteractResponse(sequence=request.sequence, error=convert.error_detail(error))
+            return pb.InteractResponse(sequence=request.sequence, error=error_detail(error))
         return pb.InteractResponse(sequence=request.sequence, **{kind: result})
 
 
@@ -214,7 +205,7 @@ def attempt_of(context: grpc.aio.ServicerContext, job_id: str) -> str:
     the token it presented ("" when job tokens are not checked: auth disabled, or no token)."""
     if not job_id or current_job_tokens() is None:
         return ""
-    token = presented_job_token(context.invocation_metadata() or ())
+    token = presented_token(context)
     return hash_job_token(token)[:16] if token else ""
 
 
@@ -240,7 +231,7 @@ def _answer_soon(sequence: int, answer: Callable[[pb.InteractResponse], None],
         response = pb.InteractResponse(sequence=sequence)
         fill(response, result)
     elif isinstance(error, EnvHostError):
-        response = pb.InteractResponse(sequence=sequence, error=convert.error_detail(error))
+        response = pb.InteractResponse(sequence=sequence, error=error_detail(error))
     else:  # a bug of ours still gets its request an answer
         log.error("interact_request_failed", sequence=sequence, exc_info=error)
         response = internal_error(sequence, error)

@@ -58,9 +58,11 @@ class OwnsJobs(Protocol):
     def job_of_owner(self, value: str) -> str: ...
 
 
-def job_token(*, lease: str = "", job_id: str = "", owner: str = "", admin_only: str = "") -> Callable[[F], F]:
-    """Declare an RPC job-scoped (see the module doc)."""
-    scope = JobScope(lease=lease, job_id=job_id, owner=owner, admin_only=admin_only)
+def job_token(scope: JobScope | None = None, *, lease: str = "", job_id: str = "", owner: str = "",
+              admin_only: str = "") -> Callable[[F], F]:
+    """Declare an RPC job-scoped (see the module doc): by its fields, or by a `scope` the servicer
+    also uses itself (a stream checking each request)."""
+    scope = scope or JobScope(lease=lease, job_id=job_id, owner=owner, admin_only=admin_only)
 
     def declare(method: F) -> F:
         method.job_scope = scope  # type: ignore[attr-defined] - read by handlers.servicer_base
