@@ -18,7 +18,7 @@ from opentinker_api.common.v1 import environment_pb2, errors_pb2, progress_pb2
 from opentinker_api.coordinator.v1 import coordinator_service_pb2 as pb
 from opentinker_api.coordinator.v1 import coordinator_service_pb2_grpc as pb_grpc
 from opentinker_runtime.core.errors import REASON_METADATA_KEY, TRACEBACK_METADATA_KEY
-from opentinker_coordinator.protocol import match_convert
+from opentinker_runtime.edge.status import status_code
 from opentinker_coordinator.protocol import protocol_errors
 from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
 from opentinker_coordinator.runs import RunRegistry, RunState
@@ -373,5 +373,5 @@ def test_every_protocol_error_has_a_reason_clients_can_parse() -> None:
                 protocol_errors.BarrierTimeout: Code.DEADLINE_EXCEEDED,
                 protocol_errors.BarrierOutOfOrder: Code.FAILED_PRECONDITION}
     for cls, code in expected.items():
-        assert match_convert.status_code(cls("x")) == code
-    assert match_convert.status_code(protocol_errors.MatchEnvironmentFailed("x")) == Code.UNAVAILABLE
+        assert status_code(cls("x")) == code
+    assert status_code(protocol_errors.MatchEnvironmentFailed("x")) == Code.UNAVAILABLE

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 import structlog
 
+from opentinker_runtime.edge.errors import Code, DomainError, InvalidArgument
 from opentinker_coordinator.metrics import ACTIVE_RUNS, RUNS_ENDED
 
 log = structlog.get_logger(__name__)
+
+
+class RunNotFound(DomainError):
+    """No run for that job on this Coordinator."""
+
+    code = Code.NOT_FOUND
 
 
 class RunStatus(StrEnum):
@@ -69,6 +76,15 @@ class RunState:
     def ended(self) -> bool:
         return self.status in (RunStatus.FINISHED, RunStatus.FAILED)
 
+    async def updates(self) -> AsyncIterator[RunState]:
+        """This run now, then after each change, until it has ended (WatchRun)."""
+        while True:
+            changed = self.changed
+            yield self
+            if self.ended:
+                return
+            await changed.wait()
+
 
 Launcher = Callable[[RunState], Awaitable[None]]
 
@@ -82,6 +98,8 @@ class RunRegistry:
         self.tasks: dict[str, asyncio.Task] = {}
 
     def start(self, job_id: str, fencing_token: int) -> RunState:
+        if not job_id:
+            raise InvalidArgument("lease.job_id is required")
         current = self.runs.get(job_id)
         if current and current.fencing_token >= fencing_token and not current.ended:
             return current
@@ -113,6 +131,19 @@ class RunRegistry:
 
     def get(self, job_id: str) -> RunState | None:
         return self.runs.get(job_id)
+
+    def existing(self, job_id: str) -> RunState:
+        run = self.runs.get(job_id)
+        if run is None:
+            raise RunNotFound(f"no run for job {job_id!r} on this coordinator")
+        return run
+
+    def stop_existing(self, job_id: str) -> RunState:
+        """`stop` a run this Coordinator has (StopRun); RunNotFound otherwise."""
+        run = self.stop(job_id)
+        if run is None:
+            raise RunNotFound(f"no run for job {job_id!r} here")
+        return run
 
     async def close(self) -> None:
         for run in self.runs.values():

@@ -17,7 +17,12 @@ import structlog
 
 from opentinker_coordinator.protocol.barriers import Arrival, JobBarriers
 from opentinker_coordinator.protocol.matches import ActionResult, GrantedTurn, Match
-from opentinker_coordinator.protocol.protocol_errors import InvalidProtocolRequest, MatchEnvironmentFailed, MatchNotFound
+from opentinker_coordinator.protocol.protocol_errors import (
+    InvalidProtocolRequest,
+    MatchEnvironmentFailed,
+    MatchNotFound,
+    open_refusal,
+)
 from opentinker_coordinator.protocol.seated_environment import (
     EnvironmentBroke,
     MatchEnvironmentRef,
@@ -108,7 +113,8 @@ class AgentProtocol:
         except EnvironmentBroke as broke:
             await game.close()
             raise MatchEnvironmentFailed(f"environment: {environment.env_name} could not start a match: {broke}",
-                                         traceback=broke.traceback, unreachable=broke.unreachable) from broke
+                                         traceback=broke.traceback, unreachable=broke.unreachable,
+                                         host_code=broke.host_code, host_details=broke.host_details) from broke
         problem = _seat_problem(environment.env_name, start.seats, seats, agents_by_seat or {})
         if problem:
             await game.close()
@@ -134,6 +140,24 @@ class AgentProtocol:
         if problem:
             raise InvalidProtocolRequest(problem)
         return start.seats
+
+    async def open_match_for_agent(self, *, job_id: str, environment: MatchEnvironmentRef, seats: Sequence[str],
+                                   reset_kwargs: Mapping[str, Any], seed: int, request_id: str) -> Match:
+        """`open_match` as an agent asked for it (OpenMatch): an environment that refused the
+        request answers as the request's error (`open_refusal`), not as a broken environment."""
+        try:
+            return await self.open_match(job_id=job_id, environment=environment, seats=seats,
+                                         reset_kwargs=reset_kwargs, seed=seed, request_id=request_id)
+        except MatchEnvironmentFailed as error:
+            refusal = open_refusal(error, environment.envhost_address)
+            if refusal is None:
+                raise
+            raise refusal from error
+
+    def job_of_match(self, match_id: str) -> str:
+        """The job a match belongs to ("" for an unknown match)."""
+        match = self.matches.get(match_id)
+        return match.job_id if match is not None else ""
 
     def get(self, match_id: str) -> Match:
         if not match_id:

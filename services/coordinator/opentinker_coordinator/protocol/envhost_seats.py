@@ -87,7 +87,8 @@ class EnvHostSeatedEnvironment:
         except grpc.aio.AioRpcError as error:
             raise EnvironmentBroke(f"EnvHost {method} failed: {error.code().name}: {error.details()}",
                                    traceback=traceback_from_metadata(error.trailing_metadata()),
-                                   unreachable=error.code() == grpc.StatusCode.UNAVAILABLE) from error
+                                   unreachable=error.code() == grpc.StatusCode.UNAVAILABLE,
+                                   host_code=error.code().name, host_details=error.details() or "") from error
 
 
 def _struct(values: Mapping[str, Any]) -> struct_pb2.Struct:

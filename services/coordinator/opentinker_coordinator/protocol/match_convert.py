@@ -4,21 +4,12 @@ from __future__ import annotations
 
 import re
 
-import grpc
 from google.protobuf import json_format, struct_pb2
 
 from opentinker_api.common.v1 import environment_pb2, progress_pb2
 from opentinker_api.coordinator.v1 import coordinator_service_pb2 as pb
 from opentinker_coordinator.protocol.matches import ActionResult, GrantedTurn, Match, MatchState
-from opentinker_coordinator.protocol.protocol_errors import (
-    AgentLost,
-    BarrierOutOfOrder,
-    BarrierTimeout,
-    InvalidProtocolRequest,
-    MatchEnvironmentFailed,
-    MatchNotFound,
-    ProtocolError,
-)
+from opentinker_coordinator.protocol.protocol_errors import InvalidProtocolRequest
 from opentinker_coordinator.protocol.seated_environment import MatchEnvironmentRef
 
 MATCH_STATES = {
@@ -36,9 +27,6 @@ BARRIER_PHASES = {
 
 ADDRESS = re.compile(r"^[\x21-\x7e]{1,255}:[0-9]{1,5}$")
 """host:port (any printable ASCII host, a dns:/// or ipv4: target included); empty = the default."""
-ENVHOST_FIELDS = {"env_name": "environment.env_name", "config": "environment.config", "kwargs": "reset_kwargs"}
-"""The EnvHost's field names in its INVALID_ARGUMENT / NOT_FOUND messages -> OpenMatch's."""
-CALLERS_CODES = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND)
 
 
 def environment_ref(message: environment_pb2.EnvironmentReference) -> MatchEnvironmentRef:
@@ -94,42 +82,3 @@ def barrier_phase(phase: int) -> str:
         raise InvalidProtocolRequest("phase: barriers are at the end of PHASE_ROLLOUT, PHASE_UPDATE or "
                                      "PHASE_WEIGHT_SYNC")
     return BARRIER_PHASES[phase]
-
-
-def open_failure(error: MatchEnvironmentFailed, envhost_address: str) -> tuple[grpc.StatusCode, str, str] | None:
-    """(code, message, ErrorReason name) of an OpenMatch whose environment did not start because
-    of the request: the EnvHost refused its env_name, config or reset kwargs (INVALID_ARGUMENT
-    naming our field), has no session left (RESOURCE_EXHAUSTED), or no EnvHost answers at the
-    address the caller named (FAILED_PRECONDITION). None: a failure of the environment itself
-    (the game raised, the default EnvHost is down): UNAVAILABLE as ever."""
-    cause = error.__cause__.__cause__ if error.__cause__ is not None else None
-    if not isinstance(cause, grpc.aio.AioRpcError):
-        return None
-    details = cause.details() or ""
-    if cause.code() in CALLERS_CODES:
-        field, _, problem = details.partition(": ")
-        return (grpc.StatusCode.INVALID_ARGUMENT, f"{ENVHOST_FIELDS.get(field, 'environment')}: {problem or details}",
-                "ERROR_REASON_INVALID_FIELD")
-    if cause.code() is grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return grpc.StatusCode.RESOURCE_EXHAUSTED, f"environment: {details}", "ERROR_REASON_QUOTA_EXCEEDED"
-    if cause.code() is grpc.StatusCode.UNAVAILABLE and envhost_address:
-        return (grpc.StatusCode.FAILED_PRECONDITION,
-                f"environment.envhost_address: no EnvHost answers at {envhost_address!r} ({details[:200]})",
-                "ERROR_REASON_ENVIRONMENT_FAILED")
-    return None
-
-
-def status_code(error: ProtocolError) -> grpc.StatusCode:
-    if isinstance(error, InvalidProtocolRequest):
-        return grpc.StatusCode.INVALID_ARGUMENT
-    if isinstance(error, MatchNotFound):
-        return grpc.StatusCode.NOT_FOUND
-    if isinstance(error, AgentLost):
-        return grpc.StatusCode.ABORTED
-    if isinstance(error, MatchEnvironmentFailed):
-        return grpc.StatusCode.UNAVAILABLE
-    if isinstance(error, BarrierTimeout):
-        return grpc.StatusCode.DEADLINE_EXCEEDED
-    if isinstance(error, BarrierOutOfOrder):
-        return grpc.StatusCode.FAILED_PRECONDITION
-    return grpc.StatusCode.FAILED_PRECONDITION

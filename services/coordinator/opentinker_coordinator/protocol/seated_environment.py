@@ -24,11 +24,15 @@ from typing import Any, Protocol
 
 class EnvironmentBroke(Exception):
     """The game raised, hung or its host is unreachable; `traceback` is the game's, if any;
-    `unreachable` when the host did not answer (down, restarting: worth waiting for)."""
+    `unreachable` when the host did not answer (down, restarting: worth waiting for);
+    `host_code`/`host_details` what a remote host answered (a status code name; "" when the
+    failure is not a host's answer)."""
 
-    def __init__(self, message: str, *, traceback: str = "", unreachable: bool = False) -> None:
+    def __init__(self, message: str, *, traceback: str = "", unreachable: bool = False, host_code: str = "",
+                 host_details: str = "") -> None:
         super().__init__(message)
         self.traceback, self.unreachable = traceback, unreachable
+        self.host_code, self.host_details = host_code, host_details
 
 
 @dataclass(frozen=True, kw_only=True)
