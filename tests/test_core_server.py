@@ -1,5 +1,5 @@
 """The shared server bootstrap, in-process with real sockets: bind, health, graceful stop,
-close hooks, start hooks, and the UNIMPLEMENTED servicer factory."""
+close hooks, start hooks, and the servicer base's UNIMPLEMENTED RPCs."""
 
 from __future__ import annotations
 
@@ -30,10 +30,11 @@ from opentinker_runtime.core.server import (
     stop_server,
 )
 from opentinker_runtime.core.settings import ServiceSettings, port_setting, setting
-from opentinker_runtime.core.unimplemented import rpc_method_names, unimplemented_servicer
+from opentinker_runtime.edge.handlers import servicer_base
 
 ENVHOST = "opentinker.envhost.v1.EnvHostService"
 ROLLOUT = "opentinker.rollout.v1.RolloutService"
+ROLLOUT_SERVICE = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -75,18 +76,16 @@ async def check(address: str, service: str = "") -> int:
         return (await health_pb2_grpc.HealthStub(channel).Check(request, timeout=2)).status
 
 
-def test_unimplemented_servicer_subclasses_the_base_with_async_rpcs() -> None:
-    servicer = unimplemented_servicer(rollout_grpc.RolloutServiceServicer, ROLLOUT)
+def test_the_servicer_base_subclasses_the_generated_base_with_async_rpcs() -> None:
+    servicer = servicer_base(rollout_grpc.RolloutServiceServicer, ROLLOUT_SERVICE)()
     assert isinstance(servicer, rollout_grpc.RolloutServiceServicer)
-    names = rpc_method_names(rollout_grpc.RolloutServiceServicer)
-    descriptor = rollout_pb2.DESCRIPTOR.services_by_name["RolloutService"]
-    assert set(names) == {method.name for method in descriptor.methods}
+    names = [method.name for method in ROLLOUT_SERVICE.methods]
     assert all(inspect.iscoroutinefunction(getattr(servicer, name)) for name in names)
 
 
 def test_unimplemented_rpcs_of_every_streaming_kind_abort_in_process() -> None:
     async def scenario() -> None:
-        servicer = unimplemented_servicer(rollout_grpc.RolloutServiceServicer, ROLLOUT)
+        servicer = servicer_base(rollout_grpc.RolloutServiceServicer, ROLLOUT_SERVICE)()
         binding = ServiceBinding(full_name=ROLLOUT, servicer=servicer,
                                  add_to_server=rollout_grpc.add_RolloutServiceServicer_to_server)
         started = await start_server(InProcessSettings(), ServerPlan(services=[binding]))

@@ -3,8 +3,10 @@
 - `core`: settings, structlog logging, the gRPC server bootstrap (health, reflection, metrics,
   signals), Redis keys and the embedded redis-server, channel pools, memory and torch-thread
   limits, model references.
-- `auth`: API keys (salted hashes in Redis), the API-key interceptor, per-job tokens and their
-  guard, tenant-confined paths.
+- `auth`: API keys (salted hashes in Redis), the API-key interceptor, per-job tokens,
+  tenant-confined paths.
+- `edge`: the one service edge every servicer stands on: `DomainError`, its mapping onto the
+  wire, the servicer base, per-RPC job-token declarations, the lease and its fencing guard.
 - `workers`: a worker's registration and heartbeats with the Scheduler, its devices, the
   attempts it follows and the idle state it reaps.
 - `ml`: the torch library of the Trainer and Rollout (tokenizer, models, chat rendering,

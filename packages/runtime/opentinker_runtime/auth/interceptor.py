@@ -6,7 +6,7 @@ the caller's `Principal` in `current_principal()`. Missing, malformed, unknown o
 UNAUTHENTICATED; a service for OpenTinker's own processes (`admin_only`) answers a tenant key
 with PERMISSION_DENIED. Keys never reach logs: only their public id does. The interceptor also
 makes its `JobTokenVerifier` the handler's `current_job_tokens()`, which job-scoped handlers use
-through `opentinker_runtime.auth.job_token_guard` (None when auth is off: no job token is checked).
+through `opentinker_runtime.edge.job_token` (None when auth is off: no job token is checked).
 
 A server that serves jobs at addresses a tenant may choose (the EnvHost) also accepts a job's
 token as a call's only credential (`job_credentials`, see opentinker_runtime.auth.job_credentials): the

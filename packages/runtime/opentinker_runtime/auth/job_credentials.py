@@ -4,7 +4,7 @@ The services never send their own (admin) key to an EnvHost a job names: an EnvH
 by a tenant, at an address the tenant chose. A job's calls to an EnvHost carry its token and its
 id (`x-opentinker-job-token`, `x-opentinker-job-id`) instead; the EnvHost's AuthInterceptor turns
 a valid pair into a Principal of the job's tenant scoped to that job (`Principal.job_id`), which
-may act on that job's sessions only (`job_token_guard`).
+may act on that job's sessions only (`opentinker_runtime.edge.job_token`).
 
 Who checks the pair: the stack's own EnvHost reads the job's record in Redis
 (`JobTokenVerifier.tenant_of`); an EnvHost a tenant serves itself has no Redis and asks the

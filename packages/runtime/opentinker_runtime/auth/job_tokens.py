@@ -13,7 +13,7 @@ trip; a cached answer of an attempt dies as soon as a read shows the job moved o
 admin-key rule (Tinker-style primitives, benchmarks with made-up job ids). A known job without a
 current attempt (queued, re-queued) verifies nothing.
 
-No grpc here: `job_token_guard` turns a verdict into a gRPC status.
+No grpc here: `opentinker_runtime.edge.job_token` turns a verdict into a call's refusal.
 """
 
 from __future__ import annotations
