@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from opentinker.client.spec import load_job_spec
-from opentinker_scheduler.convert_jobs import facts_from_spec
-from opentinker_scheduler.validation import validate_spec
+from opentinker_runtime.jobplan import resolve_job_plan
 
 SPECS = sorted((Path(__file__).resolve().parents[2] / "examples" / "jobs").glob("*.yaml"))
 
@@ -20,6 +19,6 @@ def test_the_examples_include_the_multi_agent_jobs():
 @pytest.mark.parametrize("path", SPECS, ids=[path.name for path in SPECS])
 def test_example_job_spec_is_valid(path: Path):
     spec = load_job_spec(path)
-    validate_spec(facts_from_spec(spec))
+    resolve_job_plan(spec)  # the Scheduler's checks: every rule of the spec
     if path.name.startswith("gomoku"):
         assert len(spec.agents) == 2 and spec.environment.config["opponent"] == "none"

@@ -9,8 +9,7 @@ from pathlib import Path
 from opentinker_api.common.v1 import algorithm_pb2
 from opentinker.client.service_client import fit_job_spec
 from opentinker.client.spec import job_spec_from_dict
-from opentinker_scheduler.convert_jobs import facts_from_spec
-from opentinker_scheduler.validation import validate_spec
+from opentinker_runtime.jobplan import resolve_job_plan
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "nim_rl.py"
 
@@ -33,7 +32,7 @@ def test_the_warm_up_player_plays_legal_moves():
 def test_the_rl_job_is_valid_and_carries_the_recipe():
     job = fit_job_spec(**example().rl_arguments("job-0123-final", seed=1, steps=150))
     message = job_spec_from_dict(job)
-    validate_spec(facts_from_spec(message))
+    resolve_job_plan(message)  # the Scheduler's checks: every rule of the spec
     algorithm = message.policy.algorithm
     assert abs(algorithm.loss.kl_coef - 0.1) < 1e-6 and message.policy.adaptation.full.keep_reference
     assert algorithm_pb2.AdvantageEstimator.Name(algorithm.advantage.estimator).endswith("DISCOUNTED_RETURN")

@@ -54,8 +54,6 @@ REFUSED = {
     "a turn longer than the context": (edited(sampling(600)), f"{TURN}: 600 new tokens per turn do not fit "
                                        "the context of tiny-llama (512 tokens, the prompt included): use at most 511"),
     "a turn as long as the context": (edited(sampling(512)), f"{TURN}: 512 new tokens per turn do not fit"),
-    "the per-turn limit, sampling unset": (edited(limits(max_new_tokens_per_turn=700)),
-                                           "spec.policy.limits.max_new_tokens_per_turn: 700 new tokens per turn"),
     "the smaller of the two is still too long": (
         edited(sampling(900), limits(max_new_tokens_per_turn=800)),
         "spec.policy.limits.max_new_tokens_per_turn: 800 new tokens per turn do not fit the context of "
@@ -83,6 +81,7 @@ ACCEPTED = {
     "the longest turn that leaves room for a prompt": edited(sampling(511)),
     "an episode exactly as long as the context": edited(limits(max_total_tokens=512)),
     "a long sampling limit cut by a short per-turn limit": edited(sampling(2000), limits(max_new_tokens_per_turn=64)),
+    "a long per-turn limit cut by the 32 tokens of an unset sampling": edited(limits(max_new_tokens_per_turn=700)),
     "SFT ignores sampling": edited(sft, sampling(4096)),
     "a user's model directory (its context is unknown here)": edited(model(local("/models/big")), sampling(8000),
                                                                      limits(max_total_tokens=32000)),

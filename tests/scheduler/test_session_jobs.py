@@ -16,11 +16,11 @@ from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_runtime.auth.api_keys import new_api_key
 from opentinker_runtime.auth.job_tokens import JOB_TOKEN_METADATA_KEY
+from opentinker_runtime.jobplan import defaults
 from opentinker_scheduler.convert_jobs import facts_from_spec
 from opentinker_scheduler.errors import InvalidArgument
 from opentinker_scheduler.model import JobState, JobType, QueuedJob, ResourceRequest, Role, Worker, WorkerState
 from opentinker_scheduler.placement import job_requests, place, worker_slots
-from opentinker_scheduler.validation import default_resources, retries_allowed, validate_spec
 from tests.scheduler._harness import (FAST, ManualClock, register_pool, register_request, rl_spec, rpc_error,
                                       scheduler_server)
 from tests.scheduler.test_auth import new_tenant, stub_for
@@ -39,7 +39,7 @@ def session_spec() -> job_pb2.JobSpec:
 
 def refusal(spec: job_pb2.JobSpec) -> InvalidArgument:
     with pytest.raises(InvalidArgument) as raised:
-        validate_spec(facts_from_spec(spec))
+        facts_from_spec(spec).raise_problem()
     return raised.value
 
 
@@ -47,10 +47,10 @@ def refusal(spec: job_pb2.JobSpec) -> InvalidArgument:
 
 def test_a_minimal_session_spec_is_accepted_with_a_trainer_and_a_rollout_and_no_retries() -> None:
     facts = facts_from_spec(session_spec())
-    validate_spec(facts)
     assert facts.type is JobType.SESSION
-    assert default_resources(JobType.SESSION) == (ResourceRequest(role=Role.TRAINER), ResourceRequest(role=Role.ROLLOUT))
-    assert retries_allowed(facts) == 0  # unset max_retries means 2 for the other types
+    assert facts.resources == (ResourceRequest(role=Role.TRAINER), ResourceRequest(role=Role.ROLLOUT))
+    assert facts.plan.training.max_retries == 0  # unset max_retries means 2 for the other types
+    assert defaults.MAX_RETRIES == 2
 
 
 def test_a_session_may_set_its_seed_micro_batch_and_zero_retries_and_needs_no_learning_rate() -> None:
@@ -60,8 +60,7 @@ def test_a_session_may_set_its_seed_micro_batch_and_zero_retries_and_needs_no_le
     spec.training.max_retries = 0
     spec.resources.add(role=TRAINER, device_count=2)
     facts = facts_from_spec(spec)
-    validate_spec(facts)
-    assert facts.policy.learning_rate == 0 and retries_allowed(facts) == 0
+    assert facts.plan.policy.optimizer is None and facts.plan.training.max_retries == 0
 
 
 def _without_model(spec: job_pb2.JobSpec) -> None:
@@ -131,7 +130,8 @@ def _worker(worker_id: str, role: Role, devices: int = 0) -> Worker:
 
 def _queued(job_type: JobType) -> QueuedJob:
     return QueuedJob(job_id=f"job-{job_type.lower()}", tenant_id="acme", state=JobState.QUEUED, type=job_type,
-                     resources=default_resources(job_type), device_count=2, create_time_ms=0)
+                     resources=tuple(ResourceRequest(role=Role(r.role)) for r in defaults.RESOURCES[job_type]),
+                     device_count=2, create_time_ms=0)
 
 
 def _free(workers: list[Worker]) -> dict[str, list[str]]:

@@ -83,8 +83,8 @@ class ArtifactStore:
     _sums: OrderedDict[tuple[str, int, int], str] = field(default_factory=OrderedDict)
 
     async def list(self, job: Job, inference_output: str | None) -> list[Artifact]:
-        """Checkpoints by step, then outputs. `inference_output`: the spec's output path of an
-        INFERENCE job ("" = the default name), None for other jobs."""
+        """Checkpoints by step, then outputs. `inference_output`: where an INFERENCE job writes
+        (relative to its tenant's outputs/, the default name applied), None for other jobs."""
         checkpoints = await asyncio.to_thread(self._checkpoints, job.job_id)
         outputs = await asyncio.to_thread(self._inference_output, job, inference_output)
         metrics = await self._metrics(job.job_id)
@@ -166,7 +166,7 @@ class ArtifactStore:
         if output is None or self.tenant_data_dir is None or output.startswith("/"):
             return None
         area = (self.tenant_data_dir / job.tenant_id / "outputs").resolve()
-        path = (area / (output or f"{job.job_id}.jsonl")).resolve()
+        path = (area / output).resolve()
         if not path.is_relative_to(area) or not path.is_file() or not OUTPUT_ID.match(f"{job.job_id}/{path.name}"):
             return None
         return path

@@ -15,7 +15,9 @@ from google.protobuf.message import DecodeError
 
 from opentinker_scheduler.convert_jobs import stored_spec_facts
 from opentinker_scheduler.errors import InvalidArgument
-from opentinker_scheduler.model import AgentFacts, Job, JobSpecFacts
+from opentinker_runtime.jobplan.plan import PolicyPlan
+from opentinker_runtime.ml.sources import ModelKind
+from opentinker_scheduler.model import Job, JobSpecFacts
 from opentinker_scheduler.model_context import ModelContext, builtin_context, check_context_limits
 
 SAVED_BY_JOB = re.compile(r"^(job-[0-9a-f]{32})-(.+)$")
@@ -29,11 +31,11 @@ class StoredJobs(Protocol):
 async def check_checkpoint_contexts(facts: JobSpecFacts, jobs: StoredJobs) -> None:
     """`check_context_limits` for the agents whose model is a checkpoint of a builtin model (run
     after the caller's ownership of those checkpoints was checked)."""
-    ids = {agent.checkpoint_id for agent in (facts.policy, *facts.agents) if agent is not None and agent.checkpoint_id}
+    ids = {checkpoint_id for _, checkpoint_id in facts.checkpoint_refs}
     if not ids:
         return
     contexts = {checkpoint_id: await checkpoint_context(checkpoint_id, jobs) for checkpoint_id in sorted(ids)}
-    check_context_limits(facts, {k: v for k, v in contexts.items() if v is not None})
+    check_context_limits(facts.plan, {k: v for k, v in contexts.items() if v is not None})
 
 
 async def checkpoint_context(checkpoint_id: str, jobs: StoredJobs) -> ModelContext | None:
@@ -43,16 +45,16 @@ async def checkpoint_context(checkpoint_id: str, jobs: StoredJobs) -> ModelConte
         agent = await _saving_agent(current, jobs)
         if agent is None:
             return None
-        if agent.builtin_model:
-            base = builtin_context(agent.builtin_model)
+        if agent.model.kind == ModelKind.BUILTIN:
+            base = builtin_context(agent.model.name)
             return None if base is None else ModelContext(tokens=base.tokens, model=checkpoint_id, base=base.model)
-        if not agent.checkpoint_id:
+        if agent.model.kind != ModelKind.CHECKPOINT:
             return None
-        current = agent.checkpoint_id
+        current = agent.model.name
     return None
 
 
-async def _saving_agent(checkpoint_id: str, jobs: StoredJobs) -> AgentFacts | None:
+async def _saving_agent(checkpoint_id: str, jobs: StoredJobs) -> PolicyPlan | None:
     """The agent of the job that saved `checkpoint_id` (a multi-agent job's: the one the name ends with)."""
     match = SAVED_BY_JOB.match(checkpoint_id)
     job = await jobs.get(match.group(1)) if match else None
@@ -62,7 +64,8 @@ async def _saving_agent(checkpoint_id: str, jobs: StoredJobs) -> AgentFacts | No
         facts = stored_spec_facts(job.spec_blob)
     except (InvalidArgument, DecodeError):  # a spec stored by an older version this one cannot read
         return None
-    if facts.policy is not None:
-        return facts.policy
+    plan = facts.plan
+    if plan.policy is not None:
+        return plan.policy
     name = match.group(2)
-    return next((agent for agent in facts.agents if name.endswith(f"-{agent.agent_id}")), None)
+    return next((agent for agent in plan.agents if name.endswith(f"-{agent.agent_id}")), None)

@@ -1,27 +1,23 @@
 """Protobuf <-> domain for jobs, specs and events.
 
-The JobSpec crosses into the domain twice: as `JobSpecFacts` (what the scheduler validates and
-schedules on) and as its deterministic serialization (`spec_blob`, stored and returned as is).
+The JobSpec crosses into the domain twice: resolved, as `JobSpecFacts` (its plan, which the
+scheduler schedules on, and what it checks against its state) and as its deterministic
+serialization (`spec_blob`, stored and returned as is).
 """
 
 from __future__ import annotations
 
-import functools
-import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-from google.protobuf import struct_pb2
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
-from google.protobuf.message import Message
-
-from opentinker_api.common.v1 import algorithm_pb2, environment_pb2, progress_pb2, resources_pb2
+from opentinker_api.common.v1 import progress_pb2
 from opentinker_api.scheduler.v1 import job_pb2
+from opentinker_runtime.jobplan import ResolveError, resolve_job_plan
+from opentinker_runtime.jobplan.resolve_training import output_file
 from opentinker_scheduler.convert_common import enum_from_proto, enum_to_proto, milliseconds_from_proto, timestamp
 from opentinker_scheduler.convert_samples import samples_from_proto, samples_to_proto
 from opentinker_scheduler.convert_workers import assignment_to_proto, role_from_proto, role_to_proto
 from opentinker_scheduler.errors import InvalidArgument
-from opentinker_scheduler import convert_spec_paths as spec_paths
 from opentinker_scheduler.events import (
     CheckpointSaved,
     JobEvent,
@@ -33,25 +29,8 @@ from opentinker_scheduler.events import (
     StateChanged,
     WorkerLost,
 )
-from opentinker_scheduler.model import (
-    EnvHostField,
-    EnvironmentFacts,
-    AgentFacts,
-    CheckpointRef,
-    DeviceKind,
-    Job,
-    JobSpecFacts,
-    JobState,
-    JobType,
-    LossFacts,
-    NumericField,
-    Progress,
-    ResourceRequest,
-)
-
-NUMERIC_TYPES = frozenset({FieldDescriptor.CPPTYPE_DOUBLE, FieldDescriptor.CPPTYPE_FLOAT,
-                           FieldDescriptor.CPPTYPE_INT32, FieldDescriptor.CPPTYPE_INT64})
-OPAQUE_MESSAGES = frozenset({"google.protobuf.Struct"})  # user config: any numbers allowed
+from opentinker_scheduler.model import CheckpointRef, EnvHostField, Job, JobSpecFacts, JobState, JobType, Progress
+from opentinker_scheduler.spec_facts import spec_facts
 
 
 def spec_blob(spec: job_pb2.JobSpec) -> bytes:
@@ -60,164 +39,40 @@ def spec_blob(spec: job_pb2.JobSpec) -> bytes:
 
 
 def facts_from_spec(spec: job_pb2.JobSpec) -> JobSpecFacts:
-    scalars = tuple(scalar_fields(spec, "spec"))  # walked once, read three times below
-    for path in non_finite_struct_numbers(spec, "spec"):
-        raise InvalidArgument(path, "must be a finite number: NaN and Infinity have no JSON form (the "
-                              "Coordinator and the games read configs as JSON)")
-    training = spec.training
-    return JobSpecFacts(
-        type=job_type_from_proto(spec.type, field="spec.type"), priority=spec.priority,
-        policy=agent_facts(spec.policy, "spec.policy") if spec.HasField("policy") else None,
-        agents=tuple(agent_facts(a, f"spec.agents[{i}]") for i, a in enumerate(spec.agents)),
-        env_name=spec.environment.env_name, dataset_path=spec.dataset.path,
-        path_fields=tuple(spec_paths.path_fields(spec)), checkpoint_refs=tuple(spec_paths.checkpoint_refs(spec)),
-        total_steps=training.total_steps, batch_size=training.batch_size,
-        group_size=training.group_size, target_loss=training.target_loss,
-        max_retries=training.max_retries if training.HasField("max_retries") else None,
-        resources=tuple(resource_from_proto(r, f"spec.resources[{i}]") for i, r in enumerate(spec.resources)),
-        numbers=tuple(numeric_fields(spec, "spec", scalars)), label_count=len(spec.labels),
-        labels=tuple(spec.labels.items()), display_name=spec.display_name,
-        unknown_enums=tuple(unknown_enum_values(spec, "spec", scalars)), output_path=spec.inference.output_path,
-        multi_agent_set=spec.HasField("multi_agent"), envhost_fields=tuple(envhost_fields(spec, "spec", scalars)),
-        environments=tuple(environment_facts(scalars)),
-        max_staleness=getattr(spec, "async").max_staleness, sections=spec_sections(spec))
+    """The spec resolved (`opentinker_runtime.jobplan`). A spec that does not resolve keeps its
+    problem, INVALID_ARGUMENT naming the field the resolver named, for `JobService.submit` to raise
+    once it has judged who may set the spec's EnvHost addresses (read here from the spec itself)."""
+    addresses = tuple(envhost_fields(spec))
+    try:
+        plan = resolve_job_plan(spec)
+    except ResolveError as error:
+        return JobSpecFacts(plan=None, envhost_fields=addresses, problem=InvalidArgument(error.field, error.message))
+    return spec_facts(plan, addresses)
 
 
-def spec_sections(spec: job_pb2.JobSpec) -> frozenset[str]:
-    """The names of the spec's top-level message fields that are set (`environment`, `async`...)."""
-    return frozenset(descriptor.name for descriptor, _ in spec.ListFields()
-                     if descriptor.cpp_type == FieldDescriptor.CPPTYPE_MESSAGE and not descriptor.is_repeated)
+def envhost_fields(spec: job_pb2.JobSpec) -> Iterator[EnvHostField]:
+    """Every EnvHost the spec's environments name (envhost_address or envhost)."""
+    for path, environment in (("spec.environment", spec.environment),
+                              ("spec.multi_agent.eval_environment", spec.multi_agent.eval_environment)):
+        for kind in ("envhost_address", "envhost"):
+            if value := getattr(environment, kind):
+                yield EnvHostField(path=f"{path}.{kind}", kind=kind, value=value)
 
 
 def stored_spec_facts(blob: bytes) -> JobSpecFacts:
-    """The facts of a stored job's spec (`Job.spec_blob`, valid when it was submitted)."""
-    return facts_from_spec(job_pb2.JobSpec.FromString(blob))
+    """The facts of a stored job's spec (`Job.spec_blob`, valid when it was submitted); its problem
+    raised when it no longer resolves (stored by an older version)."""
+    facts = facts_from_spec(job_pb2.JobSpec.FromString(blob))
+    facts.raise_problem()
+    return facts
 
 
 def inference_output_of(job: Job) -> str | None:
-    """An INFERENCE job's spec.inference.output_path ("" = the default name); None for other jobs."""
+    """Where an INFERENCE job writes (its spec's output_path, else the default file name, relative
+    to its tenant's outputs/); None for other jobs."""
     if job.type is not JobType.INFERENCE:
         return None
-    return job_pb2.JobSpec.FromString(job.spec_blob).inference.output_path
-
-
-ENVIRONMENT_REFERENCE = environment_pb2.EnvironmentReference.DESCRIPTOR.full_name
-
-
-Scalars = Iterable[tuple[FieldDescriptor, object, str]]
-"""What `scalar_fields` yields: (descriptor, value, path) of every set scalar."""
-
-
-def envhost_fields(message: Message, path: str, scalars: Scalars | None = None) -> Iterator[EnvHostField]:
-    """Every envhost_address and envhost set in an EnvironmentReference below `message` (`scalars`:
-    its `scalar_fields`, when read already)."""
-    for descriptor, value, name in scalar_fields(message, path) if scalars is None else scalars:
-        if descriptor.containing_type.full_name == ENVIRONMENT_REFERENCE and descriptor.name in ("envhost_address",
-                                                                                               "envhost"):
-            yield EnvHostField(path=name, kind=descriptor.name, value=str(value))
-
-
-def environment_facts(scalars: Scalars) -> Iterator[EnvironmentFacts]:
-    """Every EnvironmentReference with a scalar set, with its field path (from the spec's
-    `scalar_fields`: no second walk of the spec)."""
-    references: dict[str, dict[str, str]] = {}
-    for descriptor, value, name in scalars:
-        if descriptor.containing_type.full_name == ENVIRONMENT_REFERENCE:
-            path, _, field_name = name.rpartition(".")
-            references.setdefault(path, {})[field_name] = str(value)
-    for path, fields in references.items():
-        yield EnvironmentFacts(path=path, env_name=fields.get("env_name", ""), envhost=fields.get("envhost", ""),
-                               envhost_address=fields.get("envhost_address", ""))
-
-
-def agent_facts(agent: job_pb2.AgentSpec, path: str) -> AgentFacts:
-    has_model = agent.HasField("model") and agent.model.WhichOneof("source") is not None
-    return AgentFacts(path=path, agent_id=agent.agent_id, has_model=has_model, frozen=agent.frozen,
-                      builtin_model=agent.model.builtin.name, checkpoint_id=agent.model.checkpoint.checkpoint_id,
-                      has_adaptation=agent.adaptation.WhichOneof("kind") is not None,
-                      learning_rate=agent.algorithm.optimizer.learning_rate,
-                      loss=loss_facts(agent.algorithm.loss))
-
-
-def loss_facts(loss: algorithm_pb2.LossConfig) -> LossFacts:
-    return LossFacts(function=_name_or(algorithm_pb2.LossFunction, loss.function, "LOSS_FUNCTION_", ""),
-                     importance_mask=_name_or(algorithm_pb2.ImportanceMask, loss.importance_mask,
-                                              "IMPORTANCE_MASK_", ""),
-                     importance_mask_low=loss.importance_mask_low,
-                     importance_mask_high=loss.importance_mask_high)
-
-
-def resource_from_proto(request: resources_pb2.ResourceRequest, path: str) -> ResourceRequest:
-    kind = enum_from_proto(DeviceKind, resources_pb2.DeviceKind, "DEVICE_KIND_", request.device_kind,
-                           field=f"{path}.device_kind")
-    return ResourceRequest(role=role_from_proto(request.role, field=f"{path}.role"),
-                           device_count=request.device_count, device_kind=kind,
-                           min_memory_bytes=request.min_memory_bytes)
-
-
-def scalar_fields(message: Message, path: str) -> Iterator[tuple[FieldDescriptor, object, str]]:
-    """(descriptor, value, path) of every set scalar below `message` (maps and Structs skipped)."""
-    for descriptor, value in message.ListFields():
-        name = f"{path}.{descriptor.name}"
-        values = value if descriptor.is_repeated else [value]
-        for index, item in enumerate(values):
-            item_path = f"{name}[{index}]" if descriptor.is_repeated else name
-            if descriptor.cpp_type != FieldDescriptor.CPPTYPE_MESSAGE:
-                yield descriptor, item, item_path
-            elif not _skipped(descriptor.message_type):
-                yield from scalar_fields(item, item_path)  # type: ignore[arg-type]
-
-
-@functools.cache
-def _skipped(message_type: Descriptor) -> bool:
-    """Map entries and opaque user configs: no scalar of theirs is looked at (cached per type)."""
-    return _map_entry(message_type) or message_type.full_name in OPAQUE_MESSAGES
-
-
-@functools.cache
-def _map_entry(message_type: Descriptor) -> bool:
-    return message_type.GetOptions().map_entry
-
-
-def non_finite_struct_numbers(message: Message, path: str) -> Iterator[str]:
-    """Paths of NaN and +-Infinity numbers inside the Structs (user configs) below `message`, keys
-    in brackets as spec.labels' are: spec.environment.config['levels'][0]['penalty']."""
-    if message.DESCRIPTOR.full_name in OPAQUE_MESSAGES:
-        for key, value in message.fields.items():  # type: ignore[attr-defined]
-            yield from _non_finite_values(value, f"{path}[{key!r}]")
-        return
-    for descriptor, value in message.ListFields():
-        if descriptor.cpp_type != FieldDescriptor.CPPTYPE_MESSAGE or _map_entry(descriptor.message_type):
-            continue
-        items = value if descriptor.is_repeated else [value]
-        for index, item in enumerate(items):
-            name = f"{path}.{descriptor.name}" + (f"[{index}]" if descriptor.is_repeated else "")
-            yield from non_finite_struct_numbers(item, name)  # type: ignore[arg-type]
-
-
-def _non_finite_values(value: struct_pb2.Value, path: str) -> Iterator[str]:
-    kind = value.WhichOneof("kind")
-    if kind == "number_value" and not math.isfinite(value.number_value):
-        yield path
-    elif kind == "struct_value":
-        yield from non_finite_struct_numbers(value.struct_value, path)
-    elif kind == "list_value":
-        for index, item in enumerate(value.list_value.values):
-            yield from _non_finite_values(item, f"{path}[{index}]")
-
-
-def numeric_fields(message: Message, path: str, scalars: Scalars | None = None) -> Iterator[NumericField]:
-    """Every set numeric field below `message`, with its path."""
-    for descriptor, value, name in scalar_fields(message, path) if scalars is None else scalars:
-        if descriptor.cpp_type in NUMERIC_TYPES:
-            yield NumericField(path=name, value=float(value))  # type: ignore[arg-type]
-
-
-def unknown_enum_values(message: Message, path: str, scalars: Scalars | None = None) -> Iterator[str]:
-    """'<path>: <n> is not a known <Enum> value' for enum numbers newer than our protos."""
-    for descriptor, value, name in scalar_fields(message, path) if scalars is None else scalars:
-        if descriptor.cpp_type == FieldDescriptor.CPPTYPE_ENUM and value not in descriptor.enum_type.values_by_number:
-            yield f"{name}: {value} is not a known {descriptor.enum_type.name} value"
+    return output_file(job_pb2.JobSpec.FromString(job.spec_blob).inference.output_path, job.job_id)
 
 
 def job_type_from_proto(value: int, *, field: str) -> JobType:

@@ -18,11 +18,11 @@ from opentinker_scheduler.events import CheckpointSaved, JobEvent, LogLine, Payl
 from opentinker_scheduler.job_store import AppendStatus, Created, JobStore, Start, StartResult, SubmitRefused
 from opentinker_scheduler.leases import LeaseTable
 from opentinker_scheduler.lifecycle import Lifecycle
+from opentinker_scheduler.model_context import check_context_limits
 from opentinker_scheduler.model import Caller, Job, JobSpecFacts, JobState, JobType, LeaseContext, Page, QueuedJob
 from opentinker_scheduler.paging import decode_offset, decode_token, encode_token, page_size
 from opentinker_scheduler.reports import build_report, check_samples_query
 from opentinker_scheduler.spec_paths import CheckpointOwners, check_tenant_paths
-from opentinker_scheduler.validation import default_resources, effective_priority, retries_allowed, validate_spec
 
 MAX_REQUEST_ID_LENGTH = 128
 CAS_RETRIES = 5
@@ -76,11 +76,12 @@ class JobService:
 
     async def submit(self, facts: JobSpecFacts, spec_blob: bytes, *, caller: Caller, request_id: str,
                      validate_only: bool = False) -> tuple[Job, bool]:
-        """Validate and queue for the caller's tenant; (job, created). A reused request_id
-        returns the first job."""
+        """Queue a resolved spec for the caller's tenant once the caller may name what it names;
+        (job, created). A reused request_id returns the first job."""
         check_id("request_id", request_id, required=False)
-        check_addresses(facts.envhost_fields, caller)
-        validate_spec(facts)
+        check_addresses(facts.envhost_fields, caller)  # who may set a field comes first
+        facts.raise_problem()
+        check_context_limits(facts.plan)  # builtin models; checkpoints of them: check_checkpoint_contexts
         await self.envhosts.check_names(facts.envhost_fields, caller)
         if facts.type in EPISODE_JOB_TYPES:  # SFT jobs ignore their environment
             await self.envhosts.check_env_names(facts.environments, caller)
@@ -121,10 +122,9 @@ class JobService:
     def _new_job(self, facts: JobSpecFacts, spec_blob: bytes, tenant_id: str) -> Job:
         now = self.store.clock.now_ms()
         return Job(job_id=f"job-{uuid.uuid4().hex}", tenant_id=tenant_id,
-                   type=facts.type, priority=effective_priority(facts), spec_blob=spec_blob,
-                   resources=facts.resources or default_resources(facts.type),
+                   type=facts.type, priority=facts.plan.priority, spec_blob=spec_blob, resources=facts.resources,
                    state=JobState.QUEUED, create_time_ms=now, update_time_ms=now,
-                   retries_left=retries_allowed(facts))
+                   retries_left=facts.plan.training.max_retries)
 
     async def get(self, job_id: str, caller: Caller) -> Job:
         """The job; NOT_FOUND for another tenant's job (an admin key sees every job)."""

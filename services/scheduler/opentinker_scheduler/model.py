@@ -5,10 +5,9 @@ Enum member names equal the protobuf value names without their prefix (`JobState
 Unix epoch (0 = unset), taken from the scheduler's `Clock`.
 
 The job's spec is kept as `spec_blob`: the deterministic protobuf serialization of the JobSpec the
-user sent, opaque to the domain. The scheduler reasons only about the few spec facts it needs
-(type, priority, resources: `JobSpecFacts`); storing the blob returns every other field exactly as
-submitted (and lets idempotent retries compare specs) without a domain twin of ~40 nested messages
-that only the Coordinator, Trainer and Rollout interpret.
+user sent, opaque to the domain. The scheduler reasons on its resolved plan (`JobSpecFacts.plan`,
+the same `opentinker_runtime.jobplan.JobPlan` a Coordinator drives the job by); storing the blob
+returns every field exactly as submitted (and lets idempotent retries compare specs).
 """
 
 from __future__ import annotations
@@ -16,6 +15,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
+
+from opentinker_runtime.jobplan.plan import JobPlan
+from opentinker_scheduler.errors import InvalidArgument
 
 
 class JobType(enum.StrEnum):
@@ -98,14 +100,6 @@ class EnvironmentFacts:
 
 
 @dataclass(frozen=True, kw_only=True)
-class NumericField:
-    """One numeric value set somewhere in a spec, with its field path (`spec.training.batch_size`)."""
-
-    path: str
-    value: float
-
-
-@dataclass(frozen=True, kw_only=True)
 class PathField:
     """A file path set somewhere in a spec: `kind` is output, dataset, model or config (a game config
     entry whose key ends in 'path'); a tenant key's must stay inside its tenant area."""
@@ -116,71 +110,32 @@ class PathField:
 
 
 @dataclass(frozen=True, kw_only=True)
-class LossFacts:
-    """What validation needs to know about an agent's LossConfig. Enum values are the protobuf
-    value names without their prefix, "" when unspecified; the band as sent (0 = default)."""
-
-    function: str = ""
-    importance_mask: str = ""
-    importance_mask_low: float = 0.0
-    importance_mask_high: float = 0.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class AgentFacts:
-    """What validation needs to know about one AgentSpec (`spec.policy` or `spec.agents[i]`)."""
-
-    path: str
-    agent_id: str = ""
-    has_model: bool = False
-    builtin_model: str = ""
-    """model.builtin.name ("" for other model sources)."""
-    checkpoint_id: str = ""
-    """model.checkpoint.checkpoint_id ("" for other model sources)."""
-    has_adaptation: bool = False
-    frozen: bool = False
-    learning_rate: float = 0.0
-    loss: LossFacts = field(default_factory=LossFacts)
-
-
-@dataclass(frozen=True, kw_only=True)
 class JobSpecFacts:
-    """The parts of a JobSpec the scheduler validates and schedules on."""
+    """A submitted spec: its resolved plan (`opentinker_runtime.jobplan`: every rule of the spec
+    checked, every default applied) and what the Scheduler checks of it against its own state and
+    the caller (`spec_facts`). A spec that did not resolve has no plan, only its `problem`."""
 
-    type: JobType
-    priority: int = 0
-    policy: AgentFacts | None = None
-    agents: tuple[AgentFacts, ...] = ()
-    env_name: str = ""
-    dataset_path: str = ""
+    plan: JobPlan | None
+    problem: InvalidArgument | None = None
+    """Why the spec does not resolve (raised after the caller's right to its EnvHost addresses is judged)."""
+    envhost_fields: tuple[EnvHostField, ...] = ()
+    """Every EnvHost a spec's environments name (envhost_address or envhost), wherever they sit."""
     path_fields: tuple[PathField, ...] = ()
     """Every file path the spec sets (output, dataset, local models, game config paths)."""
     checkpoint_refs: tuple[tuple[str, str], ...] = ()
     """(field path, checkpoint id) of every model.checkpoint the spec names."""
-    total_steps: int = 0
-    batch_size: int = 0
-    group_size: int = 0
-    target_loss: float = 0.0
-    max_retries: int | None = None
-    """None when the spec leaves it unset (the default applies)."""
-    resources: tuple[ResourceRequest, ...] = ()
-    numbers: tuple[NumericField, ...] = ()
-    label_count: int = 0
-    labels: tuple[tuple[str, str], ...] = ()
-    display_name: str = ""
-    unknown_enums: tuple[str, ...] = ()
-    """'<path>: <n> is not a known <Enum> value' for each enum number our protos do not define."""
-    output_path: str = ""
-    multi_agent_set: bool = False
-    """spec.multi_agent is set."""
-    envhost_fields: tuple[EnvHostField, ...] = ()
-    """Every EnvHost a spec's environments name (envhost_address or envhost), wherever they sit."""
     environments: tuple[EnvironmentFacts, ...] = ()
     """Every EnvironmentReference the spec sets (spec.environment, spec.multi_agent.eval_environment)."""
-    max_staleness: int = 0
-    """spec.async.max_staleness: 0 = synchronous."""
-    sections: frozenset[str] = frozenset()
-    """The spec's top-level message fields that are set (`environment`, `training`, `async`...)."""
+    resources: tuple[ResourceRequest, ...] = ()
+    """The devices it asks for, the job type's default when the spec names none."""
+
+    def raise_problem(self) -> None:
+        if self.problem is not None:
+            raise self.problem
+
+    @property
+    def type(self) -> JobType:
+        return JobType(self.plan.kind)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,8 +6,9 @@ directory, nor a builtin name it has never heard of: those are never refused her
 
 Only RL and INFERENCE jobs play episodes, so only they are checked (an SFT job ignores sampling and
 limits). A turn must leave room for at least one prompt token; an episode (prompt, replies and
-observations together) can never be longer than the window. Unset and 0 limits are the Rollout's
-defaults (32 or 256 new tokens per turn, no episode limit), which fit every builtin model.
+observations together) can never be longer than the window. The limits are the resolved plan's
+(`opentinker_runtime.jobplan`): a turn's is the smaller of sampling.max_new_tokens (its defaults,
+32 or 256, fit every builtin model) and limits.max_new_tokens_per_turn when set.
 """
 
 from __future__ import annotations
@@ -15,15 +16,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from opentinker_runtime.jobplan.plan import JobKind, JobPlan, PolicyPlan
+from opentinker_runtime.ml.sources import ModelKind
 from opentinker_scheduler.errors import InvalidArgument
-from opentinker_scheduler.model import AgentFacts, JobSpecFacts, JobType
 
 BUILTIN_CONTEXT_TOKENS: dict[str, int] = {"tiny-llama": 512, "tiny-qwen2": 512, "small-llama": 1024}
 """max_position_embeddings of each builtin model (opentinker_runtime.ml.models.BUILTIN_MODELS; a test keeps
 the two equal: the Scheduler does not import torch)."""
-EPISODE_JOB_TYPES = (JobType.RL, JobType.INFERENCE)
-TURN_LIMITS = ("sampling.max_new_tokens", "limits.max_new_tokens_per_turn")
-EPISODE_LIMIT = "limits.max_total_tokens"
+EPISODE_KINDS = (JobKind.RL, JobKind.INFERENCE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,34 +49,35 @@ def builtin_context(name: str) -> ModelContext | None:
     return None if tokens is None else ModelContext(tokens=tokens, model=name)
 
 
-def check_context_limits(facts: JobSpecFacts, checkpoints: Mapping[str, ModelContext] | None = None) -> None:
-    """InvalidArgument for the first agent's limit its model's window cannot hold. `checkpoints`:
+def check_context_limits(plan: JobPlan, checkpoints: Mapping[str, ModelContext] | None = None) -> None:
+    """InvalidArgument for the first policy's limit its model's window cannot hold. `checkpoints`:
     the windows known of the checkpoints the spec names (by id); the rest are not checked."""
-    if facts.type not in EPISODE_JOB_TYPES:
+    if plan.kind not in EPISODE_KINDS:
         return
-    numbers = {number.path: int(number.value) for number in facts.numbers}
-    for agent in (facts.policy, *facts.agents):
-        context = _context_of(agent, checkpoints or {}) if agent is not None else None
+    for policy in plan.policies:
+        context = _context_of(policy, checkpoints or {})
         if context is not None:
-            _check_agent(agent.path, numbers, context)
+            _check_policy(policy, context)
 
 
-def _context_of(agent: AgentFacts, checkpoints: Mapping[str, ModelContext]) -> ModelContext | None:
-    if agent.builtin_model:
-        return builtin_context(agent.builtin_model)
-    return checkpoints.get(agent.checkpoint_id) if agent.checkpoint_id else None
+def _context_of(policy: PolicyPlan, checkpoints: Mapping[str, ModelContext]) -> ModelContext | None:
+    model = policy.model
+    if model.kind == ModelKind.BUILTIN:
+        return builtin_context(model.name)
+    return checkpoints.get(model.name) if model.kind == ModelKind.CHECKPOINT else None
 
 
-def _check_agent(path: str, numbers: Mapping[str, int], context: ModelContext) -> None:
+def _check_policy(policy: PolicyPlan, context: ModelContext) -> None:
     """The smaller of the turn limits applies (proto: AgentLoopLimits.max_new_tokens_per_turn)."""
-    turn_limits = [(numbers[f"{path}.{name}"], f"{path}.{name}") for name in TURN_LIMITS
-                   if numbers.get(f"{path}.{name}", 0) > 0]
-    if turn_limits:
-        tokens, field = min(turn_limits)
-        if tokens >= context.tokens:
-            raise InvalidArgument(field, f"{tokens} new tokens per turn do not fit the context of "
-                                  f"{context.describe()}, the prompt included): use at most {context.tokens - 1}")
-    episode = numbers.get(f"{path}.{EPISODE_LIMIT}", 0)
+    turn_limits = [(policy.sampling.max_new_tokens, f"{policy.path}.sampling.max_new_tokens")]
+    if policy.limits.max_new_tokens_per_turn:
+        turn_limits.append((policy.limits.max_new_tokens_per_turn, f"{policy.path}.limits.max_new_tokens_per_turn"))
+    tokens, field = min(turn_limits)
+    if tokens >= context.tokens:
+        raise InvalidArgument(field, f"{tokens} new tokens per turn do not fit the context of "
+                              f"{context.describe()}, the prompt included): use at most {context.tokens - 1}")
+    episode = policy.limits.max_total_tokens
     if episode > context.tokens:
-        raise InvalidArgument(f"{path}.{EPISODE_LIMIT}", f"{episode} tokens per episode do not fit the context "
-                              f"of {context.describe()}): use at most {context.tokens} (0 = the context itself)")
+        raise InvalidArgument(f"{policy.path}.limits.max_total_tokens", f"{episode} tokens per episode do not fit "
+                              f"the context of {context.describe()}): use at most {context.tokens} (0 = the context "
+                              "itself)")
