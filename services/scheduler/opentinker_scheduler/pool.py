@@ -66,7 +66,7 @@ class WorkerPool:
         check_id("worker_id", worker_id)
         if not caller.admin and not envhosts.owns(await self.registry.get(worker_id), caller):
             raise NotFound(f"worker {worker_id} is not registered or missed heartbeats past its TTL; register "
-                           "again", reason="UNSPECIFIED")
+                           "again", reason="")
 
     async def heartbeat(self, worker_id: str, caller: Caller) -> HeartbeatResult:
         """Renew the worker and its leases; its assignments and the jobs it must stop (one
@@ -78,7 +78,7 @@ class WorkerPool:
                                                         job_fields=LEASED_JOB_FIELDS)
         if renewed is None:
             raise NotFound(f"worker {worker_id} is not registered or missed heartbeats past its "
-                           "TTL; register again", reason="UNSPECIFIED")
+                           "TTL; register again", reason="")
         result = HeartbeatResult()
         for lease_id, job_fields in renewed:
             await self._collect(worker_id, lease_id, decode_leased_job(job_fields), result)
@@ -103,7 +103,7 @@ class WorkerPool:
         await self._require_own(worker_id, caller)
         worker = await self.registry.get(worker_id)
         if worker is None:
-            raise NotFound(f"worker {worker_id} not found", reason="UNSPECIFIED")
+            raise NotFound(f"worker {worker_id} not found", reason="")
         if drain:
             await self.registry.set_draining(worker_id)
             return await self.registry.get(worker_id) or worker

@@ -1,9 +1,11 @@
 """The SchedulerService servicer: converts protobuf <-> domain objects and calls the domain.
 
 Every call acts for `current_principal()` (the API key the AuthInterceptor verified; with auth
-disabled, an admin of the `default` tenant). Errors are mapped in grpc_errors. A job's token
-(`x-opentinker-job-token`) is shown in Heartbeat answers and to admin keys in GetJob, and
-required on the Coordinator's reports (ReportJobEvents, FinishJob).
+disabled, an admin of the `default` tenant). Errors are the Scheduler's DomainErrors, mapped by
+the service edge (`opentinker_runtime.edge`); a Redis outage is UNAVAILABLE (`store_outage`).
+A job's token (`x-opentinker-job-token`) is shown in Heartbeat answers and to admin keys in
+GetJob, and required on the Coordinator's reports (ReportJobEvents, FinishJob: admin keys only,
+refused before the token is looked at, so a tenant key learns nothing of a job).
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import grpc
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from opentinker_runtime.auth.interceptor import current_principal
-from opentinker_runtime.auth.job_token_guard import require_job_token
+from opentinker_runtime.core.redis_store import REDIS_DOWN_ERRORS
 from opentinker_runtime.core.server import ServiceBinding
-from opentinker_runtime.core.unimplemented import unimplemented_servicer
-from opentinker_scheduler import grpc_errors
+from opentinker_runtime.edge.handlers import Translation, servicer_base
+from opentinker_runtime.edge.job_token import job_token
 from opentinker_scheduler.app import Scheduler
+from opentinker_scheduler.errors import store_outage
 from opentinker_scheduler.convert_artifacts import artifact_file_to_proto, artifact_to_proto
 from opentinker_scheduler.convert_common import duration
 from opentinker_scheduler.convert_samples import samples_to_proto
@@ -42,16 +45,18 @@ from opentinker_scheduler.convert_workers import (
     worker_to_proto,
 )
 
-SERVICE_FULL_NAME = pb.DESCRIPTOR.services_by_name["SchedulerService"].full_name
+SERVICE = pb.DESCRIPTOR.services_by_name["SchedulerService"]
+SERVICE_FULL_NAME = SERVICE.full_name
 Context = grpc.aio.ServicerContext
-_Base = type(unimplemented_servicer(pb_grpc.SchedulerServiceServicer, SERVICE_FULL_NAME))
+STORE_OUTAGES = Translation(errors=REDIS_DOWN_ERRORS, to_domain=store_outage)
 
 
 def caller():  # noqa: ANN201
     return caller_from_principal(current_principal())
 
 
-class SchedulerServicer(_Base):  # type: ignore[misc, valid-type]
+class SchedulerServicer(servicer_base(pb_grpc.SchedulerServiceServicer, SERVICE,  # type: ignore[misc]
+                                     translation=STORE_OUTAGES)):
     def __init__(self, scheduler: Scheduler) -> None:
         self.jobs = scheduler.jobs
         self.pool = scheduler.pool
@@ -60,20 +65,17 @@ class SchedulerServicer(_Base):  # type: ignore[misc, valid-type]
         self.artifacts = scheduler.artifacts
         self.interval = duration(scheduler.config.heartbeat_interval_ms)
 
-    @grpc_errors.unary
     async def SubmitJob(self, request: pb.SubmitJobRequest, context: Context) -> pb.SubmitJobResponse:
         job, created = await self.jobs.submit(facts_from_spec(request.spec), spec_blob(request.spec),
                                               caller=caller(), request_id=request.request_id,
                                               validate_only=request.validate_only)
         return pb.SubmitJobResponse(job=job_to_proto(job), created=created)
 
-    @grpc_errors.unary
     async def GetJob(self, request: pb.GetJobRequest, context: Context) -> pb.GetJobResponse:
         who = caller()
         job = await self.jobs.get(request.job_id, who)
         return pb.GetJobResponse(job=job_to_proto(job, job_token=self.tokens.token_shown_to(who, job)))
 
-    @grpc_errors.unary
     async def ListJobs(self, request: pb.ListJobsRequest, context: Context) -> pb.ListJobsResponse:
         states = [state_from_proto(s, field=f"states[{i}]") for i, s in enumerate(request.states)]
         page = await self.jobs.list(caller(), size=request.page_size, token=request.page_token, states=states,
@@ -81,12 +83,10 @@ class SchedulerServicer(_Base):  # type: ignore[misc, valid-type]
         return pb.ListJobsResponse(jobs=[job_to_proto(j) for j in page.items],
                                    next_page_token=page.next_page_token)
 
-    @grpc_errors.unary
     async def CancelJob(self, request: pb.CancelJobRequest, context: Context) -> pb.CancelJobResponse:
         job = await self.jobs.cancel(request.job_id, caller(), reason=request.reason)
         return pb.CancelJobResponse(job=job_to_proto(job))
 
-    @grpc_errors.streaming
     async def WatchJob(self, request: pb.WatchJobRequest,
                        context: Context) -> AsyncIterator[pb.WatchJobResponse]:
         events = self.jobs.watch(request.job_id, caller(), after_sequence=request.after_sequence,
@@ -95,7 +95,6 @@ class SchedulerServicer(_Base):  # type: ignore[misc, valid-type]
             async for event in events:
                 yield pb.WatchJobResponse(event=event_to_proto(event))
 
-    @grpc_errors.unary
     async def ListJobSamples(self, request: pb.ListJobSamplesRequest, context: Context) -> pb.ListJobSamplesResponse:
         page = await self.jobs.samples(request.job_id, caller(),
                                        step=request.step if request.HasField("step") else None,
@@ -103,13 +102,11 @@ class SchedulerServicer(_Base):  # type: ignore[misc, valid-type]
         return pb.ListJobSamplesResponse(samples=[samples_to_proto(s) for s in page.items],
                                          next_page_token=page.next_page_token)
 
-    @grpc_errors.unary
     async def ListArtifacts(self, request: pb.ListArtifactsRequest, context: Context) -> pb.ListArtifactsResponse:
         page = await self.artifacts.list(request.job_id, caller(), size=request.page_size, token=request.page_token)
         return pb.ListArtifactsResponse(artifacts=[artifact_to_proto(a) for a in page.items],
                                         next_page_token=page.next_page_token)
 
-    @grpc_errors.streaming
     async def DownloadArtifact(self, request: pb.DownloadArtifactRequest,
                                context: Context) -> AsyncIterator[pb.DownloadArtifactResponse]:
         artifact, files = await self.artifacts.open(request.artifact_id, request.path_prefix, caller())
@@ -119,13 +116,11 @@ class SchedulerServicer(_Base):  # type: ignore[misc, valid-type]
             else:
                 yield pb.DownloadArtifactResponse(data=chunk)
 
-    @grpc_errors.unary
     async def RegisterWorker(self, request: pb.RegisterWorkerRequest,
                              context: Context) -> pb.RegisterWorkerResponse:
         worker = await self.pool.register(registration_from_proto(request), caller())
         return pb.RegisterWorkerResponse(worker=worker_to_proto(worker), heartbeat_interval=self.interval)
 
-    @grpc_errors.unary
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: Context) -> pb.HeartbeatResponse:
         result = await self.pool.heartbeat(request.worker_id, caller())
         assignments = [assignment_to_proto(a, job_token=result.job_tokens.get(a.lease.job_id, ""))
@@ -133,47 +128,39 @@ class SchedulerServicer(_Base):  # type: ignore[misc, valid-type]
         return pb.HeartbeatResponse(assignments=assignments,
                                     stop_job_ids=result.stop_job_ids, heartbeat_interval=self.interval)
 
-    @grpc_errors.unary
     async def DeregisterWorker(self, request: pb.DeregisterWorkerRequest,
                                context: Context) -> pb.DeregisterWorkerResponse:
         worker = await self.pool.deregister(request.worker_id, caller(), drain=request.drain)
         return pb.DeregisterWorkerResponse(worker=worker_to_proto(worker))
 
-    @grpc_errors.unary
     async def ListWorkers(self, request: pb.ListWorkersRequest, context: Context) -> pb.ListWorkersResponse:
         page = await self.pool.list(caller(), size=request.page_size, token=request.page_token,
                                     role=role_from_proto(request.role, field="role"))
         return pb.ListWorkersResponse(workers=[worker_to_proto(w) for w in page.items],
                                       next_page_token=page.next_page_token)
 
-    @grpc_errors.unary
     async def CheckJobToken(self, request: pb.CheckJobTokenRequest, context: Context) -> pb.CheckJobTokenResponse:
         job = await self.jobs.get(request.job_id, caller())
         self.tokens.require_current(job, request.job_token)
         return pb.CheckJobTokenResponse(tenant_id=job.tenant_id)
 
-    @grpc_errors.unary
+    @job_token(lease="lease", admin_only="ReportJobEvents (a worker's call)")
     async def ReportJobEvents(self, request: pb.ReportJobEventsRequest,
                               context: Context) -> pb.ReportJobEventsResponse:
         who = caller()
-        who.require_admin("ReportJobEvents (a worker's call)")  # before the token: no hint a job exists
-        await require_job_token(context, job_id=request.lease.job_id, fencing_token=request.lease.fencing_token)
         payloads = [payload_from_proto(e, field=f"events[{i}]") for i, e in enumerate(request.events)]
         sequence = await self.jobs.report(lease_context_from_proto(request.lease), payloads,
                                           caller=who, request_id=request.request_id)
         return pb.ReportJobEventsResponse(last_sequence=sequence)
 
-    @grpc_errors.unary
+    @job_token(lease="lease", admin_only="FinishJob (the Coordinator's call)")
     async def FinishJob(self, request: pb.FinishJobRequest, context: Context) -> pb.FinishJobResponse:
         who = caller()
-        who.require_admin("FinishJob (the Coordinator's call)")  # before the token: no hint a job exists
-        await require_job_token(context, job_id=request.lease.job_id, fencing_token=request.lease.fencing_token)
         job = await self.jobs.finish(lease_context_from_proto(request.lease),
                                      state_from_proto(request.final_state, field="final_state"),
                                      caller=who, message=request.message)
         return pb.FinishJobResponse(job=job_to_proto(job))
 
-    @grpc_errors.unary
     async def CreateTenant(self, request: pb.CreateTenantRequest, context: Context) -> pb.CreateTenantResponse:
         tenant, key, secret = await self.admin.create_tenant(
             caller(), tenant_id=request.tenant_id, display_name=request.display_name,
@@ -181,36 +168,30 @@ class SchedulerServicer(_Base):  # type: ignore[misc, valid-type]
         return pb.CreateTenantResponse(tenant=tenant_to_proto(tenant), api_key=api_key_to_proto(key),
                                        api_key_secret=secret)
 
-    @grpc_errors.unary
     async def GetTenant(self, request: pb.GetTenantRequest, context: Context) -> pb.GetTenantResponse:
         return pb.GetTenantResponse(tenant=tenant_to_proto(await self.admin.get_tenant(caller(), request.tenant_id)))
 
-    @grpc_errors.unary
     async def ListTenants(self, request: pb.ListTenantsRequest, context: Context) -> pb.ListTenantsResponse:
         page = await self.admin.list_tenants(caller(), size=request.page_size, token=request.page_token)
         return pb.ListTenantsResponse(tenants=[tenant_to_proto(t) for t in page.items],
                                       next_page_token=page.next_page_token)
 
-    @grpc_errors.unary
     async def UpdateTenantQuota(self, request: pb.UpdateTenantQuotaRequest,
                                 context: Context) -> pb.UpdateTenantQuotaResponse:
         tenant = await self.admin.update_quota(caller(), request.tenant_id, quota_from_proto(request.quota))
         return pb.UpdateTenantQuotaResponse(tenant=tenant_to_proto(tenant))
 
-    @grpc_errors.unary
     async def CreateApiKey(self, request: pb.CreateApiKeyRequest, context: Context) -> pb.CreateApiKeyResponse:
         key, secret = await self.admin.create_api_key(caller(), tenant_id=request.tenant_id,
                                                       admin=request.admin, description=request.description)
         return pb.CreateApiKeyResponse(api_key=api_key_to_proto(key), secret=secret)
 
-    @grpc_errors.unary
     async def ListApiKeys(self, request: pb.ListApiKeysRequest, context: Context) -> pb.ListApiKeysResponse:
         page = await self.admin.list_api_keys(caller(), request.tenant_id, size=request.page_size,
                                               token=request.page_token)
         return pb.ListApiKeysResponse(api_keys=[api_key_to_proto(k) for k in page.items],
                                       next_page_token=page.next_page_token)
 
-    @grpc_errors.unary
     async def RevokeApiKey(self, request: pb.RevokeApiKeyRequest, context: Context) -> pb.RevokeApiKeyResponse:
         return pb.RevokeApiKeyResponse(api_key=api_key_to_proto(await self.admin.revoke_api_key(caller(), request.key_id)))
 

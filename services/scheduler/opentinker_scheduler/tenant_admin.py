@@ -50,7 +50,7 @@ class TenantAdmin:
         if tenant_id == SYSTEM_TENANT:
             raise InvalidArgument("tenant_id", f"{SYSTEM_TENANT!r} is reserved for OpenTinker's own service key")
         if not await self.tenants.create(Tenant(tenant_id=tenant_id, display_name=display_name, quota=quota)):
-            raise FailedPrecondition(f"tenant {tenant_id} already exists", reason="UNSPECIFIED")
+            raise FailedPrecondition(f"tenant {tenant_id} already exists", reason="")
         record, text = await self.api_keys.create(tenant_id=tenant_id, admin=False,
                                                   description="created with the tenant")
         return await self.get_tenant(caller, tenant_id), record, text
@@ -59,7 +59,7 @@ class TenantAdmin:
         check_tenant_id(tenant_id)
         tenant = await self.tenants.get(tenant_id) if caller.admin or caller.tenant_id == tenant_id else None
         if tenant is None:
-            raise NotFound(f"tenant {tenant_id} not found", reason="UNSPECIFIED")
+            raise NotFound(f"tenant {tenant_id} not found", reason="")
         return tenant
 
     async def list_tenants(self, caller: Caller, *, size: int, token: str) -> Page[Tenant]:
@@ -93,7 +93,7 @@ class TenantAdmin:
         tenant_id = tenant_id or caller.tenant_id
         check_tenant_id(tenant_id)
         if not (caller.admin or caller.tenant_id == tenant_id):
-            raise NotFound(f"tenant {tenant_id} not found", reason="UNSPECIFIED")
+            raise NotFound(f"tenant {tenant_id} not found", reason="")
         limit = page_size(size)
         after = decode_token("api_keys", token) or ""
         records = [r for r in await self.api_keys.of_tenant(tenant_id) if r.key_id > after]
@@ -106,5 +106,5 @@ class TenantAdmin:
             raise InvalidArgument("key_id", "must be the 16 hex digits after 'otk_' in the key")
         record = await self.api_keys.revoke(key_id)
         if record is None:
-            raise NotFound(f"API key {key_id} not found", reason="UNSPECIFIED")
+            raise NotFound(f"API key {key_id} not found", reason="")
         return record
