@@ -26,10 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from opentinker_api.scheduler.v1 import job_pb2  # noqa: E402
-from tests.chaos._chaos_checks import evidence, prove_steps, sequences, summary, trained_steps  # noqa: E402
-from tests.chaos._chaos_stack import ChaosStack  # noqa: E402
-from tests.chaos._faults import plan_faults, run_with_faults, steps_for  # noqa: E402
-from tests.chaos.test_fault_injection import chaos_spec  # noqa: E402
+from harness.chaos.checks import evidence, prove_steps, sequences, summary, trained_steps  # noqa: E402
+from harness.chaos.faults import plan_faults, run_with_faults, steps_for  # noqa: E402
+from harness.chaos.stack import ChaosStack  # noqa: E402
+from harness.job_specs import chaos_spec  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -6,23 +6,23 @@
     .venv/bin/python bench/fuzz_rpcs.py --key tenant                # every RPC with an ordinary tenant's key
 
 What runs, all on this machine: `opentinker up` in a private state directory on free ports
-(tests/_stack.py `LocalStack`: embedded Redis, the five services, auth on; this process calls
-with the stack's admin key), the fixtures of tests/chaos/_fuzz_targets.py (a tenant, a queued job,
+(harness/stack.py `LocalStack`: embedded Redis, the five services, auth on; this process calls
+with the stack's admin key), the fixtures of harness/fuzz/targets.py (a tenant, a queued job,
 a Trainer session, a Rollout policy, an EnvHost session, Coordinator matches), then, RPC after
-RPC in the order of tests/chaos/_fuzz_targets.rpcs_in_order, the valid examples and --examples
-Hypothesis cases (tests/chaos/_fuzz.py: random messages from the descriptors, raw bytes, one-field
+RPC in the order of harness/fuzz/targets.rpcs_in_order, the valid examples and --examples
+Hypothesis cases (harness/fuzz/rpcs.py: random messages from the descriptors, raw bytes, one-field
 mutations of a valid request), each one real call. The oracle is the CI test's
 (tests/chaos/test_fuzz_rpcs.py, 20 cases per RPC): only OK or canonical user codes,
 INVALID_ARGUMENT naming a field of the request, and after each RPC's batch the service SERVING,
 answering a known-good request, its process alive.
 
---key tenant calls with a key of the fixtures' tenant instead (tests/chaos/_fuzz_tenant.py: its
+--key tenant calls with a key of the fixtures' tenant instead (harness/fuzz/tenant.py: its
 own job and EnvHosts as the Scheduler examples' objects); the oracle then also fails any success of
 a tenant key on an admin-only RPC (the CI test's tenant pass, 12 cases per RPC).
 
 Prints a table (RPC, cases, failures, seconds, responses by code), then every failure with a
 reproducer (protobuf text, hex for raw bytes); JSON in bench/results/fuzz_rpcs.json (--out).
-Failures in code this work may not change (tests/chaos/_fuzz.py KNOWN_FINDINGS, e.g. the EnvHost)
+Failures in code this work may not change (harness/fuzz/oracle.py KNOWN_FINDINGS, e.g. the EnvHost)
 are listed as KNOWN. Exit status 1 on any oracle failure, KNOWN ones included unless
 --ignore-known. Times are printed, never judged.
 """
@@ -38,12 +38,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests/ holds the stack helper and the fuzzing library
+sys.path.insert(0, str(ROOT))  # harness/ holds the stack helper and the fuzzing library
 
-from tests._stack import SERVICES, LocalStack  # noqa: E402
-from tests.chaos._fuzz import RpcTally, all_rpcs, fuzz_rpc, summary_table  # noqa: E402
-from tests.chaos._fuzz_targets import LiveTarget, pids_of, rpcs_in_order  # noqa: E402
-from tests.chaos._fuzz_tenant import TenantTarget  # noqa: E402
+from harness.fuzz.rpcs import RpcTally, all_rpcs, fuzz_rpc, summary_table  # noqa: E402
+from harness.fuzz.targets import LiveTarget, pids_of, rpcs_in_order  # noqa: E402
+from harness.fuzz.tenant import TenantTarget  # noqa: E402
+from harness.stack import SERVICES, LocalStack  # noqa: E402
+from harness.stack_spec import StackSpec  # noqa: E402
 
 DEFAULT_OUT = ROOT / "bench" / "results" / "fuzz_rpcs.json"
 
@@ -113,7 +114,7 @@ def report(tallies: list[RpcTally], target: LiveTarget, args: argparse.Namespace
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-fuzz-") as state_dir:
-        stack = LocalStack(Path(state_dir), dashboard=False)
+        stack = LocalStack(Path(state_dir), StackSpec(dashboard=False))
         log(f"starting a private stack in {state_dir} ...")
         stack.up(timeout=args.up_timeout + 60)
         target = LiveTarget({name: stack.address(name) for name in SERVICES}, stack.api_key, pids_of(stack.status))

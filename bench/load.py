@@ -5,8 +5,8 @@
     .venv/bin/python bench/load.py --rounds 10 --only sessions
 
 What runs, all on this machine: `opentinker up` in a private state directory on free ports
-(tests/_stack.py `LocalStack`: embedded Redis, the five services, auth on, this process using
-the stack's admin key), and in this process the loads of tests/chaos/_load.py, one after the
+(harness/stack.py `LocalStack`: embedded Redis, the five services, auth on, this process using
+the stack's admin key), and in this process the loads of harness/load, one after the
 other in every round (so a service's memory belongs to one load at a time):
 
 1. sessions: --sessions guess_number sessions all open at once on the EnvHost, --steps steps
@@ -28,7 +28,7 @@ process isolation share most pages with their fork server, so RSS would count th
 its own RSS, and its open file descriptors, from /proc, sampled about every 0.1 s while a round
 runs (peaks; less often while hundreds of game processes are up) and at the end of each round.
 The first round is the warm-up; "growth" is the highest end-of-round PSS after it minus the
-warm-up's. EnvHost and Scheduler growth must stay under --rss-bound-mib (tests/chaos/_load.py
+warm-up's. EnvHost and Scheduler growth must stay under --rss-bound-mib (harness/load
 RSS_BOUND_MIB says why 8 MiB); the other services run the watched RL job and are reported only.
 
 Results: a table on stdout, progress on stderr, JSON in bench/results/load.json (--out). Exit
@@ -50,10 +50,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests/ holds the stack helper and the load library
+sys.path.insert(0, str(ROOT))  # harness/ holds the stack helper and the load library
 
-from tests._stack import SERVICES, LocalStack  # noqa: E402
-from tests.chaos._load import (  # noqa: E402
+from harness.load import (  # noqa: E402
     RSS_BOUND_MIB,
     JobsReport,
     MemoryTrend,
@@ -66,6 +65,8 @@ from tests.chaos._load import (  # noqa: E402
     sessions_load,
     watchers_load,
 )
+from harness.stack import SERVICES, LocalStack  # noqa: E402
+from harness.stack_spec import StackSpec  # noqa: E402
 
 DEFAULT_OUT = ROOT / "bench" / "results" / "load.json"
 LOADS = ("sessions", "jobs", "watchers")
@@ -274,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in [n for n in os.environ if n.startswith("OPENTINKER_")]:
         del os.environ[name]  # the stack gets its own key and settings, not the caller's
     with tempfile.TemporaryDirectory(prefix="opentinker-load-") as state_dir:
-        stack = LocalStack(Path(state_dir), dashboard=False)
+        stack = LocalStack(Path(state_dir), StackSpec(dashboard=False))
         log("starting the local stack ...")
         stack.up(timeout=config.up_timeout + 60)
         try:

@@ -63,7 +63,8 @@ from tinker import types  # noqa: E402
 
 from opentinker_api.common.v1 import datum_pb2  # noqa: E402
 from opentinker.client.primitives import SamplingClient, TrainingClient  # noqa: E402
-from tests._stack import LocalStack, run_cli  # noqa: E402
+from harness.stack import LocalStack, run_cli  # noqa: E402
+from harness.stack_spec import StackSpec  # noqa: E402
 
 SIDES = ("gateway", "grpc")
 TARGET = 0.8
@@ -254,10 +255,9 @@ def tenant_key(stack: LocalStack, tenant: str) -> str:
 
 
 def measure(config: BenchConfig, state_dir: Path) -> dict[str, SideRecord]:
-    stack = LocalStack(state_dir, dashboard=False, gateway=True)
+    stack = LocalStack(state_dir, StackSpec.of(dashboard=False, gateway=True, OPENTINKER_TRAINER_CPU_SLOTS=SLOTS,
+                                               OPENTINKER_ROLLOUT_CPU_SLOTS=SLOTS))
     os.environ.pop("OPENTINKER_API_KEY", None)  # the stack's own admin key, not the caller's
-    os.environ["OPENTINKER_TRAINER_CPU_SLOTS"] = SLOTS  # `opentinker up` passes its environment on
-    os.environ["OPENTINKER_ROLLOUT_CPU_SLOTS"] = SLOTS
     progress("starting the stack (opentinker up, gateway on, auth on)")
     stack.up(timeout=180)
     records = {name: SideRecord() for name in SIDES}

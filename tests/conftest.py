@@ -1,4 +1,6 @@
-"""Shared fixtures: one private redis-server per test session and a clean database per test."""
+"""Shared fixtures: one private redis-server per test session and a clean database per test; the
+session's pool of local stacks (harness/stack_pool.py), which shares one stack between every test
+that asks for an equal `StackSpec`."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import redis
 import structlog
 
 from opentinker_runtime.core.embedded_redis import EmbeddedRedis
+from harness.stack_pool import StackPool
 
 SKIP_WITHOUT_GPU = "needs a CUDA GPU"
 
@@ -29,6 +32,18 @@ def redis_url(redis_server: EmbeddedRedis) -> Iterator[str]:
     yield redis_server.url
     client.flushdb()
     client.close()
+
+
+@pytest.fixture(scope="session")
+def stack_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackPool]:
+    """Local stacks by spec for the whole session: `stack_pool.lease(spec)` in a fixture shares
+    the stack of `spec` with every other test that leases an equal spec; `stack_pool.private(spec)`
+    is a stack of the caller's own. Every stack still running stops when the session ends."""
+    pool = StackPool(lambda name: tmp_path_factory.mktemp(name).resolve())
+    try:
+        yield pool
+    finally:
+        pool.close()
 
 
 @pytest.fixture(autouse=True)

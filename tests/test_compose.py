@@ -20,7 +20,7 @@ import yaml
 
 from opentinker.cli.topology import SERVICES, service_env
 from opentinker_runtime.auth.api_keys import new_api_key
-from tests._stack import free_ports
+from harness.stack import free_ports
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -17,7 +17,7 @@ from opentinker_api.trainer.v1 import trainer_service_pb2 as trainer_pb
 from opentinker_runtime.core.log_bounds import MAX_LINE_CHARS
 from opentinker_runtime.core.logging import configure_logging
 from tests._services import SERVICES, ServiceProcess
-from tests._stack import free_ports
+from harness.stack import free_ports
 
 pytestmark = pytest.mark.timeout(120)
 

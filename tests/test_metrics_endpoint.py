@@ -34,7 +34,7 @@ from opentinker_runtime.core.errors import PortInUseError, SettingsError
 from opentinker_runtime.core.metrics_http import MetricsEndpoint
 from opentinker_runtime.core.server import ServerPlan, ServiceBinding, StartedServer, start_server, stop_server
 from opentinker_runtime.core.settings import ServiceSettings, load_settings, port_setting, setting
-from tests._stack import free_ports
+from harness.stack import free_ports
 
 pytestmark = pytest.mark.timeout(60)
 ENVHOST = "opentinker.envhost.v1.EnvHostService"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._stack import SERVICES, free_ports, port_args, run_cli
+from harness.stack import SERVICES, free_ports, pid_running, port_args, run_cli, stack_pids
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -30,35 +30,6 @@ def can_listen(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def pid_running(pid: int) -> bool:
-    """True if `pid` exists and is not a zombie (a reaped-later child counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat[stat.rindex(")") + 2] not in "ZX"
-
-
-def stack_pids(state_dir: Path) -> list[int]:
-    """Every running process of the stack in state_dir, found without trusting stack.json:
-    services carry OPENTINKER_STACK_DIR in their environment; redis-server rewrites that
-    memory (its process title) but runs with its data dir, state_dir/redis, as cwd."""
-    marker = f"OPENTINKER_STACK_DIR={state_dir}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-            cwd = os.readlink(entry / "cwd")
-        except OSError:
-            continue
-        ours = marker in environ or cwd == str(state_dir / "redis")
-        if ours and pid_running(int(entry.name)):
-            found.append(int(entry.name))
-    return found
 
 
 @dataclass

@@ -1,35 +1,26 @@
-"""One local stack (`opentinker up`, auth on) for the security tests: job tokens, tenant isolation
-and the secrets grep. Whichever of their modules runs first starts it; it stops when the test
-session ends. Each module still creates its own tenants and jobs, so any of them runs alone.
-Stacks cost ~30 s each to start and stop on a 2-core machine: one for three modules keeps
-their CI time small."""
+"""The local stack (`opentinker up`, auth on) of the security tests: job tokens, tenant
+isolation, EnvHost credentials, path confinement and the secrets grep. It is the session pool's
+default stack (harness/stack_pool.py), shared with the other tests that ask for the default
+spec, e.g. tests/e2e and tests/dashboard. Each module creates its own tenants (names no other
+module uses) and jobs, so any of them runs alone or after the others."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from opentinker.client import SchedulerClient
-from tests._stack import LocalStack
-
-_STARTED: dict[str, LocalStack] = {}
-
-
-def security_stack(tmp_path_factory: pytest.TempPathFactory, config: pytest.Config) -> LocalStack:
-    if "stack" not in _STARTED:
-        local = LocalStack(Path(tmp_path_factory.mktemp("security-stack")))
-        local.up()
-        config.add_cleanup(local.down)
-        _STARTED["stack"] = local
-    return _STARTED["stack"]
+from harness.stack import LocalStack
+from harness.stack_pool import StackPool
+from harness.stack_spec import DEFAULT
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> LocalStack:
+def stack(stack_pool: StackPool) -> Iterator[LocalStack]:
     """The shared security stack (import this fixture into a test module)."""
-    return security_stack(tmp_path_factory, pytestconfig)
+    with stack_pool.lease(DEFAULT) as local:
+        yield local
 
 
 @pytest.fixture(scope="module")

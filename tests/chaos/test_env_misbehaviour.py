@@ -30,7 +30,10 @@ from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import SchedulerClient
 from opentinker.client.credentials import API_KEY_ENV
 from opentinker.client.errors import InvalidArgument
-from tests._stack import LocalStack, run_cli
+from harness.job_specs import rl_spec
+from harness.stack import LocalStack, run_cli
+from harness.stack_pool import StackPool
+from harness.stack_spec import StackSpec
 from tests.chaos._misbehaving_games import FAILING_INDEXES, TRAIN_SCHEDULE
 
 pytestmark = pytest.mark.timeout(240)
@@ -38,38 +41,25 @@ pytestmark = pytest.mark.timeout(240)
 ROOT = Path(__file__).resolve().parents[2]
 STEPS, BATCH, GROUP = 2, 4, 2
 RAISING_GAME = "raising_game"
-ENVHOST_ENV = {
-    "OPENTINKER_ENVHOST_GAMES": ("misbehaving=tests.chaos._misbehaving_games:Misbehaving,"
-                                 f"{RAISING_GAME}=tests.e2e._raising_game:RaisingGame"),
-    "OPENTINKER_ENVHOST_CPU_SECONDS_PER_CALL": "1",
-    "OPENTINKER_ENVHOST_MEMORY_LIMIT_MB": "128",
-}
+MISBEHAVING_STACK = StackSpec.of(
+    dashboard=False, python_path=[str(ROOT)],  # the EnvHost imports the games from tests/
+    OPENTINKER_ENVHOST_GAMES=("misbehaving=tests.chaos._misbehaving_games:Misbehaving,"
+                              f"{RAISING_GAME}=tests.e2e._raising_game:RaisingGame"),
+    OPENTINKER_ENVHOST_CPU_SECONDS_PER_CALL="1",
+    OPENTINKER_ENVHOST_MEMORY_LIMIT_MB="128",
+)
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    local = LocalStack(tmp_path_factory.mktemp("misbehaving-stack"), dashboard=False)
-    with pytest.MonkeyPatch.context() as patch:  # `opentinker up` passes its environment on
-        for name, value in ENVHOST_ENV.items():
-            patch.setenv(name, value)
-        patch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
-        local.up()
-    try:
+def stack(stack_pool: StackPool) -> Iterator[LocalStack]:
+    """A private stack: the EnvHost's error counters are compared with exact numbers."""
+    with stack_pool.private(MISBEHAVING_STACK, name="misbehaving") as local:
         yield local
-    finally:
-        local.down()
 
 
 def misbehaving_rl_spec() -> dict:
-    return {
-        "type": "RL", "display_name": "misbehaving-games",
-        "policy": {"model": {"builtin": {"name": "tiny-qwen2", "seed": 3}}, "adaptation": {"full": {}},
-                   "algorithm": {"optimizer": {"learning_rate": 1e-3}},
-                   "sampling": {"max_new_tokens": 4, "temperature": 1.0}},
-        "environment": {"env_name": "misbehaving"},
-        "training": {"total_steps": STEPS, "batch_size": BATCH, "group_size": GROUP, "eval_episodes": 2,
-                     "seed": 3},
-    }
+    return rl_spec(STEPS, name="misbehaving-games", environment={"env_name": "misbehaving"}, batch_size=BATCH,
+                   group_size=GROUP, eval_episodes=2, checkpoint_every_steps=None)
 
 
 def expected_failures(step: int) -> int:
@@ -109,14 +99,8 @@ def test_an_rl_job_survives_games_that_misbehave(stack: LocalStack) -> None:
 
 
 def raising_spec(env_name: str) -> dict:
-    return {
-        "type": "RL", "display_name": "env-errors",
-        "policy": {"model": {"builtin": {"name": "tiny-qwen2", "seed": 3}}, "adaptation": {"full": {}},
-                   "algorithm": {"optimizer": {"learning_rate": 1e-3}},
-                   "sampling": {"max_new_tokens": 4, "temperature": 1.0}},
-        "environment": {"env_name": env_name},
-        "training": {"total_steps": 1, "batch_size": 1, "group_size": 2, "eval_episodes": 2, "seed": 3},
-    }
+    return rl_spec(1, name="env-errors", environment={"env_name": env_name}, batch_size=1, eval_episodes=2,
+                   checkpoint_every_steps=None)
 
 
 def test_a_raising_games_traceback_reaches_opentinker_logs_and_the_status_names_the_cause(stack: LocalStack) -> None:

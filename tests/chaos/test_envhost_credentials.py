@@ -31,11 +31,11 @@ from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from opentinker.client import SchedulerClient
 from opentinker.client.errors import InvalidArgument, PermissionDenied
 from opentinker_runtime.auth.job_tokens import JOB_ID_METADATA_KEY, JOB_TOKEN_METADATA_KEY
-from tests._stack import LocalStack, free_ports
+from harness.job_specs import rl_spec
+from harness.stack import LocalStack, free_ports
+from tests.chaos._isolation import call, method_descriptor
 from tests.chaos._metadata_spy import MetadataSpy
 from tests.chaos._security_stack import admin, stack  # noqa: F401 - the shared fixtures
-from tests.chaos.test_tenant_isolation import call, method_descriptor
-from tests.e2e.test_rl_job import tiny_rl_spec
 
 pytestmark = pytest.mark.timeout(240)
 ALPHA, BETA = "cred-alpha", "cred-beta"
@@ -93,7 +93,7 @@ def register_spy(address: str, key: str, spy_port: int) -> None:
 
 
 def spec_on(**environment: str) -> dict:
-    spec = tiny_rl_spec(total_steps=3)
+    spec = rl_spec(total_steps=3)
     spec["environment"] = {**spec["environment"], **environment}
     return spec
 

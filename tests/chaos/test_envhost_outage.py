@@ -15,10 +15,10 @@ import pytest
 from opentinker_api.common.v1 import progress_pb2
 from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import SchedulerClient
-from tests.chaos._chaos_checks import prove_steps, seconds, trained_steps
-from tests.chaos._chaos_stack import ChaosStack
-from tests.chaos._faults import PATIENT, ChaosRun, EventRecorder
-from tests.e2e.test_rl_job import tiny_rl_spec
+from harness.chaos.checks import prove_steps, seconds, trained_steps
+from harness.chaos.faults import PATIENT, ChaosRun, EventRecorder
+from harness.chaos.stack import ChaosStack
+from harness.job_specs import rl_spec
 
 pytestmark = pytest.mark.timeout(400)
 OUTAGE_S = 30.0
@@ -43,7 +43,7 @@ def syncing(recorder: EventRecorder, step: int) -> bool:
 def outage_spec() -> dict:
     """A tiny RL job evaluated after every step, checkpointed once at its last step (the
     training state whose AdamW step count proves the steps)."""
-    return tiny_rl_spec(total_steps=TOTAL_STEPS, eval_every_steps=1, checkpoint_every_steps=TOTAL_STEPS)
+    return rl_spec(total_steps=TOTAL_STEPS, eval_every_steps=1, checkpoint_every_steps=TOTAL_STEPS)
 
 
 @pytest.fixture(scope="module")

@@ -12,21 +12,13 @@ from collections.abc import Iterator
 import pytest
 
 from opentinker_api.scheduler.v1 import job_pb2
-from tests.chaos._chaos_checks import LEASED_ROLES, evidence, prove_steps, sequences, summary, trained_steps
-from tests.chaos._chaos_stack import ChaosStack
-from tests.chaos._faults import ChaosRun, plan_faults, run_with_faults, steps_for
-from tests.e2e.test_rl_job import tiny_rl_spec
+from harness.chaos.checks import LEASED_ROLES, evidence, prove_steps, sequences, summary, trained_steps
+from harness.chaos.faults import ChaosRun, plan_faults, run_with_faults, steps_for
+from harness.chaos.stack import ChaosStack
+from harness.job_specs import chaos_spec
 
 pytestmark = pytest.mark.timeout(600)
 SEED = 20261123
-
-
-def chaos_spec(total_steps: int) -> dict:
-    """A tiny asynchronous RL job (the Rollout one step ahead, new weights swapped in while it
-    generates) that checkpoints every step and may be re-queued many times: a resumed attempt
-    plays the rollouts that were in flight again, so no prompt is trained twice or skipped."""
-    return tiny_rl_spec(total_steps=total_steps, checkpoint_every_steps=1, max_retries=100) | {
-        "async": {"max_staleness": 1, "in_flight": "IN_FLIGHT_SWAP_WEIGHTS"}}
 
 
 @pytest.fixture(scope="module")

@@ -2,14 +2,14 @@
 input"), bounded for CI: EXAMPLES_PER_RPC generated cases per RPC (plus its valid examples) from
 a fixed seed, so a run is reproducible. bench/fuzz_rpcs.py is the full form (--examples 500).
 
-What is generated and judged is tests/chaos/_fuzz.py (oracle: only OK or canonical user codes,
+What is generated and judged is harness/fuzz/rpcs.py (oracle: only OK or canonical user codes,
 INVALID_ARGUMENT naming a field of the request, the service SERVING, answering a known-good
 request and alive after each RPC's batch); the stack, its fixtures and the valid examples are
-tests/chaos/_fuzz_targets.py. The oracle itself is checked first, on hand-made outcomes, so a
+harness/fuzz/targets.py. The oracle itself is checked first, on hand-made outcomes, so a
 lenient oracle cannot make the fuzz pass.
 
 Then a tenant pass (issue 20): every RPC again, TENANT_EXAMPLES_PER_RPC cases with an ordinary
-tenant's key (tests/chaos/_fuzz_tenant.py; valid examples on the tenant's own job and EnvHosts):
+tenant's key (harness/fuzz/tenant.py; valid examples on the tenant's own job and EnvHosts):
 the same oracle, and a tenant key never succeeds on an admin-only RPC; the tenant's own RPCs do
 succeed on its objects, so the pass reaches past the door. bench/fuzz_rpcs.py --key tenant is its
 full form.
@@ -24,12 +24,13 @@ import grpc
 import pytest
 
 from opentinker_api.envhost.v1 import envhost_service_pb2 as env_pb
-from tests._stack import LocalStack
-from tests.chaos._fuzz import SERVICES, Case, Failure, all_rpcs, fuzz_rpc, summary_table
-from tests.chaos._fuzz_oracle import ADMIN_ONLY_SCHEDULER_RPCS, KnownFinding, Outcome, field_path_problem, verdict
-from tests.chaos._fuzz_targets import LiveTarget, pids_of, rpcs_in_order
-from tests.chaos._fuzz_tenant import TenantTarget
-from tests.chaos.test_tenant_isolation import SCHEDULER_ROWS, Expect
+from harness.fuzz.oracle import ADMIN_ONLY_SCHEDULER_RPCS, KnownFinding, Outcome, field_path_problem, verdict
+from harness.fuzz.rpcs import SERVICES, Case, Failure, all_rpcs, fuzz_rpc, summary_table
+from harness.fuzz.targets import LiveTarget, pids_of, rpcs_in_order
+from harness.fuzz.tenant import TenantTarget
+from harness.stack_pool import StackPool
+from harness.stack_spec import DEFAULT
+from tests.chaos._isolation import SCHEDULER_ROWS, Expect
 
 pytestmark = pytest.mark.timeout(240)
 EXAMPLES_PER_RPC = 20
@@ -44,16 +45,16 @@ RPCS = {rpc.name: rpc for rpc in all_rpcs()}
 
 
 @pytest.fixture(scope="module")
-def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveTarget]:
-    local = LocalStack(tmp_path_factory.mktemp("fuzz-stack"))
-    local.up()
-    live = LiveTarget({name: local.address(name) for name in SERVICES}, local.api_key, pids_of(local.status))
-    try:
-        live.setup()
-        yield live
-    finally:
-        live.close()
-        local.down()
+def target(stack_pool: StackPool) -> Iterator[LiveTarget]:
+    """A private stack: the fuzzer calls every admin RPC with hostile input and judges a crash
+    of any process, which on a shared stack would fail the tests of other directories."""
+    with stack_pool.private(DEFAULT, name="fuzz") as local:
+        live = LiveTarget({name: local.address(name) for name in SERVICES}, local.api_key, pids_of(local.status))
+        try:
+            live.setup()
+            yield live
+        finally:
+            live.close()
 
 
 def test_the_oracle_refuses_server_errors_and_messages_that_name_no_field() -> None:

@@ -36,9 +36,9 @@ from opentinker_runtime.auth.job_tokens import JOB_TOKEN_METADATA_KEY, JOB_TOKEN
 from opentinker_runtime.core.server import ServerPlan, ServiceBinding, start_server, stop_server
 from opentinker_runtime.core.settings import ServiceSettings
 from opentinker_rollout.envhost_client import EnvHostSession, EnvironmentTarget
-from tests._stack import LocalStack
+from harness.job_specs import rl_spec
+from harness.stack import LocalStack
 from tests.chaos._security_stack import admin, stack  # noqa: F401 - the shared fixtures
-from tests.e2e.test_rl_job import tiny_rl_spec
 
 pytestmark = pytest.mark.timeout(180)
 MODEL = model_pb2.ModelReference(builtin=model_pb2.BuiltinModel(name="tiny-qwen2", seed=3))
@@ -166,7 +166,7 @@ def open_job_session(trainer: trainer_grpc.TrainerServiceStub, rollout: rollout_
 
 def test_calls_without_the_jobs_token_are_refused_and_the_job_succeeds(scheduler, workers) -> None:  # noqa: ANN001
     trainer, rollout = workers
-    submitted = scheduler.submit_job(tiny_rl_spec(total_steps=4))
+    submitted = scheduler.submit_job(rl_spec(total_steps=4))
     job = attempt_training(scheduler, submitted.job_id, attempt=1)
     token = job_token_of(job)
     assert JOB_TOKEN_PATTERN.match(token)
@@ -197,7 +197,7 @@ def test_calls_without_the_jobs_token_are_refused_and_the_job_succeeds(scheduler
 def test_the_previous_attempts_token_is_refused_after_a_requeue(stack: LocalStack, scheduler,  # noqa: ANN001
                                                                 workers) -> None:  # noqa: ANN001
     trainer, rollout = workers
-    submitted = scheduler.submit_job(tiny_rl_spec(total_steps=4, max_retries=1))
+    submitted = scheduler.submit_job(rl_spec(total_steps=4, max_retries=1))
     first = attempt_training(scheduler, submitted.job_id, attempt=1)
     trainer_worker = next(a.worker_id for a in first.assignments if a.role == resources_pb2.ROLE_TRAINER)
     scheduler._call(scheduler.stub.DeregisterWorker, pb.DeregisterWorkerRequest(worker_id=trainer_worker))
@@ -222,7 +222,7 @@ def test_the_previous_attempts_token_is_refused_after_a_requeue(stack: LocalStac
 
 
 def test_the_envhost_and_the_coordinator_refuse_a_jobs_calls_without_its_token(stack: LocalStack, scheduler) -> None:  # noqa: ANN001
-    job = scheduler.submit_job(tiny_rl_spec(total_steps=4))  # queued or running: its token is required
+    job = scheduler.submit_job(rl_spec(total_steps=4))  # queued or running: its token is required
     try:
         with keyed_channel(stack.address("envhost"), stack.api_key) as channel:
             envhost = env_grpc.EnvHostServiceStub(channel)

@@ -1,7 +1,7 @@
 """Load, bounded for CI, on one live stack (real processes via `opentinker up`): 256 EnvHost
 sessions at once, 1,000 queued jobs, 50 watchers of one job. Nothing may be lost or crossed,
 and the services' memory must stay flat over repeated rounds. bench/load.py runs the same loads
-at full size with more rounds and prints a summary; the loads are tests/chaos/_load.py.
+at full size with more rounds and prints a summary; the loads are harness/load.
 
 Never asserts a time: only counts, sequences and RSS growth against RSS_BOUND_MIB.
 """
@@ -13,8 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests._stack import LocalStack
-from tests.chaos._load import (
+from harness.load import (
     RSS_BOUND_MIB,
     MemoryTrend,
     MiB,
@@ -24,6 +23,9 @@ from tests.chaos._load import (
     sessions_load,
     watchers_load,
 )
+from harness.stack import LocalStack
+from harness.stack_pool import StackPool
+from harness.stack_spec import DEFAULT
 
 pytestmark = pytest.mark.timeout(180)
 ENVHOST_MAX_SESSIONS = 256  # the EnvHost's default max_sessions, which the stack keeps
@@ -33,13 +35,11 @@ BOUND = int(RSS_BOUND_MIB * MiB)
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    local = LocalStack(tmp_path_factory.mktemp("load-stack"))
-    local.up()
-    try:
+def stack(stack_pool: StackPool) -> Iterator[LocalStack]:
+    """A private stack: its EnvHost's 256 sessions and the memory compared across rounds are
+    this module's alone, and the 1,000 cancelled jobs stay out of other tests' job lists."""
+    with stack_pool.private(DEFAULT, name="load") as local:
         yield local
-    finally:
-        local.down()
 
 
 def pid(stack: LocalStack, name: str) -> int:

@@ -14,18 +14,17 @@ import pytest
 from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import SchedulerClient
 from opentinker.client.errors import InvalidArgument
-from tests._stack import LocalStack
+from harness import job_specs
+from harness.stack import LocalStack
 from tests.chaos._security_stack import admin, stack  # noqa: F401 - the shared fixtures
 
 PROBLEMS = [{"question": f"What is {a} + {a}?", "answer": str(2 * a)} for a in range(1, 9)]
 
 
 def inference_spec(*, output_path: str = "", dataset_path: str = "", model_path: str = "") -> dict:
-    model = {"local": {"path": model_path}} if model_path else {"builtin": {"name": "tiny-qwen2", "seed": 3}}
-    config = {"seed": 3, "eval_size": 2, **({"dataset_path": dataset_path} if dataset_path else {})}
-    return {"type": "INFERENCE", "policy": {"model": model, "sampling": {"max_new_tokens": 4}},
-            "environment": {"env_name": "math", "config": config},
-            "inference": {"num_episodes": 2, "output_path": output_path}}
+    extra = {"dataset_path": dataset_path} if dataset_path else {}
+    return job_specs.inference_spec(model=job_specs.local_model(model_path) if model_path else None,
+                                    environment=job_specs.math_env(3, 2, **extra), output_path=output_path)
 
 
 def ended(client: SchedulerClient, spec: dict) -> job_pb2.Job:

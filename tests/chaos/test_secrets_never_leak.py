@@ -25,9 +25,9 @@ from opentinker.client import SchedulerClient
 from opentinker_runtime.auth.api_keys import parse_api_key
 from opentinker_runtime.auth.job_tokens import HASH_FIELD, JOB_TOKEN_PATTERN, hash_job_token, job_token_of
 from opentinker_runtime.core.redis_store import Keys
-from tests._stack import LocalStack
+from harness.job_specs import rl_spec
+from harness.stack import LocalStack
 from tests.chaos._security_stack import admin, stack  # noqa: F401 - the shared fixtures
-from tests.e2e.test_rl_job import tiny_rl_spec
 
 pytestmark = pytest.mark.timeout(180)
 TENANT = "secrets-tenant"
@@ -112,7 +112,7 @@ def test_no_secret_reaches_logs_events_files_argv_metrics_or_the_dashboard(stack
                                                                            admin: SchedulerClient) -> None:
     tenant_key = admin.create_tenant(TENANT).api_key_secret
     with SchedulerClient(stack.address("scheduler"), api_key=tenant_key) as tenant:
-        submitted = tenant.submit_job(tiny_rl_spec(total_steps=3))
+        submitted = tenant.submit_job(rl_spec(total_steps=3))
         running = running_job_token(admin, submitted.job_id)
         token = job_token_of(running)
         seen = {**dashboard_pages(stack, submitted.job_id, ended=False), **process_arguments(stack)}

@@ -35,12 +35,11 @@ from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.client import SchedulerClient
 from opentinker.client.spec import job_spec_from_dict
 from opentinker_runtime.core.errors import REASON_METADATA_KEY
-from tests._stack import LocalStack
+from harness.job_specs import inference_spec, rl_spec, sft_spec
+from harness.stack import LocalStack
 from tests.chaos._hostile_fields import every_hostile_field, field_in_details, put
+from tests.chaos._isolation import bearer, call, method_descriptor
 from tests.chaos._security_stack import admin, stack  # noqa: F401 - the shared fixtures
-from tests.chaos.test_path_confinement_stack import inference_spec
-from tests.chaos.test_tenant_isolation import bearer, call, method_descriptor
-from tests.e2e.test_rl_job import tiny_rl_spec
 
 pytestmark = pytest.mark.timeout(180)
 A_TENANT, B_TENANT = "fields-alpha", "fields-beta"
@@ -73,7 +72,7 @@ class Answer(enum.Enum):
 
 
 def rl() -> dict:
-    return tiny_rl_spec(total_steps=2)
+    return rl_spec(total_steps=2)
 
 
 def rl_local() -> dict:
@@ -94,9 +93,7 @@ def two_agents(local: bool = False) -> dict:
 
 
 def sft() -> dict:
-    return {"type": "SFT", "policy": {"model": {"builtin": {"name": "tiny-qwen2", "seed": 4}},
-                                      "adaptation": {"full": {}}, "algorithm": {"optimizer": {"learning_rate": 1e-3}}},
-            "dataset": {"path": "chats.jsonl"}, "training": {"total_steps": 1, "batch_size": 1}}
+    return sft_spec("chats.jsonl")
 
 
 @dataclass(frozen=True)

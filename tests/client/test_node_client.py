@@ -1,8 +1,9 @@
 """The Node.js client (clients/node) against a live local stack, through its CLI.
 
-One stack for the module. A tiny RL job is started in the background as soon as the first test
-runs (its workers' cold start is most of its time); the quick error-path tests run meanwhile, and
-the last tests read its output. Node and the client's node_modules are required: without them
+The session pool's default stack (harness/stack_pool.py), shared with other directories' tests.
+A tiny RL job is started in the background as soon as the first test runs (its workers' cold
+start is most of its time); the quick error-path tests run meanwhile, and the last tests read
+its output. Node and the client's node_modules are required: without them
 these tests fail (run scripts/setup_node.sh), unless OPENTINKER_SKIP_NODE=1.
 """
 
@@ -22,7 +23,10 @@ import pytest
 
 from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import SchedulerClient
-from tests._stack import LocalStack, free_ports
+from harness.job_specs import TINY_LLAMA, builtin_model, math_env, rl_spec
+from harness.stack import LocalStack, free_ports
+from harness.stack_pool import StackPool
+from harness.stack_spec import DEFAULT
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_CLIENT = REPO / "clients" / "node"
@@ -35,15 +39,9 @@ EXIT_JOB_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_REFUSED, EXIT_NOT_FOUND 
 pytestmark = pytest.mark.skipif(os.environ.get(SKIP_ENV) == "1", reason=f"{SKIP_ENV}=1")
 
 
-def tiny_rl_spec(**training: int) -> dict:
-    return {
-        "type": "RL", "display_name": "node client e2e",
-        "policy": {"model": {"builtin": {"name": "tiny-llama", "seed": 3}}, "adaptation": {"full": {}},
-                   "algorithm": {"optimizer": {"learning_rate": 1e-3}},
-                   "sampling": {"max_new_tokens": 4, "temperature": 1.0}},
-        "environment": {"env_name": "math", "config": {"seed": 3, "eval_size": 2}},
-        "training": {"total_steps": 2, "batch_size": 2, "group_size": 2, "eval_episodes": 2, "seed": 3, **training},
-    }
+def tiny_rl_spec(total_steps: int = 2) -> dict:
+    return rl_spec(total_steps, name="node client e2e", model=builtin_model(TINY_LLAMA, 3), environment=math_env(3, 2),
+                   eval_episodes=2, checkpoint_every_steps=None)
 
 
 @dataclass(frozen=True)
@@ -84,8 +82,9 @@ def cli(tmp_path_factory: pytest.TempPathFactory) -> NodeCli:
 
 
 @pytest.fixture(scope="module")
-def stack(cli: NodeCli, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    with LocalStack(tmp_path_factory.mktemp("node-stack")) as local:
+def stack(cli: NodeCli, stack_pool: StackPool) -> Iterator[LocalStack]:
+    """The session pool's default stack, shared with other directories' tests."""
+    with stack_pool.lease(DEFAULT) as local:
         yield local
 
 

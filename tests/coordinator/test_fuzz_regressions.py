@@ -24,7 +24,7 @@ from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
 from opentinker_coordinator.protocol.envhost_seats import EnvHostChannels
 from opentinker_coordinator.runs import RunRegistry, RunState
 from opentinker_coordinator.servicer import coordinator_service_binding
-from tests._stack import free_ports
+from harness.stack import free_ports
 from tests.coordinator.test_protocol_servicer import refused
 
 Code = grpc.StatusCode

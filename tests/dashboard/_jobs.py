@@ -5,19 +5,13 @@ from __future__ import annotations
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_api.scheduler.v1.scheduler_service_pb2_grpc import SchedulerServiceStub
 from opentinker.client.channels import keyed_channel
+from harness.job_specs import TINY_LLAMA, builtin_model, rl_spec
 
 
 def tiny_rl_spec(total_steps: int, *, name: str = "dashboard", **training: int) -> dict:
     """GRPO on the built-in math game with tiny-llama: a step takes well under a second."""
-    return {
-        "type": "RL", "display_name": name,
-        "policy": {"model": {"builtin": {"name": "tiny-llama", "seed": 7}}, "adaptation": {"full": {}},
-                   "algorithm": {"optimizer": {"learning_rate": 1e-3}},
-                   "sampling": {"max_new_tokens": 4, "temperature": 1.0}},
-        "environment": {"env_name": "math", "config": {"seed": 7, "eval_size": 4}},
-        "training": {"total_steps": total_steps, "batch_size": 2, "group_size": 2, "eval_episodes": 4,
-                     "checkpoint_every_steps": 0, "seed": 7, **training},
-    }
+    return rl_spec(total_steps, name=name, seed=7, model=builtin_model(TINY_LLAMA, 7),
+                   **{"checkpoint_every_steps": 0, **training})
 
 
 def create_tenant(scheduler_address: str, admin_key: str, tenant_id: str, *,

@@ -1,4 +1,6 @@
-"""One local stack and one dashboard process shared by the dashboard tests."""
+"""One local stack and one dashboard process shared by the dashboard tests. The stack is the
+session pool's default one (harness/stack_pool.py), shared with the other tests that ask for it:
+the tests here make their own jobs and tenants and read only those."""
 
 from __future__ import annotations
 
@@ -7,13 +9,15 @@ from collections.abc import Iterator
 import pytest
 
 from opentinker.client import SchedulerClient
-from tests._stack import LocalStack
+from harness.stack import LocalStack
+from harness.stack_pool import StackPool
+from harness.stack_spec import DEFAULT
 from tests.dashboard._dashboard import DashboardProcess
 
 
 @pytest.fixture(scope="package")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    with LocalStack(tmp_path_factory.mktemp("dashboard-stack")) as local:
+def stack(stack_pool: StackPool) -> Iterator[LocalStack]:
+    with stack_pool.lease(DEFAULT) as local:
         yield local
 
 
@@ -33,4 +37,3 @@ def dashboard(stack: LocalStack) -> Iterator[DashboardProcess]:
 def scheduler(stack: LocalStack) -> Iterator[SchedulerClient]:
     with SchedulerClient(stack.address("scheduler"), api_key=stack.api_key, timeout=30) as client:
         yield client
-

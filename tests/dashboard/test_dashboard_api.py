@@ -13,7 +13,7 @@ import pytest
 
 from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import SchedulerClient
-from tests._stack import LocalStack
+from harness.stack import LocalStack
 from tests.dashboard._dashboard import DashboardProcess, EventStreamReader, connection, get, request
 from tests.dashboard._jobs import create_tenant, tiny_rl_spec
 

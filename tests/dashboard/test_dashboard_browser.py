@@ -12,7 +12,7 @@ import pytest
 
 from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import OpenTinkerError, SchedulerClient
-from tests._stack import LocalStack
+from harness.stack import LocalStack
 from tests.dashboard._browser import artifacts_dir, headless_chromium, require_browser, script_errors
 from tests.dashboard._dashboard import DashboardProcess
 from tests.dashboard._jobs import create_tenant, tiny_rl_spec

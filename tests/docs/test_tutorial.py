@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.stack import pid_running, stack_pids
 from tests._scripts import REPO_ROOT
 from tests.docs.tutorial_blocks import parse_blocks, write_file
 from tests.docs.tutorial_terminal import BashResult, Terminal
-from tests.test_stack import pid_running, stack_pids
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from harness.stack import pid_running
 from tests.docs.tutorial_blocks import TutorialFormatError, parse_blocks
 from tests.docs.tutorial_terminal import Terminal
-from tests.test_stack import pid_running
 
 PAGE = """Intro.
 

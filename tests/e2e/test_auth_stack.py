@@ -4,20 +4,10 @@ isolated, and the service key never shows in process arguments or service logs."
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from tests._stack import LocalStack
-
-CLI = [sys.executable, "-m", "opentinker.cli.main"]
-
-
-def cli(stack: LocalStack, key: str, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENTINKER_")} | {"OPENTINKER_API_KEY": key}
-    return subprocess.run([*CLI, *args, "--scheduler", stack.address("scheduler")], capture_output=True,
-                          text=True, timeout=60, env=env)
+from harness.stack import LocalStack
+from tests.e2e._helpers import cli
 
 
 def test_admin_cli_creates_tenants_whose_keys_see_only_their_own_jobs(stack: LocalStack, tmp_path: Path) -> None:

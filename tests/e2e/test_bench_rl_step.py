@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.stack import LocalStack
 from tests._bench import load_bench
-from tests._stack import LocalStack
 
 TINY = ["--model", "tiny-qwen2", "--batch-size", "2", "--group-size", "2", "--max-new-tokens", "3",
         "--steps", "2", "--warmup", "1", "--rounds", "1", "--threads", "1"]

@@ -12,7 +12,7 @@ import pytest
 from opentinker.cli import exit_codes
 from opentinker.cli.api import default_scheduler
 from opentinker.cli.main import main
-from tests.e2e.test_rl_job import tiny_rl_spec
+from harness.job_specs import rl_spec
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -38,7 +38,7 @@ def write_spec(tmp_path, spec: dict) -> str:
 
 
 def test_run_watches_to_the_end_then_metrics_export_in_every_format(opentinker, tmp_path):
-    code, out, err = opentinker("run", write_spec(tmp_path, tiny_rl_spec(total_steps=3)))
+    code, out, err = opentinker("run", write_spec(tmp_path, rl_spec(total_steps=3)))
     assert code == exit_codes.OK, err
     job_id = err.split("submitted job ", 1)[1].split()[0]
     assert out.strip() == f"job {job_id} SUCCEEDED: finished: succeeded" or out.startswith(f"job {job_id} SUCCEEDED")
@@ -69,7 +69,7 @@ def test_watch_sends_a_finished_jobs_metrics_to_a_wandb_run_named_after_it(opent
     import sys
     import types
 
-    code, out, _ = opentinker("submit", write_spec(tmp_path, tiny_rl_spec(total_steps=2)))
+    code, out, _ = opentinker("submit", write_spec(tmp_path, rl_spec(total_steps=2)))
     job_id = out.strip()
     runs: list[dict] = []
 
@@ -94,7 +94,7 @@ def test_watch_sends_a_finished_jobs_metrics_to_a_wandb_run_named_after_it(opent
 
 
 def test_submit_get_list_logs_and_watch_json(opentinker, tmp_path):
-    code, out, _ = opentinker("submit", write_spec(tmp_path, tiny_rl_spec(total_steps=1)))
+    code, out, _ = opentinker("submit", write_spec(tmp_path, rl_spec(total_steps=1)))
     job_id = out.strip()
     assert code == 0 and job_id.startswith("job-")
 
@@ -130,7 +130,7 @@ def test_submit_get_list_logs_and_watch_json(opentinker, tmp_path):
 
 
 def test_cancel_waits_for_a_running_job_to_stop_and_is_idempotent(opentinker, stack, tmp_path):
-    code, out, _ = opentinker("submit", write_spec(tmp_path, tiny_rl_spec(total_steps=200)))
+    code, out, _ = opentinker("submit", write_spec(tmp_path, rl_spec(total_steps=200)))
     job_id = out.strip()
     deadline = time.monotonic() + 60
     while "RUNNING" not in opentinker("jobs", "get", job_id)[1] and time.monotonic() < deadline:
@@ -146,7 +146,7 @@ def test_cancel_waits_for_a_running_job_to_stop_and_is_idempotent(opentinker, st
 def test_unknown_ids_exit_5_and_the_schedulers_refusal_points_at_the_line(opentinker, tmp_path):
     code, _, err = opentinker("jobs", "get", "job-nope")
     assert code == exit_codes.NOT_FOUND and err.startswith("error: NOT_FOUND: ")
-    spec = tiny_rl_spec(total_steps=1)
+    spec = rl_spec(total_steps=1)
     spec["policy"]["algorithm"]["optimizer"]["learning_rate"] = 0
     path = write_spec(tmp_path, spec)
     code, _, err = opentinker("run", path)
@@ -196,9 +196,9 @@ def test_run_with_wandb_starts_a_run_only_for_a_job_the_scheduler_accepts(openti
         raise RuntimeError("api_key not configured (no-tty)")
     monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=failing_init))
     before = len(list(scheduler.list_jobs()))
-    refused = write_spec(tmp_path, {**tiny_rl_spec(total_steps=1), "environment": {"env_name": "no-such-game"}})
+    refused = write_spec(tmp_path, {**rl_spec(total_steps=1), "environment": {"env_name": "no-such-game"}})
     code, _, err = opentinker("run", refused, "--wandb", "proj")
     assert code == exit_codes.BAD_INPUT and "no-such-game" in err and started == []  # refused before W&B started
-    code, _, err = opentinker("run", write_spec(tmp_path, tiny_rl_spec(total_steps=1)), "--wandb", "proj")
+    code, _, err = opentinker("run", write_spec(tmp_path, rl_spec(total_steps=1)), "--wandb", "proj")
     assert code == exit_codes.BAD_INPUT and "api_key not configured" in err and "nothing was submitted" in err
     assert len(started) == 1 and len(list(scheduler.list_jobs())) == before  # the login failed: nothing submitted

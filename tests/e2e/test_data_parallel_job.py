@@ -4,7 +4,6 @@ whose Trainer offers two CPU slots, a 2-rank session, the same logprob contract 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -12,31 +11,25 @@ import pytest
 from opentinker_api.common.v1 import resources_pb2
 from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import SchedulerClient
-from tests._stack import LocalStack
-from tests.e2e.test_rl_job import tiny_rl_spec
+from harness.job_specs import rl_spec
+from harness.stack import LocalStack
+from harness.stack_pool import StackPool
+from harness.stack_spec import StackSpec
+
+
+TWO_TRAINER_SLOTS = StackSpec.of(OPENTINKER_TRAINER_CPU_SLOTS="2")
 
 
 @pytest.fixture(scope="module")
-def two_slot_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    local = LocalStack(tmp_path_factory.mktemp("dp-stack"))
-    previous = os.environ.get("OPENTINKER_TRAINER_CPU_SLOTS")
-    os.environ["OPENTINKER_TRAINER_CPU_SLOTS"] = "2"
-    try:
-        local.up()
-    finally:
-        if previous is None:
-            os.environ.pop("OPENTINKER_TRAINER_CPU_SLOTS")
-        else:
-            os.environ["OPENTINKER_TRAINER_CPU_SLOTS"] = previous
-    try:
+def two_slot_stack(stack_pool: StackPool) -> Iterator[LocalStack]:
+    """A private stack: the test reads the sessions its Trainer's log records."""
+    with stack_pool.private(TWO_TRAINER_SLOTS, name="dp") as local:
         yield local
-    finally:
-        local.down()
 
 
 @pytest.mark.timeout(300)
 def test_a_job_leasing_two_trainer_devices_trains_on_two_ranks(two_slot_stack: LocalStack) -> None:
-    spec = tiny_rl_spec(total_steps=2) | {"resources": [
+    spec = rl_spec(total_steps=2) | {"resources": [
         {"role": "ROLE_TRAINER", "device_count": 2}, {"role": "ROLE_ROLLOUT", "device_count": 1}]}
     with SchedulerClient(two_slot_stack.address("scheduler"), api_key=two_slot_stack.api_key,
                          timeout=30) as scheduler:

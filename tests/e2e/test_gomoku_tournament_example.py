@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-from tests._stack import LocalStack
+from harness.stack import LocalStack
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gomoku_tournament.py"
 

@@ -19,8 +19,10 @@ from opentinker_api.common.v1 import resources_pb2
 from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.client import SchedulerClient
-from tests._stack import LocalStack, second_service
-from tests.e2e.test_rl_job import states_of
+from harness.stack import LocalStack, second_service
+from harness.stack_pool import StackPool
+from harness.stack_spec import DEFAULT
+from tests.e2e._helpers import states_of
 
 pytestmark = pytest.mark.timeout(300)
 S = job_pb2.Job
@@ -41,14 +43,9 @@ def two_agent_spec() -> dict:
 
 
 @pytest.fixture(scope="module")
-def stack_with_two_trainers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack, dict]]:
-    local = LocalStack(tmp_path_factory.mktemp("ma-failure-stack"))
-    local.up()
-    try:
-        with second_service(local, "trainer") as (_, pids):
-            yield local, pids
-    finally:
-        local.down()
+def stack_with_two_trainers(stack_pool: StackPool) -> Iterator[tuple[LocalStack, dict]]:
+    with stack_pool.private(DEFAULT, name="ma-failure") as local, second_service(local, "trainer") as (_, pids):
+        yield local, pids
 
 
 def _wait_for_trainers(scheduler: SchedulerClient, count: int) -> None:

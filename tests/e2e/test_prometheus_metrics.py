@@ -23,6 +23,7 @@ from opentinker_api.scheduler.v1.scheduler_service_pb2 import GetJobRequest
 from opentinker_api.scheduler.v1.scheduler_service_pb2_grpc import SchedulerServiceStub
 from opentinker.cli.topology import SERVICE_NAMES
 from opentinker.client import SchedulerClient
+from harness.job_specs import math_env, rl_spec, sampling_params
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -36,15 +37,9 @@ Samples = dict[tuple[str, frozenset], float]
 
 
 def tiny_rl_spec() -> dict:
-    return {
-        "type": "RL", "display_name": "metrics",
-        "policy": {"model": {"builtin": {"name": "tiny-qwen2", "seed": 4}}, "adaptation": {"full": {}},
-                   "algorithm": {"optimizer": {"learning_rate": 1e-3}},
-                   "sampling": {"max_new_tokens": 3, "temperature": 1.0, "stop_token_ids": EVERY_TOKEN}},
-        "environment": {"env_name": "math", "config": {"seed": 4, "eval_size": EVAL_EPISODES}},
-        "training": {"total_steps": STEPS, "batch_size": BATCH, "group_size": GROUP,
-                     "eval_episodes": EVAL_EPISODES, "seed": 4},
-    }
+    return rl_spec(STEPS, name="metrics", seed=4, sampling=sampling_params(3, stop_token_ids=EVERY_TOKEN),
+                   environment=math_env(4, EVAL_EPISODES), batch_size=BATCH, group_size=GROUP,
+                   eval_episodes=EVAL_EPISODES, checkpoint_every_steps=None)
 
 
 def scrape(url: str) -> Samples:

@@ -18,22 +18,20 @@ from opentinker_api.common.v1 import resources_pb2
 from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.client import SchedulerClient
-from tests._stack import LocalStack, second_service
-from tests.e2e.test_rl_job import states_of, tiny_rl_spec
+from harness.job_specs import rl_spec
+from harness.stack import LocalStack, second_service
+from harness.stack_pool import StackPool
+from harness.stack_spec import DEFAULT
+from tests.e2e._helpers import states_of
 
 pytestmark = pytest.mark.timeout(240)
 S = job_pb2.Job
 
 
 @pytest.fixture(scope="module")
-def stack_with_two_coordinators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack, dict]]:
-    local = LocalStack(tmp_path_factory.mktemp("requeue-stack"))
-    local.up()
-    try:
-        with second_service(local, "coordinator") as (_, pids):
-            yield local, pids
-    finally:
-        local.down()
+def stack_with_two_coordinators(stack_pool: StackPool) -> Iterator[tuple[LocalStack, dict]]:
+    with stack_pool.private(DEFAULT, name="requeue") as local, second_service(local, "coordinator") as (_, pids):
+        yield local, pids
 
 
 def test_a_killed_coordinator_costs_one_retry_and_the_job_resumes_from_its_checkpoint(
@@ -42,7 +40,7 @@ def test_a_killed_coordinator_costs_one_retry_and_the_job_resumes_from_its_check
     with SchedulerClient(local.address("scheduler"), api_key=local.api_key, timeout=30) as scheduler:
         workers = scheduler._call(scheduler.stub.ListWorkers, pb.ListWorkersRequest()).workers
         assert sum(w.role == resources_pb2.ROLE_COORDINATOR for w in workers) == 2 or _wait_two(scheduler)
-        job = scheduler.submit_job(tiny_rl_spec(total_steps=8, max_retries=1))
+        job = scheduler.submit_job(rl_spec(total_steps=8, max_retries=1))
         seen: list[job_pb2.JobEvent] = []
         for event in scheduler.watch_job(job.job_id):
             seen.append(event)

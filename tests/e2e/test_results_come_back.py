@@ -16,8 +16,8 @@ from opentinker_api.common.v1 import trajectory_pb2
 from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import NotFound, SchedulerClient
 from opentinker.client.async_client import AsyncSchedulerClient
-from tests._stack import LocalStack
-from tests.e2e.test_auth_stack import cli
+from harness.stack import LocalStack
+from tests.e2e._helpers import cli
 
 LORA_SEED = 3
 PLAIN_PEFT = r"""

@@ -9,29 +9,14 @@ import pytest
 
 from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import InvalidArgument, SchedulerClient
-from opentinker.client.scheduler_client import state_name
+from harness.job_specs import builtin_model, checkpoint_model, inference_spec, math_env, rl_spec, sft_spec
+from tests.e2e._helpers import states_of
 
 S = job_pb2.Job
 
 
-def tiny_rl_spec(total_steps: int, **training) -> dict:
-    return {
-        "type": "RL", "display_name": "e2e",
-        "policy": {"model": {"builtin": {"name": "tiny-qwen2", "seed": 3}}, "adaptation": {"full": {}},
-                   "algorithm": {"optimizer": {"learning_rate": 1e-3}},
-                   "sampling": {"max_new_tokens": 4, "temperature": 1.0}},
-        "environment": {"env_name": "math", "config": {"seed": 3, "eval_size": 4}},
-        "training": {"total_steps": total_steps, "batch_size": 2, "group_size": 2, "eval_episodes": 4,
-                     "checkpoint_every_steps": 2, "seed": 3, **training},
-    }
-
-
-def states_of(events: list[job_pb2.JobEvent]) -> list[str]:
-    return [state_name(e.state_changed.to_state) for e in events if e.WhichOneof("payload") == "state_changed"]
-
-
 def test_rl_job_walks_from_submit_to_succeeded_with_an_ordered_event_stream(scheduler: SchedulerClient):
-    job = scheduler.submit_job(tiny_rl_spec(total_steps=3))
+    job = scheduler.submit_job(rl_spec(total_steps=3))
     assert job.state in (S.STATE_QUEUED, S.STATE_RUNNING)  # RUNNING: started at submit (a device was free)
     assert bool(job.assignments) == (job.state == S.STATE_RUNNING)
     events = list(scheduler.watch_job(job.job_id))
@@ -61,7 +46,7 @@ def test_rl_job_walks_from_submit_to_succeeded_with_an_ordered_event_stream(sche
 @pytest.mark.parametrize("in_flight", ["IN_FLIGHT_FINISH_ON_OLD_WEIGHTS", "IN_FLIGHT_SWAP_WEIGHTS"])
 def test_an_asynchronous_rl_job_trains_each_step_once_on_tokens_at_most_k_versions_stale(
         scheduler: SchedulerClient, in_flight: str):
-    spec = tiny_rl_spec(total_steps=4) | {"async": {"max_staleness": 1, "in_flight": in_flight}}
+    spec = rl_spec(total_steps=4) | {"async": {"max_staleness": 1, "in_flight": in_flight}}
     job = scheduler.submit_job(spec)
     events = list(scheduler.watch_job(job.job_id))
     assert states_of(events)[-1] == "SUCCEEDED", scheduler.get_job(job.job_id).status_message
@@ -77,7 +62,7 @@ def test_an_asynchronous_rl_job_trains_each_step_once_on_tokens_at_most_k_versio
 
 
 def test_watch_resumes_after_a_sequence_without_gaps(scheduler: SchedulerClient):
-    job = scheduler.submit_job(tiny_rl_spec(total_steps=1))
+    job = scheduler.submit_job(rl_spec(total_steps=1))
     everything = list(scheduler.watch_job(job.job_id))
     tail = list(scheduler.watch_job(job.job_id, after_sequence=5))
     assert [e.sequence for e in tail] == [e.sequence for e in everything[5:]]
@@ -89,22 +74,16 @@ def test_sft_checkpoint_feeds_an_inference_job_that_writes_jsonl(scheduler: Sche
         {"role": "system", "content": "Answer with the number only."},
         {"role": "user", "content": f"{a}+1="}, {"role": "assistant", "content": str(a + 1)}]}) + "\n"
         for a in range(6)))
-    sft = scheduler.submit_job({
-        "type": "SFT", "policy": {"model": {"builtin": {"name": "tiny-qwen2", "seed": 4}},
-                                  "adaptation": {"full": {}},
-                                  "algorithm": {"optimizer": {"learning_rate": 3e-3}}},
-        "dataset": {"path": str(data)}, "training": {"total_steps": 3, "batch_size": 4}})
+    sft = scheduler.submit_job(sft_spec(str(data), total_steps=3, batch_size=4, model=builtin_model(seed=4),
+                                        learning_rate=3e-3))
     sft_events = list(scheduler.watch_job(sft.job_id))
     assert states_of(sft_events)[-1] == "SUCCEEDED"
     losses = [e.metrics.values["loss"] for e in sft_events if e.WhichOneof("payload") == "metrics"]
     assert len(losses) == 3
     checkpoint = [e.checkpoint.checkpoint_id for e in sft_events if e.WhichOneof("payload") == "checkpoint"][-1]
     output = tmp_path / "out" / "results.jsonl"
-    inference = scheduler.submit_job({
-        "type": "INFERENCE", "policy": {"model": {"checkpoint": {"checkpoint_id": checkpoint}},
-                                        "sampling": {"max_new_tokens": 4}},
-        "environment": {"env_name": "math", "config": {"seed": 4, "eval_size": 5}},
-        "inference": {"num_episodes": 5, "output_path": str(output)}})
+    inference = scheduler.submit_job(inference_spec(model=checkpoint_model(checkpoint), environment=math_env(4, 5),
+                                                    num_episodes=5, output_path=str(output)))
     final = scheduler.wait(inference.job_id)
     assert final.state == S.STATE_SUCCEEDED, final.status_message
     lines = [json.loads(line) for line in output.read_text().splitlines()]
@@ -115,7 +94,7 @@ def test_sft_checkpoint_feeds_an_inference_job_that_writes_jsonl(scheduler: Sche
 
 
 def test_cancel_stops_a_running_job_and_frees_its_devices(scheduler: SchedulerClient):
-    job = scheduler.submit_job(tiny_rl_spec(total_steps=100000, checkpoint_every_steps=0))
+    job = scheduler.submit_job(rl_spec(total_steps=100000, checkpoint_every_steps=0))
     for event in scheduler.watch_job(job.job_id):
         if event.WhichOneof("payload") == "metrics" and event.metrics.step >= 1:
             break
@@ -124,10 +103,10 @@ def test_cancel_stops_a_running_job_and_frees_its_devices(scheduler: SchedulerCl
     while scheduler.get_job(job.job_id).state != S.STATE_CANCELLED:
         assert time.monotonic() - started < 15, "cancel took too long"
         time.sleep(0.2)
-    follow_up = scheduler.wait(scheduler.submit_job(tiny_rl_spec(total_steps=1)).job_id)
+    follow_up = scheduler.wait(scheduler.submit_job(rl_spec(total_steps=1)).job_id)
     assert follow_up.state == S.STATE_SUCCEEDED, "the cancelled job's devices were not released"
 
 
 def test_a_bad_spec_is_rejected_naming_the_field(scheduler: SchedulerClient):
     with pytest.raises(InvalidArgument, match="group_size"):
-        scheduler.submit_job(tiny_rl_spec(total_steps=1, group_size=-1))
+        scheduler.submit_job(rl_spec(total_steps=1, group_size=-1))

@@ -10,7 +10,7 @@ from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import (
     AsyncSchedulerClient, AsyncServiceClient, NotFound, SamplingClient, TrainingClient, datum,
 )
-from tests.e2e.test_rl_job import tiny_rl_spec
+from harness.job_specs import rl_spec
 
 MODEL = {"builtin": {"name": "tiny-llama", "seed": 11}}
 LORA = {"lora": {"rank": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj", "lm_head"]}}
@@ -21,7 +21,7 @@ def test_async_clients_submit_watch_list_and_fit(stack):
 
     async def scenario() -> tuple:
         async with AsyncSchedulerClient(address) as scheduler:
-            job = await scheduler.submit_job(tiny_rl_spec(total_steps=1))
+            job = await scheduler.submit_job(rl_spec(total_steps=1))
             sequences = [event.sequence async for event in scheduler.watch_job(job.job_id)]
             final = await scheduler.get_job(job.job_id)
             listed = [j.job_id async for j in scheduler.list_jobs(page_size=1)]

@@ -31,8 +31,8 @@ from opentinker_api.common.v1 import datum_pb2, model_pb2, resources_pb2
 from opentinker_api.trainer.v1 import trainer_service_pb2 as pb
 from opentinker_api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
 from opentinker_runtime.ml.checkpoints import TRAINING_STATE_FILE
+from harness.stack import free_ports
 from tests._services import SERVICES, ServiceProcess
-from tests._stack import free_ports
 
 pytestmark = pytest.mark.timeout(120)  # about 30 s on 2 idle cores, most of it 3 Trainer starts
 

@@ -16,7 +16,7 @@ import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from opentinker_rollout.envhost_client import EnvHostChannels
-from tests._stack import free_ports
+from harness.stack import free_ports
 
 OUTAGE_S = 5.0  # gRPC's default backoff would next try ~4 s after the return
 REACHABLE_WITHIN_S = 1.0

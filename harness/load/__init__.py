@@ -25,15 +25,15 @@ a finding, so a bench can report all of them.
   descriptors of a service, sampled during and after each round; "flat" = after a warm-up round
   the end-of-round memory grows less than RSS_BOUND_MIB.
 
-The loads live in `_load_sessions`, `_load_jobs` and `_load_watchers`, the probes in
-`_load_probes`, the shared constants in `_load_base`; this module is what callers import.
+The loads live in `harness.load.sessions`, `.jobs` and `.watchers`, the probes in `.probes`,
+the shared constants in `.base`; this package is what callers import.
 """
 
-from tests.chaos._load_base import RSS_BOUND_MIB, MiB
-from tests.chaos._load_jobs import JobsReport, queued_jobs_load
-from tests.chaos._load_probes import MemoryTrend, ProcessProbe, sampling
-from tests.chaos._load_sessions import SessionsReport, sessions_load
-from tests.chaos._load_watchers import WatchersReport, watchers_load
+from harness.load.base import RSS_BOUND_MIB, MiB
+from harness.load.jobs import JobsReport, queued_jobs_load
+from harness.load.probes import MemoryTrend, ProcessProbe, sampling
+from harness.load.sessions import SessionsReport, sessions_load
+from harness.load.watchers import WatchersReport, watchers_load
 
 __all__ = ["RSS_BOUND_MIB", "JobsReport", "MemoryTrend", "MiB", "ProcessProbe", "SessionsReport",
            "WatchersReport", "queued_jobs_load", "sampling", "sessions_load", "watchers_load"]

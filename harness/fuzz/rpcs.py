@@ -3,11 +3,11 @@
 Shared by the bounded CI test (tests/chaos/test_fuzz_rpcs.py) and the full run
 (bench/fuzz_rpcs.py). The RPCs are enumerated from the generated descriptors
 (`opentinker_api.<area>.v1.<area>_service_pb2`), so a new RPC is fuzzed without a change here.
-Per RPC, Hypothesis draws cases from `_fuzz_strategies` (random messages, raw bytes, one-field
-mutations of a valid example from `_fuzz_targets`), each case is one real call over a real
-socket with a deadline, and `_fuzz_oracle.verdict` judges each outcome; after each RPC's batch
+Per RPC, Hypothesis draws cases from `harness.fuzz.strategies` (random messages, raw bytes, one-field
+mutations of a valid example from `harness.fuzz.targets`), each case is one real call over a real
+socket with a deadline, and `harness.fuzz.oracle.verdict` judges each outcome; after each RPC's batch
 the service must answer grpc.health.v1 Check SERVING and a known-good request, and its process
-must be alive (`_fuzz_targets.LiveTarget.health_problems`). Cases and responses are counted
+must be alive (`harness.fuzz.targets.LiveTarget.health_problems`). Cases and responses are counted
 per RPC and code (`RpcTally`, `summary_table`).
 """
 
@@ -29,8 +29,8 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from tests.chaos._fuzz_oracle import KNOWN_FINDINGS, WAITING_RPCS, WORK_RPCS, Outcome, verdict
-from tests.chaos._fuzz_strategies import message_strategy, mutation_strategy, wire_strategy
+from harness.fuzz.oracle import KNOWN_FINDINGS, WAITING_RPCS, WORK_RPCS, Outcome, verdict
+from harness.fuzz.strategies import message_strategy, mutation_strategy, wire_strategy
 
 SERVICES = ("scheduler", "trainer", "rollout", "envhost", "coordinator")
 UNARY_DEADLINE_S = 5.0
@@ -212,7 +212,7 @@ def _near_valid(examples: Sequence[Request], streaming: bool) -> st.SearchStrate
 # -- running ----------------------------------------------------------------------------------
 
 class Target:
-    """What the runner needs of a live stack (tests/chaos/_fuzz_targets.LiveTarget)."""
+    """What the runner needs of a live stack (harness/fuzz/targets.LiveTarget)."""
 
     metadata: Sequence[tuple[str, str]]
     tenant_key: bool

@@ -1,5 +1,5 @@
 """The watchers load: W WatchJob streams on one short real job, plus ones that hang up and
-resume (see tests/chaos/_load.py)."""
+resume (see harness/load)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import grpc
 from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker.client.scheduler_requests import submit_request
-from tests.chaos._load_base import CHANNEL_OPTIONS, S, rpc_text
-from tests.chaos._load_jobs import Scheduler, tiny_rl_spec
-from tests.chaos._load_probes import read_metric, wait_for_metric
+from harness.load.base import CHANNEL_OPTIONS, S, rpc_text
+from harness.load.jobs import Scheduler, tiny_rl_spec
+from harness.load.probes import read_metric, wait_for_metric
 
 
 @dataclass(kw_only=True)

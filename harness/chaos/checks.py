@@ -12,7 +12,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from opentinker_api.common.v1 import resources_pb2
 from opentinker_api.scheduler.v1 import job_pb2
-from tests.chaos._faults import ChaosRun, Injected, is_training_metrics
+from harness.chaos.faults import ChaosRun, Injected, is_training_metrics
 
 LEASED_ROLES = {"trainer": resources_pb2.ROLE_TRAINER, "rollout": resources_pb2.ROLE_ROLLOUT,
                 "coordinator": resources_pb2.ROLE_COORDINATOR}

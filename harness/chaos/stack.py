@@ -25,8 +25,8 @@ from opentinker.cli.health_probe import SERVING, check_health
 from opentinker.cli.topology import SERVICES, service_env
 from opentinker.client.credentials import ensure_admin_key
 from opentinker_runtime.core.embedded_redis import redis_server_command
-from tests._stack import free_ports
-from tests.chaos._proxy import ProxyLoop
+from harness.chaos.proxy import ProxyLoop
+from harness.stack import free_ports, record_start
 
 HOST = "127.0.0.1"
 SERVICE_NAMES = tuple(s.name for s in SERVICES)
@@ -126,6 +126,7 @@ class ChaosStack:
         return f"{HOST}:{self.proxy_ports[name]}"
 
     def up(self, timeout: float = 120) -> None:
+        record_start("chaos", str(self.state_dir))
         for name in SERVICE_NAMES:
             self.proxies.add(name, self.proxy_ports[name], self.real_ports[name])
         self.processes["redis"].start()

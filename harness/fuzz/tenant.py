@@ -1,5 +1,5 @@
 """The fuzzing target seen through a tenant's key (issue 20): every RPC is fuzzed as an ordinary
-tenant would call it, on top of the admin pass (tests/chaos/_fuzz_targets.LiveTarget).
+tenant would call it, on top of the admin pass (harness/fuzz/targets.LiveTarget).
 
 `TenantTarget.setup()` gives the fixtures' tenant ("fuzz-tenant") a fresh key, a roomy quota and
 objects of its own, made with its own key: a queued job and two EnvHosts it registered. Its valid
@@ -19,8 +19,8 @@ from opentinker_api.common.v1 import resources_pb2
 from opentinker_api.scheduler.v1 import job_pb2, tenant_pb2
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as sc
 from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as sc_grpc
-from tests.chaos._fuzz import Request, Rpc
-from tests.chaos._fuzz_targets import FIXTURE_DEADLINE_S, LiveTarget, queued_rl_spec
+from harness.fuzz.rpcs import Request, Rpc
+from harness.fuzz.targets import FIXTURE_DEADLINE_S, LiveTarget, queued_rl_spec
 
 TENANT = "fuzz-tenant"
 TENANT_ENVHOSTS = ("fuzz-tenant-envhost", "fuzz-tenant-envhost-victim")

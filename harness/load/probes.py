@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 
-from tests.chaos._load_base import MiB
+from harness.load.base import MiB
 
 
 def _status_kib(pid: int, field_name: str) -> int:

@@ -1,5 +1,5 @@
 """The sessions load: N EnvHost sessions of guess_number open at once, every answer checked
-against its own session (see tests/chaos/_load.py)."""
+against its own session (see harness/load)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from opentinker_api.envhost.v1 import envhost_service_pb2 as env_pb
 from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as env_grpc
 from opentinker.client.scheduler_requests import bearer_metadata
 from opentinker_runtime.games.guess_number_game import CORRECT, HIGHER, LOWER, GuessNumberGame
-from tests.chaos._load_base import CHANNEL_OPTIONS, RANGE_SIZE, RANGE_STRIDE, RPC_TIMEOUT_S, rpc_text
-from tests.chaos._load_probes import descendants, read_metric, wait_for_metric
+from harness.load.base import CHANNEL_OPTIONS, RANGE_SIZE, RANGE_STRIDE, RPC_TIMEOUT_S, rpc_text
+from harness.load.probes import descendants, read_metric, wait_for_metric
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,4 +1,4 @@
-"""The oracle of the RPC fuzzing (tests/chaos/_fuzz.py): is one call's outcome acceptable?
+"""The oracle of the RPC fuzzing (harness/fuzz/rpcs.py): is one call's outcome acceptable?
 
 * the status is OK or a canonical "user" code (USER_CODES); DEADLINE_EXCEEDED only for RPCs
   that wait by design (WAITING_RPCS: they get a short deadline) or whose valid work can outlast
@@ -8,7 +8,7 @@
   exactly that many when it ends OK;
 * RESOURCE_EXHAUSTED is the service's (a quota, a request over 4 MiB), not our client's
   transport refusing its answer (TRANSPORT_LIMITS: trailers over 16 KiB, a response over 4 MiB);
-* a call with a tenant's key (the tenant pass, tests/chaos/_fuzz_tenant.py) never succeeds on an
+* a call with a tenant's key (the tenant pass, harness/fuzz/tenant.py) never succeeds on an
   admin-only RPC (`admin_only`: the worker services' RPCs, ADMIN_ONLY_SCHEDULER_RPCS);
 * an INVALID_ARGUMENT message names the offending field: it starts with a field path of the
   request (`field_path_problem`: dot-separated field or oneof names of the request type, each
@@ -32,10 +32,10 @@ import grpc
 from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message
 
-from tests.chaos._fuzz_strategies import STRUCT_TYPES, is_map
+from harness.fuzz.strategies import STRUCT_TYPES, is_map
 
 if TYPE_CHECKING:
-    from tests.chaos._fuzz import Case, Failure, Request, Rpc
+    from harness.fuzz.rpcs import Case, Failure, Request, Rpc
 
 USER_CODES = frozenset({
     grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,

@@ -1,5 +1,5 @@
 """The queued-jobs load: N jobs that stay QUEUED for a tenant whose quota allows exactly N,
-listed, read, cancelled and replayed (see tests/chaos/_load.py)."""
+listed, read, cancelled and replayed (see harness/load)."""
 
 from __future__ import annotations
 
@@ -17,21 +17,14 @@ from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from opentinker.client.scheduler_requests import bearer_metadata, quota, submit_request
-from tests.chaos._load_base import CHANNEL_OPTIONS, RPC_TIMEOUT_S, UNPLACEABLE_DEVICES, S, rpc_text
+from harness.job_specs import math_env, rl_spec
+from harness.load.base import CHANNEL_OPTIONS, RPC_TIMEOUT_S, UNPLACEABLE_DEVICES, S, rpc_text
 
 
 def tiny_rl_spec(*, total_steps: int, seed: int = 3, **extra: Any) -> dict[str, Any]:
     """A valid RL job on the builtin tiny model that runs in seconds (`extra` adds spec fields)."""
-    return {
-        "type": "RL", "display_name": "load",
-        "policy": {"model": {"builtin": {"name": "tiny-qwen2", "seed": seed}}, "adaptation": {"full": {}},
-                   "algorithm": {"optimizer": {"learning_rate": 1e-3}},
-                   "sampling": {"max_new_tokens": 4, "temperature": 1.0}},
-        "environment": {"env_name": "math", "config": {"seed": seed, "eval_size": 2}},
-        "training": {"total_steps": total_steps, "batch_size": 2, "group_size": 2, "eval_episodes": 2,
-                     "seed": seed},
-        **extra,
-    }
+    return rl_spec(total_steps, name="load", seed=seed, environment=math_env(seed, 2), eval_episodes=2,
+                   checkpoint_every_steps=None) | extra
 
 
 def unplaceable_spec() -> dict[str, Any]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import SchedulerClient
 from opentinker.client.retry import RetryPolicy
-from tests.chaos._chaos_stack import SERVICE_NAMES, ChaosStack
+from harness.chaos.stack import SERVICE_NAMES, ChaosStack
 
 S = job_pb2.Job
 TERMINAL = {S.STATE_SUCCEEDED, S.STATE_FAILED, S.STATE_CANCELLED}

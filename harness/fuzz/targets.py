@@ -38,7 +38,7 @@ from opentinker_api.scheduler.v1 import scheduler_service_pb2 as sc
 from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as sc_grpc
 from opentinker_api.trainer.v1 import trainer_service_pb2 as tr
 from opentinker_api.trainer.v1 import trainer_service_pb2_grpc as tr_grpc
-from tests.chaos._fuzz import SERVICES, Request, Rpc
+from harness.fuzz.rpcs import SERVICES, Request, Rpc
 
 MODEL = model_pb2.ModelReference(builtin=model_pb2.BuiltinModel(name="tiny-llama", seed=1))
 LORA = model_pb2.Adaptation(lora=model_pb2.LoraAdaptation(rank=4, alpha=8.0))
