@@ -20,7 +20,7 @@ from opentinker_runtime.ml.errors import WeightsError
 from opentinker_runtime.ml.shared_weights import (SharedFileNotAllowed, SharedFileUnavailable, SharedWeightsWriter,
                                           read_shared_weights, remove_dead_owners)
 from opentinker_runtime.ml.weights import ChecksumAlgorithm, WeightsChecksum, state_dict_to_package
-from tests.ml.test_weights import MIB, reference_chunked_xxh3
+from tests.ml._checksums import MIB, reference_chunked_xxh3
 
 
 def sample_state() -> dict[str, torch.Tensor]:

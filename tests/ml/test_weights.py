@@ -20,15 +20,7 @@ from opentinker_runtime.ml.models import LoraSpec, apply_lora, build_builtin
 from opentinker_runtime.ml.weights import (CHECKSUM_CHUNK_BYTES, ChecksumAlgorithm, ChunkedXXH3, WeightsAssembler, WeightsChecksum,
                                    hexdigest_of, load_lora_state_dict, lora_state_dict, state_dict_to_package,
                                    tensor_bytes)
-
-MIB = 1 << 20
-
-
-def reference_chunked_xxh3(data: bytes) -> str:
-    """CHECKSUM_ALGORITHM_XXH3_64_CHUNKED as weights.proto defines it, written out plainly."""
-    digests = b"".join(xxhash.xxh3_64(data[start:start + 8 * MIB]).digest()
-                       for start in range(0, len(data), 8 * MIB))
-    return xxhash.xxh3_64(digests).hexdigest()
+from tests.ml._checksums import MIB, reference_chunked_xxh3
 
 
 def random_bytes(size: int, seed: int = 0) -> bytes:
