@@ -23,9 +23,9 @@ from opentinker_coordinator.adapters.remote import trajectory_from_message
 from opentinker_coordinator.driver.rl_driver import RlPorts, StopRequested, run_rl
 from opentinker_coordinator.protocol.seated_environment import EnvironmentBroke, MatchEnvironmentRef
 from opentinker_coordinator.types import StopReason, Trajectory
+from tests.coordinator._multi_agent import LoggingTrainer, ProtocolAgent, Reporter, Sync
+from tests.coordinator._multi_agent import plan as league_plan
 from tests.coordinator.fakes import RecordingReporter, RecordingTrainer, ScriptedRollout, VersionSync
-from tests.coordinator.test_ma_driver import LoggingTrainer, ProtocolAgent, Reporter, Sync
-from tests.coordinator.test_ma_driver import plan as league_plan
 
 ENVHOST = "10.0.0.7:50054"
 UNREACHABLE = f"EnvHost {ENVHOST} OpenSession failed: UNAVAILABLE: failed to connect to all addresses"

@@ -25,7 +25,7 @@ from opentinker_coordinator.protocol.envhost_seats import EnvHostChannels
 from opentinker_coordinator.runs import RunRegistry, RunState
 from opentinker_coordinator.servicer import coordinator_service_binding
 from harness.stack import free_ports
-from tests.coordinator.test_protocol_servicer import refused
+from tests.coordinator._protocol import refused
 
 Code = grpc.StatusCode
 

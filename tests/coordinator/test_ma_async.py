@@ -10,7 +10,7 @@ import pytest
 from opentinker_coordinator.driver.ma_driver import run_multi_agent
 from opentinker_coordinator.driver.plans import AgentPlan
 from opentinker_coordinator.driver.staleness import AsyncSettings
-from tests.coordinator.test_ma_driver import LoggingTrainer, ProtocolAgent, build, in_event_loop, merged, plan
+from tests.coordinator._multi_agent import LoggingTrainer, ProtocolAgent, build, in_event_loop, merged, plan
 
 RUN_AHEAD_WAIT_S = 2.0
 

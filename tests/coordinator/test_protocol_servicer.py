@@ -23,6 +23,7 @@ from opentinker_coordinator.protocol import protocol_errors
 from opentinker_coordinator.protocol.agent_protocol import AgentProtocol
 from opentinker_coordinator.runs import RunRegistry, RunState
 from opentinker_coordinator.servicer import coordinator_service_binding
+from tests.coordinator._protocol import refused
 from tests.coordinator.toy_games import catalog_factory
 
 Code = grpc.StatusCode
@@ -75,19 +76,6 @@ def environment(env_name: str = "gomoku", **config: Any) -> environment_pb2.Envi
 
 def gomoku(**config: Any) -> environment_pb2.EnvironmentReference:
     return environment("gomoku", **({"size": 3, "win_length": 3} | config))
-
-
-async def refused(call: Awaitable[Any], code: grpc.StatusCode, reason: str, details: str = "") -> grpc.aio.AioRpcError:
-    """The call fails with `code`, the ErrorReason `reason` in `opentinker-reason`, and `details` in its message."""
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await call
-    error = caught.value
-    assert error.code() == code, (error.code(), error.details())
-    trailing = dict(error.trailing_metadata() or ())
-    assert trailing.get(REASON_METADATA_KEY) == f"ERROR_REASON_{reason}", (trailing, error.details())
-    errors_pb2.ErrorReason.Value(f"ERROR_REASON_{reason}")  # a name clients can parse
-    assert details in (error.details() or "")
-    return error
 
 
 async def open_seated(c: Coordinator, env: environment_pb2.EnvironmentReference | None = None,
