@@ -2,7 +2,10 @@
 
 - `core`: settings, structlog logging, the gRPC server bootstrap (health, reflection, metrics,
   signals), Redis keys and the embedded redis-server, channel pools, memory and torch-thread
-  limits, model references.
+  limits.
+- `jobplan`: a JobSpec resolved once into a plan of plain values, every default applied (the
+  one table of defaults, shown in docs/job_spec.md); the Scheduler checks specs with it, the
+  Coordinator drives jobs by it, the Trainer and Rollout read the defaults their APIs share.
 - `auth`: API keys (salted hashes in Redis), the API-key interceptor, per-job tokens,
   tenant-confined paths.
 - `edge`: the one service edge every servicer stands on: `DomainError`, its mapping onto the

@@ -1,9 +1,10 @@
 """Protobuf <-> domain conversions of the Rollout API (service edge, used by the servicer).
 
 Request messages become validated domain objects (InvalidArgument names the field); domain
-results become response messages. Zero values follow the protos: sampling.n 0 = 1,
-sampling.max_new_tokens 0 = DEFAULT_MAX_NEW_TOKENS, temperature 0 = greedy, group_size 0 = 1,
-a zero limit = no limit of that kind. Bounds (work queued at once must not exhaust memory):
+results become response messages. Zero values follow the protos (their defaults are
+`opentinker_runtime.jobplan.defaults`, a job's plan holds the same): sampling.n 0 = 1,
+sampling.max_new_tokens 0 = 256, temperature 0 = greedy, group_size 0 = 1, a zero limit = no
+limit of that kind; LoRA rank 0 = 8, alpha 0 = 2 x rank (`jobplan.models`, as the Trainer). Bounds (work queued at once must not exhaust memory):
 sampling.n <= 1024, <= 4096 prompts and prompts x n <= 65,536 per Sample; group_size <= 1024
 and <= 4096 EpisodeSpecs per RunEpisodes (the Scheduler's own bounds). Struct configs and
 kwargs must hold finite numbers (they travel on as JSON).
@@ -22,7 +23,6 @@ from typing import Any
 
 from google.protobuf import json_format, struct_pb2
 
-from opentinker_runtime.core import model_refs
 from opentinker_api.common.v1 import (
     errors_pb2,
     model_pb2,
@@ -31,6 +31,8 @@ from opentinker_api.common.v1 import (
     weights_pb2,
 )
 from opentinker_api.rollout.v1 import rollout_service_pb2 as rollout_pb2
+from opentinker_runtime.jobplan import defaults, models
+from opentinker_runtime.jobplan.errors import ResolveError
 from opentinker_runtime.ml.sources import LoraSpec, ModelInfo, ModelSource
 from opentinker_runtime.ml.shared_weights import SharedFile
 from opentinker_runtime.edge.convert import lease_from_proto
@@ -43,13 +45,11 @@ from opentinker_rollout.policies import LoadRequest, PolicyInfo, WeightsChunk, W
 from opentinker_rollout.runner import EpisodeError, EpisodeSpec
 from opentinker_rollout.sampler import Completion, Prompt, PromptCompletions
 
-DEFAULT_MAX_NEW_TOKENS = 256
 MAX_SAMPLES_PER_PROMPT = 1024  # sampling.n, like the Scheduler's group_size bound
 MAX_PROMPTS = 4096             # prompts of one Sample call, like the Scheduler's batch_size bound
 MAX_SAMPLE_ROWS = 65536        # prompts x n of one Sample call: every row is queued at once
 MAX_GROUP_SIZE = 1024          # RunEpisodes.group_size (the Scheduler's bound)
 MAX_EPISODE_SPECS = 4096       # RunEpisodes.episodes (the Scheduler's batch_size bound)
-MAX_LORA_RANK = 1024           # a rank of 2^20 allocated gigabytes per layer before any check
 MAX_BATCH_SIZE = 4096          # LoadModel.max_batch_size, like OPENTINKER_ROLLOUT_MAX_BATCH_SIZE
 INTERNAL = 13  # google.rpc.Code.INTERNAL
 PRECISIONS = {model_pb2.PRECISION_UNSPECIFIED: "default", model_pb2.PRECISION_FLOAT32: "float32",
@@ -80,21 +80,17 @@ def load_request(request: rollout_pb2.LoadModelRequest) -> LoadRequest:
 
 def model_source(message: model_pb2.ModelReference) -> ModelSource:
     try:
-        return model_refs.model_source(message, "model")
-    except model_refs.ModelRefError as error:
+        return models.model_source(message, "model")
+    except ResolveError as error:
         raise InvalidArgument(error.field, error.message) from error
 
 
 def lora_spec(message: model_pb2.Adaptation) -> LoraSpec | None:
     """The LoRA adapter to add, or None for full weights (defaults shared with the Trainer)."""
     try:
-        lora = model_refs.lora_spec(message)
-    except model_refs.ModelRefError as error:
+        return models.lora_spec(message)  # rank at most jobplan.bounds.MAX_LORA_RANK
+    except ResolveError as error:
         raise InvalidArgument(error.field, error.message) from error
-    if lora is not None and lora.rank > MAX_LORA_RANK:
-        raise InvalidArgument("adaptation.lora.rank", f"must be at most {MAX_LORA_RANK}, got {lora.rank} (the "
-                              "adapter's matrices are allocated at once)")
-    return lora
 
 
 def sampling_config(message: sampling_pb2.SamplingParams) -> SamplingConfig:
@@ -108,10 +104,10 @@ def sampling_config(message: sampling_pb2.SamplingParams) -> SamplingConfig:
         if bad:
             raise InvalidArgument(f"sampling.{field}", problem)
     return SamplingConfig(
-        max_new_tokens=message.max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
+        max_new_tokens=message.max_new_tokens or defaults.MAX_NEW_TOKENS,
         temperature=message.temperature, top_p=message.top_p, top_k=message.top_k,
         stop_token_ids=tuple(message.stop_token_ids), stop_strings=tuple(s for s in message.stop if s),
-        n=message.n or 1, seed=message.seed)
+        n=message.n or defaults.SAMPLES_PER_PROMPT, seed=message.seed)
 
 
 TRUNCATED_ACTIONS = {sampling_pb2.TRUNCATED_ACTIONS_UNSPECIFIED: TruncatedActions.JUDGED,

@@ -1,8 +1,10 @@
 """protobuf <-> domain conversion for the TrainerService (the only module besides the
 servicer that knows the generated messages).
 
-Proto3 zeros mean "unset": temperature 0 = 1; checkpoint format UNSPECIFIED = TRAINING_STATE;
-beta1/beta2/epsilon 0 = AdamW's defaults; LoRA alpha 0 = 2 x rank; aggregation UNSPECIFIED =
+Proto3 zeros mean "unset", with the values a job's plan gets (`opentinker_runtime.jobplan.defaults`,
+listed once: a Coordinator sends them resolved, other callers may leave them 0): temperature 0 = 1;
+beta1/beta2/epsilon 0 = AdamW's defaults; LoRA rank 0 = 8, alpha 0 = 2 x rank (`jobplan.models`,
+which the Rollout uses too); checkpoint format UNSPECIFIED = TRAINING_STATE; aggregation UNSPECIFIED =
 TOKEN_MEAN; KL estimator UNSPECIFIED = K3; importance mask UNSPECIFIED = off, its band's
 low 0 = 0.5 and high 0 = 2.0; weights format UNSPECIFIED = LORA_ADAPTER for LoRA
 sessions, FULL otherwise. Clip ranges are not defaulted: a ratio loss with clip_low 0 is
@@ -19,10 +21,12 @@ from typing import Any
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from opentinker_runtime.core import model_refs
 from opentinker_api.common.v1 import algorithm_pb2 as algo_pb
 from opentinker_api.common.v1 import datum_pb2, model_pb2, weights_pb2
 from opentinker_api.trainer.v1 import trainer_service_pb2 as pb
+from opentinker_runtime.jobplan import defaults, models
+from opentinker_runtime.jobplan.bounds import MAX_LORA_RANK
+from opentinker_runtime.jobplan.errors import ResolveError
 from opentinker_runtime.ml.checkpoints import CheckpointFormat
 from opentinker_runtime.ml.sources import LoraSpec, ModelInfo, ModelSource, Precision
 from opentinker_runtime.ml.weights import ChecksumAlgorithm, Chunk, TensorSpec
@@ -63,7 +67,6 @@ KL_PLACEMENTS = {algo_pb.KL_PLACEMENT_UNSPECIFIED: KlPlacement.NONE,
 IMPORTANCE_MASKS = {algo_pb.IMPORTANCE_MASK_UNSPECIFIED: ImportanceMask.OFF,
                     algo_pb.IMPORTANCE_MASK_TOKEN: ImportanceMask.TOKEN,
                     algo_pb.IMPORTANCE_MASK_SEQUENCE: ImportanceMask.SEQUENCE}
-DEFAULT_IMPORTANCE_MASK_LOW, DEFAULT_IMPORTANCE_MASK_HIGH = 0.5, 2.0
 SCHEDULES = {algo_pb.LR_SCHEDULE_UNSPECIFIED: LrSchedule.CONSTANT,
              algo_pb.LR_SCHEDULE_CONSTANT: LrSchedule.CONSTANT,
              algo_pb.LR_SCHEDULE_LINEAR: LrSchedule.LINEAR,
@@ -79,7 +82,6 @@ CHECKPOINT_FORMATS = {pb.CHECKPOINT_FORMAT_UNSPECIFIED: CheckpointFormat.TRAININ
 WEIGHTS_FORMATS = {weights_pb2.WEIGHTS_FORMAT_UNSPECIFIED: None,
                    weights_pb2.WEIGHTS_FORMAT_LORA_ADAPTER: WeightsFormat.LORA_ADAPTER,
                    weights_pb2.WEIGHTS_FORMAT_FULL: WeightsFormat.FULL}
-MAX_LORA_RANK = 1024  # a rank of 2^20 allocated gigabytes per layer before any check
 CHECKSUM_ALGORITHMS = {ChecksumAlgorithm.XXH3_64_CHUNKED: weights_pb2.CHECKSUM_ALGORITHM_XXH3_64_CHUNKED,
                        ChecksumAlgorithm.XXH3_64: weights_pb2.CHECKSUM_ALGORITHM_XXH3_64}
 TENSOR_DTYPES = {"float32": weights_pb2.TENSOR_DTYPE_FLOAT32,
@@ -128,8 +130,8 @@ def session_spec(request: pb.CreateSessionRequest) -> SessionSpec:
 
 def model_source(reference: model_pb2.ModelReference) -> ModelSource:
     try:
-        return model_refs.model_source(reference, "base_model")
-    except model_refs.ModelRefError as error:
+        return models.model_source(reference, "base_model")
+    except ResolveError as error:
         raise ValidationError(error.field, error.message) from error
 
 
@@ -139,19 +141,17 @@ def adaptation(message: model_pb2.Adaptation) -> tuple[LoraSpec | None, bool]:
     if kind not in ("full", "lora"):
         raise ValidationError("adaptation", "set lora or full")
     try:
-        lora = model_refs.lora_spec(message)
-    except model_refs.ModelRefError as error:
+        lora = models.lora_spec(message)  # rank at most MAX_LORA_RANK
+    except ResolveError as error:
         raise ValidationError(error.field, error.message) from error
-    if lora is not None and lora.rank > MAX_LORA_RANK:
-        raise ValidationError("adaptation.lora.rank", f"must be at most {MAX_LORA_RANK}, got {lora.rank} (the "
-                              "adapter's matrices are allocated at once)")
     return lora, kind == "full" and message.full.keep_reference
 
 
 def optimizer(message: algo_pb.OptimizerConfig) -> OptimizerConfig:
     return OptimizerConfig(
         learning_rate=message.learning_rate, weight_decay=message.weight_decay,
-        beta1=message.beta1 or 0.9, beta2=message.beta2 or 0.999, epsilon=message.epsilon or 1e-8,
+        beta1=message.beta1 or defaults.BETA1, beta2=message.beta2 or defaults.BETA2,
+        epsilon=message.epsilon or defaults.EPSILON,
         max_grad_norm=message.max_grad_norm, warmup_steps=message.warmup_steps,
         schedule=enum_value(SCHEDULES, message.schedule, "optimizer.schedule", algo_pb.LrSchedule),
         total_steps=message.total_steps)
@@ -169,11 +169,11 @@ def loss_config(message: algo_pb.LossConfig) -> LossConfig:
                                 algo_pb.KlEstimator),
         kl_placement=enum_value(KL_PLACEMENTS, message.kl_placement, "loss.kl_placement",
                                 algo_pb.KlPlacement),
-        entropy_coef=message.entropy_coef, temperature=message.temperature or 1.0,
+        entropy_coef=message.entropy_coef, temperature=message.temperature or defaults.LOSS_TEMPERATURE,
         importance_mask=enum_value(IMPORTANCE_MASKS, message.importance_mask,
                                    "loss.importance_mask", algo_pb.ImportanceMask),
-        importance_mask_low=message.importance_mask_low or DEFAULT_IMPORTANCE_MASK_LOW,
-        importance_mask_high=message.importance_mask_high or DEFAULT_IMPORTANCE_MASK_HIGH,
+        importance_mask_low=message.importance_mask_low or defaults.IMPORTANCE_MASK_LOW,
+        importance_mask_high=message.importance_mask_high or defaults.IMPORTANCE_MASK_HIGH,
         dro_beta=message.dro_beta)
 
 
