@@ -22,7 +22,7 @@ from opentinker_runtime.auth.channels import authenticated_channel
 from opentinker_runtime.core.redis_store import connect
 from opentinker_runtime.core.server import ServerPlan, start_server, stop_server
 from opentinker_scheduler.app import build_scheduler
-from opentinker_scheduler.convert_workers import lease_context_from_proto
+from opentinker_runtime.edge.convert import lease_from_proto
 from opentinker_scheduler.events import MetricsReported
 from opentinker_scheduler.model import Caller, JobState
 from opentinker_scheduler.servicer import scheduler_service_binding
@@ -101,7 +101,7 @@ def test_300_watchers_of_one_tenant_do_not_break_another_tenants_watch(redis_url
                 await until(lambda: len(seen) >= 3 or b_watch.done())  # QUEUED, ALLOCATING, RUNNING
                 assert not b_watch.done(), b_watch.exception()
                 # the Coordinator's reports, made in the domain (the job-token guard is not under test)
-                lease, service = lease_context_from_proto(lease_of(b_job)), Caller(tenant_id="default", admin=True)
+                lease, service = lease_from_proto(lease_of(b_job)), Caller(tenant_id="default", admin=True)
                 await h.scheduler.jobs.report(lease, [MetricsReported(step=1, values={"loss": 1.0})],
                                               caller=service, request_id="")
                 await h.scheduler.jobs.finish(lease, JobState.SUCCEEDED, caller=service, message="done")

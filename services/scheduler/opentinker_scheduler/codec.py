@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentinker_runtime.auth.job_tokens import NONCE_FIELD
+from opentinker_runtime.edge.lease import LeaseContext
 from opentinker_scheduler.events import decode_progress
 from opentinker_scheduler.model import (
     Assignment,
@@ -19,7 +20,6 @@ from opentinker_scheduler.model import (
     JobState,
     JobType,
     Lease,
-    LeaseContext,
     LeasedJob,
     Quota,
     ResourceRequest,

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from opentinker_api.common.v1 import resources_pb2
 from opentinker_api.scheduler.v1 import job_pb2, scheduler_service_pb2 as service_pb2, worker_pb2
+from opentinker_runtime.edge import convert as edge_convert
 from opentinker_scheduler.convert_common import duration, enum_from_proto, enum_to_proto, timestamp
 from opentinker_scheduler.model import (
     Assignment,
     Device,
     DeviceKind,
     Lease,
-    LeaseContext,
     Role,
     Worker,
     WorkerRegistration,
@@ -61,15 +61,8 @@ def worker_to_proto(worker: Worker) -> worker_pb2.Worker:
         version=worker.version, name=worker.name, tenant_id=worker.tenant_id)
 
 
-def lease_context_from_proto(context: resources_pb2.LeaseContext) -> LeaseContext:
-    return LeaseContext(job_id=context.job_id, lease_id=context.lease_id,
-                        fencing_token=context.fencing_token)
-
-
 def assignment_to_proto(assignment: Assignment, *, job_token: str = "") -> job_pb2.Assignment:
-    lease = assignment.lease
     return job_pb2.Assignment(
         role=role_to_proto(assignment.role), worker_id=assignment.worker_id, address=assignment.address,
         device_ids=list(assignment.device_ids), job_token=job_token,
-        lease=resources_pb2.LeaseContext(job_id=lease.job_id, lease_id=lease.lease_id,
-                                         fencing_token=lease.fencing_token))
+        lease=edge_convert.lease_to_proto(assignment.lease))

@@ -19,6 +19,7 @@ import redis.exceptions
 from redis.commands.core import AsyncScript
 
 from opentinker_runtime.core.redis_store import Keys
+from opentinker_runtime.edge.lease import LeaseContext
 from opentinker_scheduler.clock import Clock
 from opentinker_scheduler.metrics import count_events, count_state_change
 from opentinker_scheduler.codec import assignment_prefix, decode_assignments, decode_job, job_fields, pairs
@@ -26,7 +27,7 @@ from opentinker_scheduler.events import KIND_OF, JobEvent, Payload, StateChanged
 from opentinker_scheduler.job_tokens import JobTokenDraft
 from opentinker_scheduler.leases import LeaseDraft, draft_keys, drafts_json
 from opentinker_scheduler.lua import Scripts
-from opentinker_scheduler.model import Assignment, Job, JobState, LeaseContext, QueuedJob
+from opentinker_scheduler.model import Assignment, Job, JobState, QueuedJob
 
 
 class Created(enum.StrEnum):

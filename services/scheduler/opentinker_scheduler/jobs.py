@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol
 from dataclasses import dataclass
 
+from opentinker_runtime.edge.lease import LeaseContext
 from opentinker_scheduler.checkpoint_models import check_checkpoint_contexts
 from opentinker_scheduler.config import SchedulerConfig
 from opentinker_scheduler.envhosts import EnvHostDirectory, check_addresses
@@ -19,7 +20,7 @@ from opentinker_scheduler.job_store import AppendStatus, Created, JobStore, Star
 from opentinker_scheduler.leases import LeaseTable
 from opentinker_scheduler.lifecycle import Lifecycle
 from opentinker_scheduler.model_context import check_context_limits
-from opentinker_scheduler.model import Caller, Job, JobSpecFacts, JobState, JobType, LeaseContext, Page, QueuedJob
+from opentinker_scheduler.model import Caller, Job, JobSpecFacts, JobState, JobType, Page, QueuedJob
 from opentinker_scheduler.paging import decode_offset, decode_token, encode_token, page_size
 from opentinker_scheduler.reports import build_report, check_samples_query
 from opentinker_scheduler.spec_paths import CheckpointOwners, check_tenant_paths
@@ -184,7 +185,7 @@ class JobService:
             if await self._try_cancel(job, reason or "cancelled by the user"):
                 return await self.get(job_id, caller)
         raise FailedPrecondition(f"job {job_id} kept changing state; retry the cancel",
-                                 reason="UNSPECIFIED")
+                                 reason="")
 
     async def _try_cancel(self, job: Job, reason: str) -> bool:
         if job.state is JobState.QUEUED:
@@ -302,7 +303,7 @@ class JobService:
                                               reason=message or f"finished: {to.lower()}")
             if result.ok:
                 return await self.get(lease.job_id, caller)
-        raise FailedPrecondition(f"job {lease.job_id} kept changing state; retry", reason="UNSPECIFIED")
+        raise FailedPrecondition(f"job {lease.job_id} kept changing state; retry", reason="")
 
     @staticmethod
     def _already_ended(job: Job, final_state: JobState) -> Job:

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 import redis.asyncio
 
 from opentinker_runtime.core.redis_store import Keys
+from opentinker_runtime.edge.lease import LeaseContext
 from opentinker_scheduler.clock import Clock
 from opentinker_scheduler.codec import decode_lease, number
 from opentinker_scheduler.lua import Scripts
-from opentinker_scheduler.model import Lease, LeaseContext, Role
+from opentinker_scheduler.model import Lease, Role
 
 
 class LeaseUnavailable(Exception):

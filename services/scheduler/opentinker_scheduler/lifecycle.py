@@ -8,9 +8,10 @@ from dataclasses import dataclass
 import structlog
 
 from opentinker_runtime.auth.job_tokens import FENCING_FIELD, HASH_FIELD, NONCE_FIELD
+from opentinker_runtime.edge.lease import LeaseContext
 from opentinker_scheduler.events import WorkerLost
 from opentinker_scheduler.job_store import Finished, JobStore, Report, Transition
-from opentinker_scheduler.model import Assignment, Job, JobState, JobType, Lease, LeaseContext, LeasedJob
+from opentinker_scheduler.model import Assignment, Job, JobState, JobType, Lease, LeasedJob
 
 log = structlog.get_logger(__name__)
 ACTIVE_STATES = (JobState.ALLOCATING, JobState.RUNNING)

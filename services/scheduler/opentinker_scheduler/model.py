@@ -16,6 +16,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from opentinker_runtime.edge.lease import LeaseContext
 from opentinker_runtime.jobplan.plan import JobPlan
 from opentinker_scheduler.errors import InvalidArgument
 
@@ -136,13 +137,6 @@ class JobSpecFacts:
     @property
     def type(self) -> JobType:
         return JobType(self.plan.kind)
-
-
-@dataclass(frozen=True, kw_only=True)
-class LeaseContext:
-    job_id: str
-    lease_id: str
-    fencing_token: int
 
 
 @dataclass(frozen=True, kw_only=True)

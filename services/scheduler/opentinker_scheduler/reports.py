@@ -6,6 +6,7 @@ import dataclasses
 import json
 from collections.abc import Sequence
 
+from opentinker_runtime.edge.lease import LeaseContext
 from opentinker_scheduler.errors import InvalidArgument
 from opentinker_scheduler.events import (
     CheckpointSaved,
@@ -17,7 +18,6 @@ from opentinker_scheduler.events import (
     encode_progress,
 )
 from opentinker_scheduler.job_store import Report
-from opentinker_scheduler.model import LeaseContext
 
 MAX_EVENTS_PER_REPORT = 1000
 SAMPLE_SPLITS = ("train", "eval", "inference")

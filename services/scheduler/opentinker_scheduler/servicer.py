@@ -20,6 +20,7 @@ from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from opentinker_runtime.auth.interceptor import current_principal
 from opentinker_runtime.core.redis_store import REDIS_DOWN_ERRORS
 from opentinker_runtime.core.server import ServiceBinding
+from opentinker_runtime.edge.convert import lease_from_proto
 from opentinker_runtime.edge.handlers import Translation, servicer_base
 from opentinker_runtime.edge.job_token import job_token
 from opentinker_scheduler.app import Scheduler
@@ -39,7 +40,6 @@ from opentinker_scheduler.convert_jobs import (
 from opentinker_scheduler.convert_tenants import api_key_to_proto, caller_from_principal, quota_from_proto, tenant_to_proto
 from opentinker_scheduler.convert_workers import (
     assignment_to_proto,
-    lease_context_from_proto,
     registration_from_proto,
     role_from_proto,
     worker_to_proto,
@@ -149,14 +149,14 @@ class SchedulerServicer(servicer_base(pb_grpc.SchedulerServiceServicer, SERVICE,
                               context: Context) -> pb.ReportJobEventsResponse:
         who = caller()
         payloads = [payload_from_proto(e, field=f"events[{i}]") for i, e in enumerate(request.events)]
-        sequence = await self.jobs.report(lease_context_from_proto(request.lease), payloads,
+        sequence = await self.jobs.report(lease_from_proto(request.lease), payloads,
                                           caller=who, request_id=request.request_id)
         return pb.ReportJobEventsResponse(last_sequence=sequence)
 
     @job_token(lease="lease", admin_only="FinishJob (the Coordinator's call)")
     async def FinishJob(self, request: pb.FinishJobRequest, context: Context) -> pb.FinishJobResponse:
         who = caller()
-        job = await self.jobs.finish(lease_context_from_proto(request.lease),
+        job = await self.jobs.finish(lease_from_proto(request.lease),
                                      state_from_proto(request.final_state, field="final_state"),
                                      caller=who, message=request.message)
         return pb.FinishJobResponse(job=job_to_proto(job))
