@@ -24,6 +24,7 @@ from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from opentinker_runtime.auth.channels import authenticated_channel
 from opentinker_runtime.auth.job_tokens import JOB_TOKEN_METADATA_KEY, job_token_of
+from opentinker_runtime.jobplan import resolve_job_plan
 from opentinker_runtime.workers.agent import WorkerAgent
 from opentinker_gateway.backend import Placement, gateway_error
 from opentinker_gateway.errors import GatewayError, Unavailable
@@ -145,10 +146,10 @@ class SessionJobs:
 
 
 def _roles_of(spec: dict) -> set[int]:
-    """The roles whose leases a SESSION job's spec asks for (default: a Trainer and a Rollout), and
-    the gateway's own driver slot."""
-    names = [r["role"] for r in spec.get("resources", ())] or ["ROLE_TRAINER", "ROLE_ROLLOUT"]
-    return {resources_pb2.Role.Value(name) for name in names} | {resources_pb2.ROLE_GATEWAY}
+    """The roles whose leases a SESSION job's spec asks for (its plan's: the job type's default
+    when it names none), and the gateway's own driver slot. The Scheduler accepted the spec."""
+    plan = resolve_job_plan(json_format.ParseDict(spec, job_pb2.JobSpec()))
+    return {resources_pb2.Role.Value(f"ROLE_{r.role}") for r in plan.resources} | {resources_pb2.ROLE_GATEWAY}
 
 
 def _placement_of(job: job_pb2.Job, roles: dict[int, job_pb2.Assignment]) -> Placement:
