@@ -18,7 +18,7 @@ from opentinker.client.channels import keyed_channel
 from opentinker_runtime.auth.api_keys import ApiKeyStore, new_api_key
 from opentinker_runtime.core.embedded_redis import free_port
 from opentinker_runtime.core.redis_store import connect
-from tests.envhost.test_process import user_games  # noqa: F401 - the fixture
+from tests.envhost._user_games import user_games  # noqa: F401 - the fixture
 
 CLI = [sys.executable, "-m", "opentinker.cli.main"]
 

@@ -7,7 +7,7 @@ import asyncio
 import grpc
 
 from opentinker_api.envhost.v1 import envhost_service_pb2 as pb
-from tests.envhost.test_servicer import Code, Requests, Stub, rpc_error, run
+from tests.envhost._servicer import Code, Requests, Stub, rpc_error, run
 
 
 async def _open_on_stream(stub: Stub, close_with_stream: bool) -> tuple[grpc.aio.StreamStreamCall, str, Requests]:

@@ -3,7 +3,6 @@ that exists only in a temporary folder; a broken `games` setting stops it with e
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,43 +12,9 @@ import pytest
 from opentinker_api.envhost.v1 import envhost_service_pb2 as pb
 from opentinker_runtime.core.embedded_redis import free_port
 from tests._services import SERVICES, ServiceProcess
+from tests.envhost._user_games import user_games  # noqa: F401 - the fixture
 
 ENVHOST = next(case for case in SERVICES if case.name == "envhost")
-USER_GAME = '''
-from opentinker_env import AbstractGame, StepResult
-
-
-class GuessGame(AbstractGame):
-    """Guess the secret number; the game says higher or lower."""
-
-    def __init__(self, secret: int = 5):
-        self.secret = secret
-
-    def get_system_prompt(self):
-        return "Guess a number from 1 to 9."
-
-    def get_initial_user_message(self):
-        return "Your guess?"
-
-    def reset(self, **kwargs):
-        self.secret = kwargs.get("secret", self.secret)
-        return ""
-
-    def step(self, action):
-        guess = int(action)
-        if guess == self.secret:
-            return StepResult(observation="right", reward=1.0, done=True)
-        return StepResult(observation="higher" if guess < self.secret else "lower", reward=-0.1)
-'''
-
-
-@pytest.fixture
-def user_games(tmp_path: Path) -> Path:
-    """A folder holding the module `ot_user_games_test` (not importable from the repository)."""
-    folder = tmp_path / "user"
-    folder.mkdir()
-    (folder / "ot_user_games_test.py").write_text(textwrap.dedent(USER_GAME))
-    return folder
 
 
 @pytest.fixture

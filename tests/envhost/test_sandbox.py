@@ -36,6 +36,7 @@ from opentinker_envhost.game_output import LOG_BYTES_PER_WINDOW, MAX_LINE_CHARS,
 from opentinker_envhost.sessions import Session, SessionLimits, SessionManager, SessionState
 from tests._services import SERVICES, ServiceProcess
 from tests.chaos._misbehaving_games import PRINTED_LINE
+from tests.envhost._processes import alive, descendants, wait_until_gone
 from tests.envhost.games import catalog_with_test_games
 
 MEMORY_LIMIT_MB = 64
@@ -45,40 +46,6 @@ ENVHOST = next(case for case in SERVICES if case.name == "envhost")
 
 
 # -- processes ---------------------------------------------------------------------------------
-
-def _stat(pid: int) -> list[str] | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie waiting for a parent that ignores it counts as gone)."""
-    fields = _stat(pid)
-    return fields is not None and fields[0] not in ("Z", "X")
-
-
-def descendants(pid: int) -> set[int]:
-    """Live processes below `pid`."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").glob("[0-9]*"):
-        fields = _stat(int(entry.name))
-        if fields is not None:
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, queue = set(), list(children.get(pid, []))
-    while queue:
-        child = queue.pop()
-        found.add(child)
-        queue.extend(children.get(child, []))
-    return {p for p in found if alive(p)}
-
-
-def wait_until_gone(pids: set[int], timeout: float = 10.0) -> set[int]:
-    deadline = time.monotonic() + timeout
-    while (left := {p for p in pids if alive(p)}) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return left
 
 
 async def wait_for_descendants(pid: int, count: int, exclude: set[int] = frozenset(),

@@ -4,62 +4,16 @@ concurrency across sessions)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import struct_pb2
 
 from opentinker_api.common.v1 import errors_pb2
 from opentinker_api.envhost.v1 import envhost_service_pb2 as pb
-from opentinker_api.envhost.v1 import envhost_service_pb2_grpc as pb_grpc
-from opentinker_runtime.core.server import ServerPlan, start_server, stop_server
 from opentinker_runtime.games import MathGame
-from opentinker_envhost.servicer import envhost_service_binding
-from opentinker_envhost.sessions import SessionLimits, SessionManager
-from opentinker_envhost.settings import EnvHostSettings
-from tests.envhost.games import catalog_with_test_games
-
-Stub = pb_grpc.EnvHostServiceStub
-Code = grpc.StatusCode
-
-
-@asynccontextmanager
-async def envhost_and_manager(**limits: Any) -> AsyncIterator[tuple[Stub, SessionManager]]:
-    """An EnvHost with the test games on a free port, a stub connected to it and its sessions."""
-    manager = SessionManager(catalog_with_test_games(), SessionLimits(**limits))
-    plan = ServerPlan(services=[envhost_service_binding(manager)], close_hooks=[manager.close_all])
-    started = await start_server(EnvHostSettings(port=0, auth="disabled"), plan)
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{started.port}") as channel:
-            yield pb_grpc.EnvHostServiceStub(channel), manager
-    finally:
-        await stop_server(started, grace_seconds=1)
-        await manager.close_all()
-
-
-@asynccontextmanager
-async def envhost(**limits: Any) -> AsyncIterator[Stub]:
-    """An EnvHost with the test games on a free port, and a stub connected to it."""
-    async with envhost_and_manager(**limits) as (stub, _):
-        yield stub
-
-
-def run(scenario: Callable[[Stub], Awaitable[None]], **limits: Any) -> None:
-    async def main() -> None:
-        async with envhost(**limits) as stub:
-            await scenario(stub)
-    asyncio.run(main())
-
-
-def struct(**values: Any) -> struct_pb2.Struct:
-    message = struct_pb2.Struct()
-    message.update(values)
-    return message
+from tests.envhost._servicer import Code, Requests, Stub, rpc_error, run, struct
 
 
 async def open_reset(stub: Stub, env_name: str, config: dict[str, Any] | None = None,
@@ -67,12 +21,6 @@ async def open_reset(stub: Stub, env_name: str, config: dict[str, Any] | None = 
     opened = await stub.OpenSession(pb.OpenSessionRequest(env_name=env_name, config=struct(**(config or {}))))
     await stub.Reset(pb.ResetRequest(session_id=opened.session_id, kwargs=struct(**kwargs)))
     return opened.session_id
-
-
-async def rpc_error(call: Awaitable[Any]) -> grpc.aio.AioRpcError:
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await call
-    return caught.value
 
 
 async def trailing(error: grpc.aio.AioRpcError) -> dict[str, str | bytes]:
@@ -195,26 +143,6 @@ def test_a_slow_game_is_deadline_exceeded_with_reason_environment_timeout() -> N
     run(scenario, call_timeout_s=0.2)
 
 
-class Requests:
-    """A client-side request stream the test feeds one message at a time."""
-
-    def __init__(self) -> None:
-        self.queue: asyncio.Queue[pb.InteractRequest | None] = asyncio.Queue()
-        self.sequence = 0
-
-    def send(self, **action: Any) -> int:
-        self.sequence += 1
-        self.queue.put_nowait(pb.InteractRequest(sequence=self.sequence, **action))
-        return self.sequence
-
-    def end(self) -> None:
-        self.queue.put_nowait(None)
-
-    async def __aiter__(self) -> AsyncIterator[pb.InteractRequest]:
-        while (request := await self.queue.get()) is not None:
-            yield request
-
-
 def test_interact_answers_every_request_and_survives_errors() -> None:
     async def scenario(stub: Stub) -> None:
         requests = Requests()
@@ -316,7 +244,6 @@ def test_text_utf8_cannot_carry_is_an_error_and_the_stream_goes_on(isolation: st
         assert answers[2].error.reason == errors_pb2.ERROR_REASON_ENVIRONMENT_FAILED
         assert answers[5].step.observation == "ok"
     run(scenario, isolation=isolation)
-
 
 
 def test_nan_in_a_config_is_invalid_argument_naming_the_field_unary_and_in_stream() -> None:

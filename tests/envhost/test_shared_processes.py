@@ -21,7 +21,7 @@ from opentinker_envhost.errors import EnvHostError, EnvironmentCrashed, Environm
 from opentinker_envhost.sessions import Session, SessionManager
 from opentinker_envhost.shared_game import SharedGame
 from tests.envhost._managers import owner, reset_soon, running_manager, step_soon
-from tests.envhost.test_sandbox import alive
+from tests.envhost._processes import alive
 
 LIMITS = {"memory_limit_mb": 64, "cpu_seconds_per_call": 1.0, "call_timeout_s": 30.0, "sessions_per_process": 4}
 

@@ -14,7 +14,7 @@ import grpc
 
 from opentinker_api.envhost.v1 import envhost_service_pb2 as pb
 from opentinker_envhost.sessions import SessionManager
-from tests.envhost.test_servicer import Requests, envhost_and_manager, struct
+from tests.envhost._servicer import Requests, envhost_and_manager, struct
 
 Code = grpc.StatusCode
 LIMITS = {"memory_limit_mb": 64, "cpu_seconds_per_call": 5.0, "call_timeout_s": 30.0, "sessions_per_process": 4}

@@ -24,8 +24,8 @@ from opentinker_envhost.sandbox_pool import WarmPool
 from opentinker_envhost.sessions import Session, SessionLimits, SessionManager
 from tests.chaos._misbehaving_games import PRINTED_LINE
 from tests.envhost._managers import owner, running_manager
+from tests.envhost._processes import alive, descendants, wait_until_gone
 from tests.envhost.games import catalog_with_test_games
-from tests.envhost.test_sandbox import alive, descendants, wait_until_gone
 
 LIMITS = {"memory_limit_mb": 64, "cpu_seconds_per_call": 1.0, "call_timeout_s": 30.0, "sessions_per_process": 1}
 
