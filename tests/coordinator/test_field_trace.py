@@ -141,3 +141,22 @@ def test_the_envhost_address_reaches_the_rollout_as_resolved(traced) -> None:
     assert plan.environment.envhost_address == "10.1.2.3:50054"
     for request in (train, evaluate):
         assert (request.environment.env_name, request.environment.envhost_address) == ("math", "10.1.2.3:50054")
+
+
+def test_an_inference_jobs_policy_has_no_trainer_side_and_plays_greedily() -> None:
+    """The launcher opens no Trainer session for it (its plan has no loss nor optimizer)."""
+    job = job_pb2.Job(job_id="job-infer", spec=least_spec("INFERENCE", **{"policy.sampling.temperature": 0.9}))
+    plan = resolve_job_plan(job.spec, job_id=job.job_id)
+    assert plan.policy.loss is None and plan.policy.optimizer is None and plan.inference.output_path == "job-infer.jsonl"
+
+    async def scenario() -> list[object]:
+        async with fakes() as (_, rollout_service, channel):
+            rollout = RemoteRollout(channel, RolloutPolicy(request_prefix=job.job_id, policy=plan.policy,
+                                                           environment=plan.environment), LEASE)
+            await rollout.open()
+            requests = [EpisodeRequest(group_id="g0", seed=1, reset_kwargs={"index": 0})]
+            assert [t.group_id async for t in rollout.run_episodes(requests, 1, evaluation=True)] == ["g0"]
+            return rollout_service.requests
+
+    _, played = asyncio.run(scenario())
+    assert played.sampling.temperature == 0 and played.sampling.max_new_tokens == 256

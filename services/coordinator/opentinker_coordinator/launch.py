@@ -164,9 +164,9 @@ class JobLauncher:
             return
         async with self._channel(job, resources_pb2.ROLE_TRAINER, self.config.trainer_address) as trainer_channel, \
                 self._channel(job, resources_pb2.ROLE_ROLLOUT, self.config.rollout_address) as rollout_channel:
-            trainer = RemoteTrainer(trainer_channel, trainer_session(job, plan, plan.policy),
-                                    lease_for(job, resources_pb2.ROLE_TRAINER, reporter.lease),
-                                    guard=self._guard("trainer", run, reporter))
+            trainer = None if plan.policy.optimizer is None else RemoteTrainer(  # an INFERENCE job trains nothing
+                trainer_channel, trainer_session(job, plan, plan.policy),
+                lease_for(job, resources_pb2.ROLE_TRAINER, reporter.lease), guard=self._guard("trainer", run, reporter))
             rollout = RemoteRollout(rollout_channel, RolloutPolicy(request_prefix=job.job_id, policy=plan.policy,
                                                                    environment=plan.environment),
                                     lease_for(job, resources_pb2.ROLE_ROLLOUT, reporter.lease),
@@ -174,9 +174,9 @@ class JobLauncher:
             try:
                 await self._run_single(job, plan, shown_output, trainer, rollout, run, reporter)
             finally:
-                await _close_quietly(trainer, rollout)
+                await _close_quietly(*[port for port in (trainer, rollout) if port])
 
-    async def _run_single(self, job: job_pb2.Job, plan: JobPlan, shown_output: str, trainer: RemoteTrainer,
+    async def _run_single(self, job: job_pb2.Job, plan: JobPlan, shown_output: str, trainer: RemoteTrainer | None,
                           rollout: RemoteRollout, run: RunState, reporter: SchedulerReporter) -> None:
         """The driver of a single-policy job (check_driven_here refused every kind but these three)."""
         if plan.kind is JobKind.RL:
