@@ -12,9 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import Counter
-from typing import Any
 
-import redis.asyncio
 
 from opentinker_api.common.v1 import resources_pb2
 from opentinker_api.scheduler.v1 import job_pb2
@@ -35,6 +33,7 @@ from tests.scheduler._harness import (
     rl_spec,
     scheduler_server,
 )
+from tests.scheduler._round_trips import RoundTrips
 
 S = job_pb2.Job
 
@@ -45,32 +44,6 @@ async def submit(h: Harness, request_id: str) -> job_pb2.Job:
 
 async def state(h: Harness, job_id: str) -> int:
     return (await h.stub.GetJob(pb.GetJobRequest(job_id=job_id))).job.state
-
-
-class RoundTrips:
-    """Counts the round trips a redis-py client makes: one per command sent alone, one per
-    pipeline executed (whatever it carries)."""
-
-    def __init__(self, client: redis.asyncio.Redis) -> None:
-        self.count = 0
-        execute_command, make_pipeline = client.execute_command, client.pipeline
-
-        async def counted_command(*args: Any, **options: Any) -> Any:
-            self.count += 1
-            return await execute_command(*args, **options)
-
-        def counted_pipeline(*args: Any, **kwargs: Any) -> Any:
-            pipe = make_pipeline(*args, **kwargs)
-            execute = pipe.execute
-
-            async def counted_execute(*a: Any, **k: Any) -> Any:
-                self.count += bool(pipe.command_stack)
-                return await execute(*a, **k)
-
-            pipe.execute = counted_execute
-            return pipe
-
-        client.execute_command, client.pipeline = counted_command, counted_pipeline
 
 
 def test_a_pass_that_starts_several_jobs_costs_two_round_trips(redis_url: str) -> None:

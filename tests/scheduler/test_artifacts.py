@@ -15,7 +15,7 @@ from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_runtime.auth.api_keys import new_api_key
 from tests.scheduler._harness import FAST, rl_spec, rpc_error, scheduler_server
-from tests.scheduler.test_auth import new_tenant, stub_for
+from tests.scheduler._tenants import new_tenant, stub_for
 
 ADMIN_KEY = new_api_key()
 

@@ -14,8 +14,8 @@ import pytest
 from opentinker_api.common.v1 import algorithm_pb2 as algo_pb
 from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
-from tests.scheduler._harness import rl_spec, rpc_error, scheduler_server
-from tests.scheduler.test_jobs_api import _two_agents
+from tests.scheduler._harness import rpc_error, scheduler_server
+from tests.scheduler._spec_edits import edited, inference, sft, two_agents
 
 SWAP = job_pb2.AsyncConfig.IN_FLIGHT_SWAP_WEIGHTS
 TOKEN, SEQUENCE = algo_pb.IMPORTANCE_MASK_TOKEN, algo_pb.IMPORTANCE_MASK_SEQUENCE
@@ -23,32 +23,6 @@ TOKEN, SEQUENCE = algo_pb.IMPORTANCE_MASK_TOKEN, algo_pb.IMPORTANCE_MASK_SEQUENC
 
 def asynchronous(spec: job_pb2.JobSpec) -> job_pb2.AsyncConfig:
     return getattr(spec, "async")
-
-
-two_agents = _two_agents  # the rl_spec's policy as agents "black" and "white"
-
-
-def sft(spec: job_pb2.JobSpec) -> job_pb2.JobSpec:
-    spec.type = job_pb2.JOB_TYPE_SFT
-    spec.dataset.path = "data/sft.jsonl"
-    spec.environment.ClearField("env_name")
-    return spec
-
-
-def inference(spec: job_pb2.JobSpec) -> job_pb2.JobSpec:
-    spec.type = job_pb2.JOB_TYPE_INFERENCE
-    spec.ClearField("training")
-    spec.policy.ClearField("adaptation")
-    spec.policy.algorithm.ClearField("optimizer")
-    return spec
-
-
-def edited(*edits: Callable[[job_pb2.JobSpec], object], base: Callable[[], job_pb2.JobSpec] = rl_spec
-           ) -> job_pb2.JobSpec:
-    spec = base()
-    for edit in edits:
-        edit(spec)
-    return spec
 
 
 def staleness(k: int) -> Callable[[job_pb2.JobSpec], object]:

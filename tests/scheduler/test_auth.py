@@ -14,27 +14,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from opentinker_api.scheduler.v1 import job_pb2, tenant_pb2
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from opentinker_runtime.auth.api_keys import new_api_key, parse_api_key
-from opentinker_runtime.auth.channels import authenticated_channel
 from opentinker_runtime.core.redis_store import connect
 from tests.scheduler._harness import register_request, rl_spec, rpc_error, scheduler_server
+from tests.scheduler._tenants import new_tenant, stub_for
 
 ADMIN_KEY = new_api_key()
-
-
-def stub_for(address: str, key: str) -> tuple[grpc.aio.Channel, pb_grpc.SchedulerServiceStub]:
-    channel = authenticated_channel(address, key)
-    return channel, pb_grpc.SchedulerServiceStub(channel)
-
-
-async def new_tenant(h, tenant_id: str, **quota: int) -> str:  # noqa: ANN001
-    """Create a tenant with the admin key; its first API key (shown only here)."""
-    response = await h.stub.CreateTenant(pb.CreateTenantRequest(
-        tenant_id=tenant_id, display_name=tenant_id.title(), quota=tenant_pb2.Quota(**quota)))
-    assert response.tenant.tenant_id == tenant_id and not response.api_key.admin
-    assert response.api_key_secret.startswith(f"otk_{response.api_key.key_id}_")
-    return response.api_key_secret
 
 
 def test_calls_without_a_valid_key_are_unauthenticated_and_health_stays_open(redis_url: str) -> None:

@@ -16,7 +16,7 @@ from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_scheduler.model_context import BUILTIN_CONTEXT_TOKENS
 from tests.scheduler._harness import lease_of, register_pool, rl_spec, rpc_error, scheduler_server
-from tests.scheduler.test_async_spec_validation import edited, inference, sft, two_agents
+from tests.scheduler._spec_edits import edited, inference, sft, two_agents
 
 Edit = Callable[[job_pb2.JobSpec], object]
 

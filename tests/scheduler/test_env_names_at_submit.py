@@ -29,8 +29,8 @@ from opentinker_envhost.settings import EnvHostSettings
 from opentinker_scheduler.convert_jobs import facts_from_spec, spec_blob
 from opentinker_scheduler.model import Caller, Role, WorkerRegistration
 from tests.scheduler._harness import Harness, reason_of, register_request, rl_spec, rpc_error, scheduler_server
-from tests.scheduler.test_allocation_pass import RoundTrips
-from tests.scheduler.test_auth import new_tenant, stub_for
+from tests.scheduler._round_trips import RoundTrips
+from tests.scheduler._tenants import new_tenant, stub_for
 
 ADMIN_KEY = new_api_key()
 BUILTINS = ", ".join(sorted(builtin_games()))

@@ -14,7 +14,7 @@ from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_scheduler.model import Role
 from tests.scheduler._harness import FAST, Harness, ManualClock, register_pool, register_request, rl_spec, scheduler_server
-from tests.scheduler.test_allocation_pass import RoundTrips
+from tests.scheduler._round_trips import RoundTrips
 
 S = job_pb2.Job
 

@@ -25,8 +25,8 @@ from tests.scheduler._harness import (
     running_job,
     scheduler_server,
 )
-from tests.scheduler.test_allocation_pass import RoundTrips
-from tests.scheduler.test_watch import collect
+from tests.scheduler._round_trips import RoundTrips
+from tests.scheduler._watch import collect
 
 S = job_pb2.Job
 

@@ -8,7 +8,7 @@ import asyncio
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_scheduler.model import JobState
 from tests.scheduler._harness import FAST, ManualClock, register_pool, rl_spec, scheduler_server
-from tests.scheduler.test_allocation_pass import RoundTrips
+from tests.scheduler._round_trips import RoundTrips
 
 
 async def heartbeat(h, worker_id: str) -> pb.HeartbeatResponse:  # noqa: ANN001

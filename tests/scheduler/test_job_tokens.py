@@ -5,8 +5,6 @@ the attempt is over, and required on the Coordinator's reports."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import grpc
 
@@ -14,42 +12,15 @@ from opentinker_api.common.v1 import resources_pb2
 from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
-from opentinker_runtime.auth.api_keys import ApiKeyStore, new_api_key
 from opentinker_runtime.auth.channels import authenticated_channel
 from opentinker_runtime.auth.job_tokens import (FENCING_FIELD, HASH_FIELD, JOB_TOKEN_PATTERN, NONCE_FIELD, JobTokenVerifier,
                                         hash_job_token)
 from opentinker_runtime.core.redis_store import Keys, connect
-from opentinker_runtime.core.server import ServerPlan, start_server, stop_server
-from opentinker_scheduler.app import build_scheduler
-from opentinker_scheduler.servicer import scheduler_service_binding
-from opentinker_scheduler.settings import SchedulerSettings
-from tests.scheduler._harness import (FAST, Harness, ManualClock, reason_of, register_pool, register_request, rl_spec,
-                                      rpc_error, running_job)
-from tests.scheduler.test_auth import new_tenant
+from tests.scheduler._auth_server import ADMIN_KEY, scheduler_server
+from tests.scheduler._harness import reason_of, register_pool, register_request, rl_spec, rpc_error, running_job
+from tests.scheduler._tenants import new_tenant
 
-ADMIN_KEY = new_api_key()
 WORKERS = ("trainer-1", "rollout-1", "coord-1")
-
-
-@asynccontextmanager
-async def scheduler_server(redis_url: str) -> AsyncIterator[Harness]:
-    """The harness's scheduler (manual clock, allocator ticked by the test) with auth on and job
-    tokens keyed by ADMIN_KEY, the service key, as main.py builds it."""
-    client, blocking = connect(redis_url), connect(redis_url, socket_timeout=None)
-    scheduler = build_scheduler(client, blocking, config=FAST, clock=ManualClock(), service_key=ADMIN_KEY)
-    await ApiKeyStore(client=client).ensure(ADMIN_KEY, description="test admin key")
-    settings = SchedulerSettings(port=0, redis_url=redis_url, api_key=ADMIN_KEY, auth_cache_seconds=0.2)
-    started = await start_server(settings, ServerPlan(services=[scheduler_service_binding(scheduler)],
-                                                      admin_only=False))
-    address = f"127.0.0.1:{started.port}"
-    channel = authenticated_channel(address, ADMIN_KEY)
-    try:
-        yield Harness(scheduler=scheduler, stub=pb_grpc.SchedulerServiceStub(channel), address=address)
-    finally:
-        await channel.close()
-        await stop_server(started, grace_seconds=0.2)
-        await client.aclose()
-        await blocking.aclose()
 
 
 async def events_until(stub: pb_grpc.SchedulerServiceStub, job_id: str, last: int) -> list[job_pb2.JobEvent]:

@@ -12,6 +12,7 @@ from opentinker_api.common.v1 import resources_pb2
 from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from tests.scheduler._harness import reason_of, rl_spec, rpc_error, scheduler_server
+from tests.scheduler._spec_edits import two_agents
 
 QUEUED, CANCELLED = job_pb2.Job.STATE_QUEUED, job_pb2.Job.STATE_CANCELLED
 
@@ -35,7 +36,7 @@ def test_submit_stores_a_queued_job_with_a_state_changed_event(redis_url: str) -
 def test_a_multi_agent_spec_is_accepted_with_a_frozen_agent(redis_url: str) -> None:
     async def scenario() -> None:
         async with scheduler_server(redis_url) as h:
-            spec = _two_agents(rl_spec())
+            spec = two_agents(rl_spec())
             spec.agents[1].frozen = True
             spec.agents[1].ClearField("adaptation")
             spec.multi_agent.pairing = job_pb2.MultiAgentConfig.PAIRING_ROUND_ROBIN
@@ -81,20 +82,8 @@ def _bad(mutate) -> job_pb2.JobSpec:  # noqa: ANN001 - a function editing a spec
     return spec
 
 
-def _two_agents(spec: job_pb2.JobSpec) -> job_pb2.JobSpec:
-    """The rl_spec's policy as two agents of a multi-agent job."""
-    policy = job_pb2.AgentSpec()
-    policy.CopyFrom(spec.policy)
-    spec.ClearField("policy")
-    for name in ("black", "white"):
-        agent = spec.agents.add()
-        agent.CopyFrom(policy)
-        agent.agent_id = name
-    return spec
-
-
 def _bad_multi(mutate) -> job_pb2.JobSpec:  # noqa: ANN001 - a function editing a spec in place
-    spec = _two_agents(rl_spec())
+    spec = two_agents(rl_spec())
     mutate(spec)
     return spec
 

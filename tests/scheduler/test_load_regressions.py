@@ -10,7 +10,7 @@ import pytest
 
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from tests.scheduler._harness import FAST, ManualClock, scheduler_server
-from tests.scheduler.test_queue_policy import get, pool, running, sft_spec, submit
+from tests.scheduler._queue import get, pool, running, sft_spec, submit
 
 STARVATION_AFTER_10_S = dataclasses.replace(FAST, starvation_ms=10_000)
 

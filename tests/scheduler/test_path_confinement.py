@@ -22,10 +22,10 @@ from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from opentinker_runtime.auth.channels import authenticated_channel
-from tests.scheduler import test_job_tokens
+from tests.scheduler import _auth_server
+from tests.scheduler._auth_server import ADMIN_KEY
 from tests.scheduler._harness import FAST, lease_of, reason_of, register_pool, rl_spec, rpc_error
-from tests.scheduler.test_auth import new_tenant
-from tests.scheduler.test_job_tokens import ADMIN_KEY
+from tests.scheduler._tenants import new_tenant
 
 SHARED_MODELS = "/srv/shared-models"
 
@@ -82,19 +82,19 @@ def tenant_stub(address: str, key: str) -> tuple[grpc.aio.Channel, pb_grpc.Sched
     return channel, pb_grpc.SchedulerServiceStub(channel)
 
 
-def with_shared_models():  # noqa: ANN201 - the job-token module's server, with a shared model directory
+def with_shared_models():  # noqa: ANN201 - the auth server's config, with a shared model directory
     return dataclasses.replace(FAST, shared_model_dir=Path(SHARED_MODELS))
 
 
 @pytest.fixture
 def shared_model_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(test_job_tokens, "FAST", with_shared_models())
+    monkeypatch.setattr(_auth_server, "FAST", with_shared_models())
 
 
 @pytest.mark.usefixtures("shared_model_config")
 def test_a_tenant_keys_paths_must_stay_in_its_area_and_admin_keys_keep_any_path(redis_url: str) -> None:
     async def scenario() -> None:
-        async with test_job_tokens.scheduler_server(redis_url) as h:
+        async with _auth_server.scheduler_server(redis_url) as h:
             channel, acme = tenant_stub(h.address, await new_tenant(h, "acme"))
             async with channel:
                 for edit, field in OUTSIDE:
@@ -127,7 +127,7 @@ INSIDE = [
 @pytest.mark.usefixtures("shared_model_config")
 def test_paths_inside_the_tenant_area_and_shared_models_are_accepted(redis_url: str) -> None:
     async def scenario() -> None:
-        async with test_job_tokens.scheduler_server(redis_url) as h:
+        async with _auth_server.scheduler_server(redis_url) as h:
             channel, acme = tenant_stub(h.address, await new_tenant(h, "acme"))
             async with channel:
                 for index, edit in enumerate(INSIDE):
@@ -162,7 +162,7 @@ def from_checkpoint(checkpoint_id: str) -> job_pb2.JobSpec:
 
 def test_a_checkpoint_is_usable_only_by_the_tenant_whose_job_saved_it(redis_url: str) -> None:
     async def scenario() -> None:
-        async with test_job_tokens.scheduler_server(redis_url) as h:
+        async with _auth_server.scheduler_server(redis_url) as h:
             await register_pool(h)
             acme_key, globex_key = await new_tenant(h, "acme"), await new_tenant(h, "globex")
             await saved_checkpoint(h, acme_key, "ckpt-acme-1", "ckpt-acme-white-1")
@@ -191,7 +191,7 @@ def test_a_checkpoint_is_usable_only_by_the_tenant_whose_job_saved_it(redis_url:
 
 def test_a_multi_agent_spec_checks_every_agents_paths(redis_url: str) -> None:
     async def scenario() -> None:
-        async with test_job_tokens.scheduler_server(redis_url) as h:
+        async with _auth_server.scheduler_server(redis_url) as h:
             channel, acme = tenant_stub(h.address, await new_tenant(h, "acme"))
             async with channel:
                 spec = rl_spec()

@@ -8,53 +8,15 @@ import dataclasses
 
 import grpc
 
-from opentinker_api.common.v1 import resources_pb2
-from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_scheduler.model import Quota, Tenant
-from tests.scheduler._harness import (
-    FAST,
-    ManualClock,
-    lease_of,
-    reason_of,
-    register_request,
-    rl_spec,
-    rpc_error,
-    scheduler_server,
-)
-
-S = job_pb2.Job
-
-
-def sft_spec(priority: int = 0, trainer_devices: int = 1) -> job_pb2.JobSpec:
-    spec = rl_spec(priority=priority)
-    spec.type = job_pb2.JOB_TYPE_SFT
-    spec.environment.Clear()
-    spec.dataset.path = "/data/chat.jsonl"
-    spec.resources.add(role=resources_pb2.ROLE_TRAINER, device_count=trainer_devices)
-    return spec
-
-
-async def submit(h, name: str, spec: job_pb2.JobSpec) -> str:  # noqa: ANN001
-    return (await h.stub.SubmitJob(pb.SubmitJobRequest(request_id=name, spec=spec))).job.job_id
-
-
-async def get(h, job_id: str) -> job_pb2.Job:  # noqa: ANN001
-    return (await h.stub.GetJob(pb.GetJobRequest(job_id=job_id))).job
+from tests.scheduler._harness import FAST, ManualClock, lease_of, reason_of, rpc_error, scheduler_server
+from tests.scheduler._queue import S, get, pool, running, sft_spec, submit
 
 
 async def finish(h, job_id: str) -> None:  # noqa: ANN001
     job = await get(h, job_id)
     await h.stub.FinishJob(pb.FinishJobRequest(lease=lease_of(job), final_state=S.STATE_SUCCEEDED))
-
-
-async def pool(h, trainer_devices: int) -> None:  # noqa: ANN001
-    await h.stub.RegisterWorker(register_request("trainer-1", "trainer", trainer_devices))
-    await h.stub.RegisterWorker(register_request("coord-1", "coordinator", 0))
-
-
-async def running(h, job_ids: list[str]) -> set[str]:  # noqa: ANN001
-    return {j for j in job_ids if (await get(h, j)).state == S.STATE_RUNNING}
 
 
 def test_priority_first_then_fifo(redis_url: str) -> None:

@@ -14,9 +14,9 @@ from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
 from opentinker_runtime.auth.channels import authenticated_channel
+from tests.scheduler._auth_server import ADMIN_KEY, scheduler_server
 from tests.scheduler._harness import register_pool, rpc_error, running_job
-from tests.scheduler.test_auth import new_tenant
-from tests.scheduler.test_job_tokens import ADMIN_KEY, scheduler_server
+from tests.scheduler._tenants import new_tenant
 
 pytestmark = pytest.mark.timeout(60)
 

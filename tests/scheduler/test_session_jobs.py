@@ -23,7 +23,7 @@ from opentinker_scheduler.model import JobState, JobType, QueuedJob, ResourceReq
 from opentinker_scheduler.placement import job_requests, place, worker_slots
 from tests.scheduler._harness import (FAST, ManualClock, register_pool, register_request, rl_spec, rpc_error,
                                       scheduler_server)
-from tests.scheduler.test_auth import new_tenant, stub_for
+from tests.scheduler._tenants import new_tenant, stub_for
 
 S = job_pb2.Job
 ADMIN_KEY = new_api_key()

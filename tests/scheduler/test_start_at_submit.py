@@ -17,7 +17,7 @@ from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_scheduler.model import JobState, Quota, QueuedJob, ResourceRequest, Role, Tenant
 from tests.scheduler._harness import (FAST, Harness, ManualClock, lease_of, register_pool, register_request, rl_spec,
                                      scheduler_server)
-from tests.scheduler.test_allocation_pass import RoundTrips
+from tests.scheduler._round_trips import RoundTrips
 
 S = job_pb2.Job
 AT_SUBMIT = dataclasses.replace(FAST, start_at_submit=True)

@@ -20,7 +20,7 @@ from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_runtime.auth.api_keys import new_api_key
 from tests.scheduler._harness import FAST, reason_of, register_pool, register_request, rl_spec, rpc_error, scheduler_server
-from tests.scheduler.test_auth import new_tenant, stub_for
+from tests.scheduler._tenants import new_tenant, stub_for
 
 ADMIN_KEY = new_api_key()
 pytestmark = pytest.mark.timeout(60)

@@ -11,14 +11,9 @@ from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_runtime.core.redis_store import connect
 from tests.scheduler._harness import FAST, lease_of, register_pool, rl_spec, rpc_error, running_job, scheduler_server
+from tests.scheduler._watch import collect
 
 S = job_pb2.Job
-
-
-async def collect(stub, job_id: str, after: int = 0, follow: bool = False,  # noqa: ANN001
-                  timeout: float = 5.0) -> list[job_pb2.JobEvent]:
-    request = pb.WatchJobRequest(job_id=job_id, after_sequence=after, follow_after_end=follow)
-    return [response.event async for response in stub.WatchJob(request, timeout=timeout)]
 
 
 def metrics_event(step: int, reward: float) -> job_pb2.JobEvent:
