@@ -13,7 +13,7 @@ from opentinker_api.common.v1 import model_pb2
 from opentinker_api.rollout.v1 import rollout_service_pb2 as rollout_pb
 from opentinker_api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
 from opentinker_trainer.settings import TrainerSettings
-from tests.rollout.test_grpc import LEASE, with_servers
+from tests.rollout._servers import LEASE, with_servers
 from tests.trainer.test_servicer import ServerThread, create_request
 
 

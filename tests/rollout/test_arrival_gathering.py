@@ -8,7 +8,7 @@ import time
 import pytest
 
 from opentinker_rollout.batcher import GenerationBatcher
-from tests.rollout.test_batcher import CountingEngine, req
+from tests.rollout._batcher import CountingEngine, req
 
 
 async def _trickle(batcher: GenerationBatcher, count: int, gap_s: float, n: int = 1) -> list:

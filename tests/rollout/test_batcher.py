@@ -5,48 +5,17 @@ episodes that wait on their environment do not stop the others from generating."
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
-from collections.abc import Sequence
 
 import pytest
 
 from opentinker_rollout.batcher import BatcherClosed, GenerationBatcher
-from opentinker_rollout.engine import FinishReason, Generation, GenerationRequest, SamplingConfig
+from opentinker_rollout.engine import SamplingConfig
 from opentinker_rollout.environment import StepOutcome
 from opentinker_rollout.episode import EpisodeLimits, StopReason
 from opentinker_rollout.runner import EpisodeBatch, EpisodeServices, EpisodeSpec, run_episodes
+from tests.rollout._batcher import CountingEngine, req
 from tests.rollout._support import EOS, ScriptedEnvironment, ScriptedRenderer
-
-
-class CountingEngine:
-    """Answers each row with [first prompt token] after `delay_s`; records every call's rows."""
-
-    max_context_length = 1024
-    eos_token_ids = (EOS,)
-
-    def __init__(self, delay_s: float = 0.02, fail: bool = False) -> None:
-        self.delay_s = delay_s
-        self.fail = fail
-        self.calls: list[int] = []
-        self.running = threading.Event()
-
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Generation]]:
-        self.running.set()
-        self.calls.append(sum(r.sampling.n for r in requests))
-        time.sleep(self.delay_s)
-        self.running.clear()
-        if self.fail:
-            raise RuntimeError("engine exploded")
-        return [[Generation(token_ids=(r.prompt_ids[0], EOS), logprobs=(-1.0, -1.0),
-                            finish_reason=FinishReason.STOP)] * r.sampling.n for r in requests]
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        return str(list(token_ids))
-
-
-def req(first: int, n: int = 1) -> GenerationRequest:
-    return GenerationRequest(prompt_ids=(first,), sampling=SamplingConfig(n=n))
 
 
 def test_concurrent_requests_share_engine_calls_and_get_their_own_answers():

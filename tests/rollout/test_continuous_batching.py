@@ -9,29 +9,12 @@ import asyncio
 import pytest
 
 from opentinker_rollout.batcher import GenerationBatcher
-from opentinker_rollout.engine import GenerationRequest, SamplingConfig
+from tests.rollout._generation import drive, prompts, reference_logprobs, request
 from tests.rollout._support import tiny_engine
-from tests.rollout.test_engine import prompts, reference_logprobs
-
-
-def request(prompt, **sampling) -> GenerationRequest:
-    return GenerationRequest(prompt_ids=prompt, sampling=SamplingConfig(**sampling))
 
 
 def alone(engine, req):
     return engine.generate([req])[0]
-
-
-def drive(engine, arrivals: dict[int, list[tuple[str, GenerationRequest]]]) -> dict[str, list]:
-    """Step the engine; at step s admit arrivals[s]; run until every request is answered."""
-    answers: dict[str, list] = {}
-    expected = sum(len(batch) for batch in arrivals.values())
-    step = 0
-    while len(answers) < expected:
-        answers.update(engine.advance(arrivals.get(step, [])))
-        step += 1
-        assert step < 500, "the engine never finished"
-    return answers
 
 
 @pytest.mark.parametrize("sampling", [dict(temperature=0.0), dict(temperature=1.0, seed=11)],

@@ -4,35 +4,12 @@ seeds and limits."""
 
 from __future__ import annotations
 
-import torch
 
-from opentinker_runtime.ml.chat import render_prompt
 from opentinker_rollout.engine import FinishReason, GenerationRequest, SamplingConfig
-from opentinker_rollout.sampling import processed_logprobs, row_params
+from tests.rollout._generation import prompts, reference_logprobs, request
 from tests.rollout._support import full_forward_logprobs, tiny_engine, tiny_model
 
 GREEDY = SamplingConfig(max_new_tokens=12, temperature=0.0)
-
-
-def prompts() -> list[tuple[int, ...]]:
-    """Chat prompts of different lengths (so a batch needs left padding)."""
-    tokenizer = tiny_model().tokenizer
-    questions = ["1+1?", "What is 12 times 7?", "Name a colour.", "Add 123 and 456, then halve it."]
-    return [tuple(render_prompt(tokenizer, [{"role": "system", "content": "Answer."},
-                                            {"role": "user", "content": q}])) for q in questions]
-
-
-def request(prompt, **sampling) -> GenerationRequest:
-    return GenerationRequest(prompt_ids=prompt, sampling=SamplingConfig(**sampling))
-
-
-def reference_logprobs(prompt, tokens, temperature=1.0, top_k=0, top_p=1.0) -> list[float]:
-    """Logprob of each generated token under the processed distribution of a full forward."""
-    logprobs_T_V = full_forward_logprobs(tiny_model().model, [*prompt, *tokens])
-    rows = logprobs_T_V[len(prompt) - 1: len(prompt) - 1 + len(tokens)]
-    params = row_params([temperature] * len(tokens), [top_k] * len(tokens), [top_p] * len(tokens))
-    processed = processed_logprobs(rows, params)  # log_softmax is shift-invariant: logits = logprobs
-    return processed.gather(-1, torch.tensor(tokens)[:, None]).squeeze(-1).tolist()
 
 
 def test_logprobs_at_temperature_1_equal_log_softmax_of_a_full_forward():

@@ -22,24 +22,10 @@ from tests.rollout._support import (
     ScriptedGenerator,
     ScriptedRenderer,
 )
+from tests.rollout._agent_loop import OBSERVATION, PROMPT, play
 
 STOP, LENGTH = FinishReason.STOP, FinishReason.LENGTH
-PROMPT = [11, 12, 13]
-OBSERVATION = [21, 22]
-NO_LIMITS = EpisodeLimits()
 END_EPISODE = TruncatedActions.END_EPISODE
-
-
-def play(script, outcomes=(), *, limits=NO_LIMITS, context=512, max_new_tokens=16,
-         environment=None, version=0, generator=None):
-    generator = generator or ScriptedGenerator(script, version=version)
-    environment = environment or ScriptedEnvironment(outcomes=list(outcomes))
-    config = AgentLoopConfig(sampling=SamplingConfig(max_new_tokens=max_new_tokens),
-                             limits=limits, max_context_length=context)
-    loop = AgentLoop(generator=generator, renderer=ScriptedRenderer(PROMPT, OBSERVATION),
-                     environment=environment, config=config)
-    episode = asyncio.run(loop.run(Episode(group_id="g", episode_index=0)))
-    return episode, generator, environment
 
 
 def test_single_turn_done_masks_prompt_and_keeps_sampled_tokens():

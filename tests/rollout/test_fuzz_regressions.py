@@ -14,7 +14,7 @@ from opentinker_api.common.v1 import datum_pb2, model_pb2, sampling_pb2
 from opentinker_api.rollout.v1 import rollout_service_pb2 as pb
 from opentinker_rollout import convert
 from opentinker_rollout.errors import InvalidArgument
-from tests.rollout.test_grpc import with_servers
+from tests.rollout._servers import with_servers
 
 PROMPT = pb.Prompt(tokens=datum_pb2.TokenSequence(tokens=[1, 2, 3]))
 

@@ -48,8 +48,8 @@ from opentinker_rollout.main import build_plan
 from opentinker_rollout.rendering import TokenizerRenderer
 from opentinker_rollout.settings import RolloutSettings
 from tests.coordinator.seated_games import factory_of
+from tests.rollout._agent_loop import play as play_scripted
 from tests.rollout._support import EOS, ScriptedEnvironment
-from tests.rollout.test_fsm import play as play_scripted
 
 JOB = "duel"
 LEASE = resources_pb2.LeaseContext(job_id=JOB, lease_id="l1", fencing_token=1)

@@ -18,8 +18,7 @@ from opentinker_rollout.engine import GenerationRequest
 from opentinker_runtime.edge.lease import LeaseContext
 from opentinker_rollout.policies import LoadRequest
 from tests.rollout._support import MODEL_NAME
-from tests.rollout.test_grpc import weights_requests, with_servers
-from tests.rollout.test_policies import (
+from tests.rollout._policies import (
     GREEDY,
     LORA,
     PROMPT,
@@ -28,6 +27,7 @@ from tests.rollout.test_policies import (
     registry,
     transfer,
 )
+from tests.rollout._servers import weights_requests, with_servers
 
 SOURCE = ModelSource.builtin(MODEL_NAME, 0)
 WIDE_LORA = LoraSpec(rank=8, alpha=16.0, target_modules=("q_proj", "v_proj"))

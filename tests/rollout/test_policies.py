@@ -4,16 +4,15 @@ change what the policy samples, version conflicts, corrupt transfers, fencing, i
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 import torch
 
-from opentinker_runtime.ml.models import apply_lora, build_builtin
+from opentinker_runtime.ml.models import build_builtin
 from opentinker_runtime.ml.sources import LoraSpec, ModelSource
-from opentinker_runtime.ml.weights import lora_state_dict, state_dict_to_package
+from opentinker_runtime.ml.weights import lora_state_dict
 from opentinker_rollout.batcher import BatcherClosed
-from opentinker_rollout.engine import GenerationRequest, SamplingConfig
+from opentinker_rollout.engine import GenerationRequest
 from opentinker_rollout.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -22,56 +21,16 @@ from opentinker_rollout.errors import (
     WeightsVersionConflict,
 )
 from opentinker_runtime.edge.lease import LeaseContext, StaleFencingToken
-from opentinker_rollout.policies import (
-    LoadRequest,
-    PolicyRegistry,
-    WeightsChunk,
-    WeightsFormat,
-    WeightsHeader,
-)
-from opentinker_rollout.transformers_engine import TransformersEngine
-from tests.rollout._support import MODEL_NAME, tiny_model
+from opentinker_rollout.policies import LoadRequest, PolicyRegistry, WeightsFormat
+from tests.rollout._policies import GREEDY, LORA, PROMPT, lora_reference, reference_greedy, registry, transfer
+from tests.rollout._support import MODEL_NAME
 
-LORA = LoraSpec(rank=4, alpha=8.0)
-PROMPT = tuple(range(40, 60))
-GREEDY = SamplingConfig(max_new_tokens=12, temperature=0.0)
 NO_LEASE = LeaseContext()
-
-
-def lora_reference(spec: LoraSpec = LORA, seed: int = 1) -> torch.nn.Module:
-    """The builtin model with an adapter whose weights are random (not the zero init)."""
-    model = apply_lora(build_builtin(MODEL_NAME, 0), spec).eval()
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "lora_" in name:
-                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
-    return model
-
-
-def transfer(state_dict, version: int, fmt=WeightsFormat.LORA_ADAPTER, sha256=None):
-    package = state_dict_to_package(state_dict, chunk_bytes=4096)
-    header = WeightsHeader(format=fmt, policy_version=version, tensors=tuple(package.specs),
-                           total_bytes=package.total_bytes, sha256=sha256 or package.sha256)
-
-    async def chunks():
-        for chunk in package.chunks:
-            yield WeightsChunk(tensor_name=chunk.tensor_name, offset=chunk.offset, data=chunk.data)
-    return header, chunks()
 
 
 async def greedy(policy, prompt=PROMPT):
     answer = await policy.generator.generate(GenerationRequest(prompt_ids=prompt, sampling=GREEDY))
     return answer.generations[0], answer.policy_version
-
-
-def reference_greedy(model: torch.nn.Module):
-    engine = TransformersEngine(model, tiny_model().tokenizer)
-    return engine.generate([GenerationRequest(prompt_ids=PROMPT, sampling=GREEDY)])[0][0]
-
-
-def registry(tmp_path: Path) -> PolicyRegistry:
-    return PolicyRegistry(checkpoint_root=tmp_path, default_max_batch_size=8)
 
 
 def load_lora(reg: PolicyRegistry, lease: LeaseContext = NO_LEASE, request_id: str = "") -> str:

@@ -25,9 +25,9 @@ from opentinker_rollout.policies import LoadRequest
 from opentinker_rollout.sampler import Prompt, sample
 from opentinker_trainer.config import OptimizerConfig, SessionSpec
 from opentinker_trainer.session_factory import create_session
+from tests.rollout._policies import LORA, lora_reference, registry, transfer
+from tests.rollout._servers import load, weights_requests, with_servers
 from tests.rollout._support import MODEL_NAME, full_forward_logprobs, tiny_engine, tiny_model
-from tests.rollout.test_grpc import load, weights_requests, with_servers
-from tests.rollout.test_policies import LORA, lora_reference, registry, transfer
 
 TOLERANCE = 1e-4
 CHAT = [{"role": "user", "content": "What is 12+30?"}]

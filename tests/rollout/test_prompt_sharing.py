@@ -13,10 +13,9 @@ from opentinker_runtime.ml.sources import ModelSource
 from opentinker_rollout.decode_batch import DecodeBatch
 from opentinker_rollout.engine import GenerationRequest, SamplingConfig
 from opentinker_rollout.transformers_engine import TransformersEngine
+from tests.rollout._generation import drive, prompts
+from tests.rollout._policies import LORA
 from tests.rollout._support import MODEL_NAME, tiny_engine
-from tests.rollout.test_continuous_batching import drive
-from tests.rollout.test_engine import prompts
-from tests.rollout.test_policies import LORA
 
 
 def request(prompt, **sampling) -> GenerationRequest:

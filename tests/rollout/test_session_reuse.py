@@ -404,7 +404,7 @@ def test_a_call_past_its_timeout_fails_the_episode_and_its_session_is_replaced()
 
 
 def test_an_envhost_without_interact_is_played_with_unary_calls() -> None:
-    from tests.rollout.test_grpc import CountingGame  # a stand-in EnvHost: unary RPCs only (its
+    from tests.rollout._servers import CountingGame  # a stand-in EnvHost: unary RPCs only (its
     # sessions count steps across resets, so only the first episode on each is two turns long)
 
     async def scenario() -> tuple[CountingGame, dict[str, Trajectory], set[str]]:

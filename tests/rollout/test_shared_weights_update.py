@@ -19,8 +19,8 @@ from opentinker_runtime.ml.shared_weights import SharedWeightsWriter
 from opentinker_runtime.ml.weights import lora_state_dict
 from opentinker_rollout.main import build_plan
 from opentinker_rollout.settings import RolloutSettings
+from tests.rollout._policies import lora_reference
 from tests.rollout._support import MODEL_NAME
-from tests.rollout.test_policies import lora_reference
 
 LEASE = resources_pb2.LeaseContext(job_id="job-shm", lease_id="l1", fencing_token=1)
 GREEDY = pb.SampleRequest(prompts=[pb.Prompt(tokens={"tokens": list(range(40, 60))})],

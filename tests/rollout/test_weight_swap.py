@@ -29,11 +29,10 @@ from opentinker_runtime.edge.lease import LeaseContext
 from opentinker_rollout.main import build_plan
 from opentinker_rollout.policies import LoadRequest, WeightsFormat
 from opentinker_rollout.settings import RolloutSettings
+from tests.rollout._generation import prompts, request
+from tests.rollout._policies import GREEDY, LORA, PROMPT, lora_reference, registry, transfer
+from tests.rollout._servers import load, weights_requests
 from tests.rollout._support import MODEL_NAME, tiny_engine
-from tests.rollout.test_continuous_batching import request
-from tests.rollout.test_engine import prompts
-from tests.rollout.test_grpc import load, weights_requests
-from tests.rollout.test_policies import GREEDY, LORA, PROMPT, lora_reference, registry, transfer
 
 SOURCE = ModelSource.builtin(MODEL_NAME, 0)
 LONG_TOKENS = 80
