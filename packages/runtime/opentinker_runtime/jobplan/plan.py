@@ -200,7 +200,8 @@ class PolicyPlan:
     advantage: AdvantagePlan | None
     """RL jobs' learning policies only."""
     optimizer: OptimizerPlan | None
-    """None where the policy never trains (a SESSION job's client sends its own per step)."""
+    """None where the policy has no Trainer session to open with it (INFERENCE jobs, frozen agents;
+    a SESSION job's client sends its own optimizer with each step)."""
     sampling: SamplingPlan
     """How training rollouts sample."""
     eval_sampling: SamplingPlan
@@ -208,10 +209,6 @@ class PolicyPlan:
     limits: LimitsPlan
     frozen: bool = False
     """A multi-agent job's snapshot opponent: it plays but never learns (a single policy is never frozen)."""
-
-    @property
-    def learns(self) -> bool:
-        return not self.frozen
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -269,7 +266,8 @@ class DatasetPlan:
 class InferencePlan:
     num_episodes: int
     output_path: str
-    """As the spec names it; `<job_id>.jsonl` when the spec leaves it empty."""
+    """As the spec names it (relative to the tenant's outputs/); `<job_id>.jsonl` when the spec leaves
+    it empty, "" while the job has no id yet (`resolve_job_plan(spec)` without one)."""
 
 
 @dataclass(frozen=True, kw_only=True)
