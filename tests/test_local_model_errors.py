@@ -14,7 +14,7 @@ from opentinker_api.rollout.v1 import rollout_service_pb2 as rollout_pb
 from opentinker_api.trainer.v1 import trainer_service_pb2_grpc as trainer_grpc
 from opentinker_trainer.settings import TrainerSettings
 from tests.rollout._servers import LEASE, with_servers
-from tests.trainer.test_servicer import ServerThread, create_request
+from tests.trainer._servicer import ServerThread, create_request
 
 
 def not_models(tmp_path: Path) -> list[Path]:

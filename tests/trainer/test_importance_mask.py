@@ -28,8 +28,8 @@ from opentinker_trainer.config import ImportanceMask, LossAggregation, LossConfi
 from opentinker_trainer.errors import ValidationError
 from opentinker_trainer.training import MetricSums, batch_norm, objective
 from opentinker_trainer.session_factory import create_session
+from tests.trainer._servicer import call_error, create_request, fb_request, stub  # noqa: F401
 from tests.trainer.helpers import rl_datums, session, spec
-from tests.trainer.test_servicer import call_error, create_request, fb_request, stub  # noqa: F401
 
 TOKEN, SEQUENCE, OFF = ImportanceMask.TOKEN, ImportanceMask.SEQUENCE, ImportanceMask.OFF
 MEAN, SEQ_MEAN, SUM_NORM = (LossAggregation.TOKEN_MEAN, LossAggregation.SEQUENCE_MEAN,

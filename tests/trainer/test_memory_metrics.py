@@ -11,8 +11,8 @@ from opentinker_api.trainer.v1 import trainer_service_pb2 as pb
 from opentinker_api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
 from opentinker_trainer.memory import MICRO_BATCH_TOKENS, PEAK_MEMORY
 from opentinker_trainer.settings import TrainerSettings
+from tests.trainer._servicer import PPO, ServerThread, create_request, fb_request, lease
 from tests.trainer.helpers import rl_datums
-from tests.trainer.test_servicer import PPO, ServerThread, create_request, fb_request, lease
 
 
 def test_forward_backward_and_optim_step_answer_with_the_peak_memory(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from opentinker_trainer.servicer import trainer_service_binding
 from opentinker_trainer.trainer import build_registry
 from opentinker_trainer.sessions import SessionRegistry
 from opentinker_trainer.settings import TrainerSettings
-from tests.trainer.test_servicer import create_request, lease
+from tests.trainer._servicer import create_request, lease
 
 Code = grpc.StatusCode
 

@@ -351,8 +351,8 @@ def test_training_state_resumes_with_the_last_adam_values(tmp_path) -> None:
 
 from opentinker_api.common.v1 import datum_pb2  # noqa: E402
 from opentinker_api.trainer.v1 import trainer_service_pb2 as pb  # noqa: E402
-from tests.trainer.test_servicer import (call_error, create_request, fb_request, lease,  # noqa: E402,F401
-                                         logprob_rows, stub)
+from tests.trainer._servicer import (call_error, create_request, fb_request, lease,  # noqa: E402,F401
+                                     logprob_rows, stub)
 
 TINKER_ADAM = algo_pb.AdamStepParams(learning_rate=1e-4, beta1=0.9, beta2=0.95, epsilon=1e-12)
 IS_SUM = algo_pb.LossConfig(function=algo_pb.LOSS_FUNCTION_IMPORTANCE_SAMPLING,
