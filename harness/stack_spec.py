@@ -49,10 +49,14 @@ class StackSpec:
 
     @property
     def name(self) -> str:
-        """A short stable name for state directories and reports: "default" or a digest."""
+        """A short stable name for state directories and reports: "default", or what differs
+        from it ("gateway", "no-dashboard") and a digest of the settings."""
         if self == StackSpec():
             return "default"
-        return "spec-" + hashlib.sha256(repr(self).encode()).hexdigest()[:8]
+        parts = [*(["gateway"] if self.gateway else []), *([] if self.dashboard else ["no-dashboard"])]
+        if self.settings or self.python_path:
+            parts.append(hashlib.sha256(repr((self.settings, self.python_path)).encode()).hexdigest()[:8])
+        return "-".join(parts)
 
     def environment(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment of `opentinker up` (which passes it on to every process): `base`
