@@ -25,11 +25,29 @@ TIERS = ("unit", "stack", "chaos")
 STACK_FIXTURES = frozenset({"stack_pool", "gateway_stack", "security_stack", "local_stack"})
 """Fixtures that start (or hand out) a local stack; a module whose own fixtures do says so itself."""
 STACK_MODULES = frozenset({
-    "tests/test_stack.py", "tests/dashboard/test_dashboard_signal_thread.py",
+    "tests/test_stack.py", "tests/test_services_health.py", "tests/test_log_bounds.py", "tests/test_compose.py",
+    "tests/docs/test_tutorial.py", "tests/client/test_reflection.py", "tests/client/test_cli_envhost_stack.py",
+    "tests/envhost/test_process.py", "tests/envhost/test_cli.py", "tests/scheduler/test_crash_safety.py",
+    "tests/dashboard/test_dashboard_signal_thread.py",
+    "tests/dashboard/test_dashboard_units.py::test_the_cli_sub_command_serves_the_page_without_a_key_and_stops_on_sigterm",
+    "tests/envhost/test_sandbox.py::test_no_game_process_outlives_its_envhost",
+    "tests/test_torch_threads.py::test_trainer_and_rollout_apply_their_setting_at_start_and_log_it",
     # a benchmark's --quick run in a subprocess of its own (servers, stacks, a TRL baseline)
     "tests/envhost/test_bench_envhost.py", "tests/gateway/test_bench_tinker_gateway.py",
     "tests/scheduler/test_bench_scheduler.py", "tests/scheduler/test_load_regressions.py",
 })
+"""Modules (or `module::test` names) whose tests start OpenTinker processes without a stack fixture."""
+SLOW_TESTS = frozenset({
+    # measured at 10-33 s each on a busy 2-core machine: replica processes, plain-transformers reloads
+    "tests/trainer/test_data_parallel.py", "tests/trainer/test_export_plain_loading.py",
+    "tests/trainer/test_session_expiry.py::test_a_replaced_data_parallel_session_stops_its_replica_processes",
+    "tests/trainer/test_tinker_losses.py::test_sum_over_two_replicas_equals_one_process",
+    "tests/trainer/test_importance_mask.py::test_two_ranks_mask_like_one_process",
+    "tests/trainer/test_servicer.py::test_the_server_answers_other_calls_while_a_forward_backward_runs",
+    "tests/rollout/test_continuous_batching.py::test_requests_joining_mid_decoding_get_what_they_would_alone",
+    "tests/test_torch_threads.py::test_applying_sets_both_pools_and_spawned_children_inherit_the_count",
+})
+"""Modules (or `module::test` names) that are `slow` without saying so themselves."""
 DIRECTORY_TIERS = {"chaos": "chaos", "e2e": "stack"}
 SERVICE_MODULES = ("opentinker_scheduler", "opentinker_trainer", "opentinker_rollout", "opentinker_envhost",
                    "opentinker_coordinator", "opentinker_gateway", "opentinker.dashboard")
@@ -45,12 +63,16 @@ def pytest_configure(config: pytest.Config) -> None:
     _guard_popen()
 
 
+def listed(item: pytest.Item, names: frozenset[str]) -> bool:
+    relative = item.path.relative_to(item.config.rootpath).as_posix()
+    return relative in names or f"{relative}::{getattr(item, 'originalname', item.name)}" in names
+
+
 def tier_of(item: pytest.Item) -> str:
     declared = [tier for tier in TIERS if item.get_closest_marker(tier)]
     if declared:
         return declared[0]
-    relative = item.path.relative_to(item.config.rootpath).as_posix()
-    if relative in STACK_MODULES:
+    if listed(item, STACK_MODULES):
         return "stack"
     directory = item.path.relative_to(item.config.rootpath).parts[1:2]
     if directory and directory[0] in DIRECTORY_TIERS:
@@ -60,12 +82,26 @@ def tier_of(item: pytest.Item) -> str:
     return "unit"
 
 
+def shared_stack_group(item: pytest.Item) -> str | None:
+    """The xdist group of a test on a pooled stack: `--dist loadgroup` runs a group on one worker,
+    so each shared stack starts once per run, not once per worker."""
+    names = set(getattr(item, "fixturenames", ()))
+    if "stack_pool" not in names:
+        return None
+    return "gateway-stack" if "gateway_stack" in names else "default-stack"
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         tier = tier_of(item)
         if not item.get_closest_marker(tier):
             item.add_marker(getattr(pytest.mark, tier))
+        if listed(item, SLOW_TESTS) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+        group = shared_stack_group(item)
+        if group is not None and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def started_service(args: object) -> str | None:
