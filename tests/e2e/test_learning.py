@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from opentinker.client import SchedulerClient, ServiceClient
+from harness.job_specs import builtin_model, checkpoint_model, rl_spec, sft_spec
 
 SYSTEM = "Answer with the number only."
 RL_PROBLEMS = [("2+3=", "5"), ("4+1=", "5"), ("1+2=", "3"), ("3+3=", "6")]
@@ -38,20 +39,13 @@ def test_grpo_raises_train_reward_after_a_format_only_warm_up(stack, tmp_path):
     problems = write_jsonl(tmp_path / "problems.jsonl",
                            [{"question": q, "answer": a, "split": "train"} for q, a in RL_PROBLEMS]
                            + [{"question": q, "answer": a, "split": "eval"} for q, a in HELD_OUT])
-    sft = client.follow(scheduler.submit_job({
-        "type": "SFT", "dataset": {"path": sft_data},
-        "policy": {"model": {"builtin": {"name": "tiny-qwen2", "seed": SEED}}, "adaptation": {"full": {}},
-                   "algorithm": {"optimizer": {"learning_rate": 1e-2}}},
-        "training": {"total_steps": 40, "batch_size": 8, "seed": SEED}}).job_id)
+    sft = client.follow(scheduler.submit_job(sft_spec(sft_data, total_steps=40, batch_size=8, seed=SEED,
+                                                      model=builtin_model(seed=SEED), learning_rate=1e-2)).job_id)
     assert sft.succeeded, sft.job.status_message
-    rl = client.follow(scheduler.submit_job({
-        "type": "RL",
-        "policy": {"model": {"checkpoint": {"checkpoint_id": sft.final_checkpoint_id}}, "adaptation": {"full": {}},
-                   "algorithm": {"optimizer": {"learning_rate": 3e-3}},
-                   "sampling": {"max_new_tokens": 4, "temperature": 1.0}},
-        "environment": {"env_name": "math", "config": {"dataset_path": problems}},
-        "training": {"total_steps": RL_STEPS, "batch_size": 4, "group_size": 8, "eval_episodes": 2,
-                     "seed": SEED}}).job_id)
+    rl = client.follow(scheduler.submit_job(rl_spec(
+        RL_STEPS, name=None, seed=SEED, model=checkpoint_model(sft.final_checkpoint_id), learning_rate=3e-3,
+        environment={"env_name": "math", "config": {"dataset_path": problems}}, batch_size=4, group_size=8,
+        eval_episodes=2, checkpoint_every_steps=None)).job_id)
     assert rl.succeeded, rl.job.status_message
     rewards = [value for _, value in rl.series("reward/mean")]
     assert len(rewards) == RL_STEPS

@@ -16,6 +16,7 @@ from opentinker_api.common.v1 import trajectory_pb2
 from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import NotFound, SchedulerClient
 from opentinker.client.async_client import AsyncSchedulerClient
+from harness.job_specs import builtin_model, lora, rl_spec, sft_spec
 from harness.stack import LocalStack
 from tests.e2e._helpers import cli
 
@@ -58,16 +59,8 @@ print(json.dumps({"adapters": len(lora_b), "max_lora_b": max(lora_b), "changed":
 
 
 def lora_spec() -> dict:
-    return {
-        "type": "RL", "display_name": "results-come-back",
-        "policy": {"model": {"builtin": {"name": "tiny-qwen2", "seed": LORA_SEED}},
-                   "adaptation": {"lora": {"rank": 4, "alpha": 8}},
-                   "algorithm": {"optimizer": {"learning_rate": 0.05}},
-                   "sampling": {"max_new_tokens": 4, "temperature": 1.0}},
-        "environment": {"env_name": "math", "config": {"seed": 3, "eval_size": 4}},
-        "training": {"total_steps": 2, "batch_size": 3, "group_size": 2, "eval_every_steps": 2, "eval_episodes": 4,
-                     "seed": 3},
-    }
+    return rl_spec(2, name="results-come-back", model=builtin_model(seed=LORA_SEED), adaptation=lora(4, 8),
+                   learning_rate=0.05, batch_size=3, eval_every_steps=2, checkpoint_every_steps=None)
 
 
 @pytest.fixture(scope="module")
@@ -85,11 +78,8 @@ def finished_sft(stack: LocalStack, tenants: dict[str, str]) -> job_pb2.Job:
     (datasets / "chats.jsonl").write_text("".join(json.dumps({"messages": [
         {"role": "user", "content": f"{a}+1="}, {"role": "assistant", "content": str(a + 1)}]}) + "\n"
         for a in range(6)))
-    spec = {"type": "SFT", "display_name": "adapter-to-download",
-            "policy": {"model": {"builtin": {"name": "tiny-qwen2", "seed": LORA_SEED}},
-                       "adaptation": {"lora": {"rank": 4, "alpha": 8}},
-                       "algorithm": {"optimizer": {"learning_rate": 0.01}}},
-            "dataset": {"path": "chats.jsonl"}, "training": {"total_steps": 2, "batch_size": 3}}
+    spec = sft_spec("chats.jsonl", total_steps=2, batch_size=3, name="adapter-to-download",
+                    model=builtin_model(seed=LORA_SEED), adaptation=lora(4, 8), learning_rate=0.01)
     with SchedulerClient(stack.address("scheduler"), api_key=tenants["results-a"]) as client:
         job = client.wait(client.submit_job(spec).job_id)
     assert job.state == job_pb2.Job.STATE_SUCCEEDED, job.status_message
