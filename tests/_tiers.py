@@ -84,11 +84,15 @@ def tier_of(item: pytest.Item) -> str:
 
 def shared_stack_group(item: pytest.Item) -> str | None:
     """The xdist group of a test on a pooled stack: `--dist loadgroup` runs a group on one worker,
-    so each shared stack starts once per run, not once per worker."""
+    so each shared stack starts once per group, not once per worker. The default stack's users
+    are two groups, the end-to-end jobs and the rest (dashboard, security, the Node client): two
+    stacks, whose tests run side by side instead of one after another."""
     names = set(getattr(item, "fixturenames", ()))
     if "stack_pool" not in names:
         return None
-    return "gateway-stack" if "gateway_stack" in names else "default-stack"
+    if "gateway_stack" in names:
+        return "gateway-stack"
+    return "default-stack-e2e" if "e2e" in item.path.parts else "default-stack"
 
 
 @pytest.hookimpl(tryfirst=True)
