@@ -13,7 +13,10 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 if .venv/bin/python -m pip install -q "uv==0.13.9" "setuptools>=68" wheel; then
   mapfile -t sources < <(.venv/bin/python scripts/uv_index_args.py)
-  install() { .venv/bin/uv pip install --python .venv/bin/python -q "${sources[@]}" "$@"; }
+  # --compile-bytecode: uv writes no .pyc by default, and where PYTHONDONTWRITEBYTECODE is set (CI)
+  # no process ever does, so every service start compiled torch and transformers from source again
+  # (the Rollout's imports: 24.5 s instead of 8.8 s on a 2-core machine).
+  install() { .venv/bin/uv pip install --python .venv/bin/python -q --compile-bytecode "${sources[@]}" "$@"; }
   editable() { install --no-build-isolation "$@"; }
 else
   echo "==> uv not available: installing with pip"
@@ -29,6 +32,8 @@ echo "==> installing the API, environment, runtime and SDK packages and the serv
 editable --no-deps -e packages/api -e packages/env -e packages/runtime -e clients/python \
   -e services/scheduler -e services/trainer -e services/rollout \
   -e services/envhost -e services/coordinator -e services/gateway
+echo "==> compiling the repository's own Python (the packages, harness, bench)"
+.venv/bin/python -m compileall -q -j 0 packages clients/python services harness bench scripts >/dev/null
 if command -v node >/dev/null 2>&1; then
   bash scripts/setup_node.sh   # the Node.js client (clients/node) and its test
 else

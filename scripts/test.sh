@@ -7,6 +7,10 @@
 # Extra arguments go to both pytest runs, e.g. bash scripts/test.sh -k stack
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Bytecode caches on: with PYTHONDONTWRITEBYTECODE set (as on our CI machines) every pytest process
+# rewrote and compiled all 339 test modules again (collection: 36 s of CPU instead of 16 s) and
+# every service process compiled this repository's modules from source.
+unset PYTHONDONTWRITEBYTECODE
 bash scripts/setup.sh
 bash scripts/setup_browser.sh   # chromium + chromedriver for the dashboard's browser test
 cores=$(nproc 2>/dev/null || echo 2)
