@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from opentinker_runtime.workers.devices import discover_devices
 from opentinker_runtime.core.entrypoint import run_service
@@ -12,21 +13,26 @@ from opentinker_runtime.workers.reaping import attempt_callbacks, idle_reaper
 from opentinker_runtime.core.server import ServerPlan
 from opentinker_runtime.core.torch_threads import apply_torch_threads
 from opentinker_runtime.workers.registration import WorkerRegistration
-from opentinker_rollout.envhost_client import EnvHostChannels
-from opentinker_rollout.envhost_sessions import SessionPools
-from opentinker_rollout.episode_runs import EpisodeRunner
-from opentinker_rollout.match_client import CoordinatorChannels
-from opentinker_rollout.policies import PolicyRegistry
-from opentinker_rollout.rollout import Rollout
-from opentinker_rollout.servicer import RolloutServicer, rollout_service_binding
 from opentinker_rollout.settings import RolloutSettings
+
+if TYPE_CHECKING:
+    from opentinker_rollout.envhost_sessions import SessionPools
+    from opentinker_rollout.policies import PolicyRegistry
 
 SERVICE_NAME = "rollout"
 
 
 async def build_plan(settings: RolloutSettings) -> ServerPlan:
     """The RolloutService over a policy registry; EnvHost and Coordinator channels are dialled
-    on first use."""
+    on first use. torch and transformers load here, after settings parse and the port is
+    checked (`run_service`)."""
+    from opentinker_rollout.envhost_client import EnvHostChannels
+    from opentinker_rollout.episode_runs import EpisodeRunner
+    from opentinker_rollout.match_client import CoordinatorChannels
+    from opentinker_rollout.policies import PolicyRegistry
+    from opentinker_rollout.rollout import Rollout
+    from opentinker_rollout.servicer import RolloutServicer, rollout_service_binding
+
     keep_freed_memory()  # weight updates allocate and free a model's worth of buffers each time
     registry = PolicyRegistry(checkpoint_root=settings.checkpoint_dir,
                               default_max_batch_size=settings.max_batch_size,

@@ -12,7 +12,6 @@ from opentinker_runtime.workers.reaping import attempt_callbacks, idle_reaper
 from opentinker_runtime.core.server import ServerPlan
 from opentinker_runtime.core.torch_threads import apply_torch_threads
 from opentinker_runtime.workers.registration import WorkerRegistration
-from opentinker_trainer import shared_prefix
 from opentinker_trainer.settings import TrainerSettings
 
 SERVICE_NAME = "trainer"
@@ -69,6 +68,8 @@ def main() -> int:
 async def _process_plan(settings: TrainerSettings) -> ServerPlan:
     """The service process's plan: its torch threads first (process-wide, so not in `build_plan`,
     which tests call inside their own process), before any model computes."""
+    from opentinker_trainer import shared_prefix  # torch: after settings parse and the port check
+
     apply_torch_threads(settings.torch_threads, service=SERVICE_NAME)
     shared_prefix.set_enabled(settings.share_prefixes)
     return await build_plan(settings)

@@ -15,7 +15,7 @@ import structlog
 
 from opentinker_runtime.core.errors import PortInUseError, SettingsError
 from opentinker_runtime.core.logging import configure_logging
-from opentinker_runtime.core.server import ServerPlan, serve
+from opentinker_runtime.core.server import ServerPlan, format_address, port_env_var, port_is_taken, serve
 from opentinker_runtime.core.settings import ServiceSettings, load_settings
 
 EXIT_OK = 0
@@ -53,4 +53,13 @@ def _serve_logging_failures(settings: S, build_plan: PlanBuilder[S]) -> int:
 
 
 async def _build_and_serve(settings: S, build_plan: PlanBuilder[S]) -> None:
+    refuse_a_taken_port(settings)
     await serve(settings, await build_plan(settings))
+
+
+def refuse_a_taken_port(settings: ServiceSettings) -> None:
+    """PortInUseError before the plan is built: a Trainer or Rollout imports torch and
+    transformers there (~10 s of CPU), which a port someone else holds would only waste. The
+    bind itself checks again (another process may take the port in between)."""
+    if port_is_taken(settings.host, settings.port):
+        raise PortInUseError(address=format_address(settings.host, settings.port), env_var=port_env_var(settings))
