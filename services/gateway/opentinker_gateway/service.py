@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 
 from opentinker_runtime.core.channel_pool import ChannelPool
+from opentinker_runtime.jobplan.bounds import MAX_LORA_RANK
 from opentinker_gateway import fields, sampling, training
 from opentinker_gateway.backend import JobBackend
 from opentinker_gateway.catalog import CatalogModel
@@ -26,7 +27,6 @@ from opentinker_gateway.sessions import ClientSession, ClientSessions
 from opentinker_gateway.wire import tinker_public_pb2 as wire
 
 log = structlog.get_logger("opentinker.gateway")
-MAX_LORA_RANK = 1024
 Leaser = Callable[[str, dict], Awaitable[Any]]
 
 
