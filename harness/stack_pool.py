@@ -1,6 +1,6 @@
 """`StackPool`: local stacks keyed by `StackSpec`, so equal specs share one stack.
 
-A stack costs ~30 s to start and stop on a 2-core machine. The pool starts a spec's stack on
+A stack costs ~17 s to start and stop on a quiet 2-core machine (~30 s on a busy one). The pool starts a spec's stack on
 first use and hands the same stack to every later request of an equal spec, whichever test
 directory it comes from; `close()` stops every stack it started (the test session's end).
 

@@ -2,7 +2,7 @@
 # The test command (the README's and CI's): set up, then run every test, tier by tier
 # (tests/_tiers.py): the fast tier first (unit tests, not slow: one process each, on every core),
 # then the rest (slow unit tests, stacks, chaos), one after another by default: on a 2-core
-# machine 4 workers made stacks start too slowly for their tests' deadlines (21 timeouts, 30 min).
+# machine the rest is CPU-bound: 3 workers were 8% faster and made stacks miss their deadlines.
 # OPENTINKER_TEST_WORKERS=N runs the rest on N workers, each shared stack on one of them.
 # Extra arguments go to both pytest runs, e.g. bash scripts/test.sh -k stack
 set -euo pipefail

@@ -11,7 +11,7 @@ under tests/chaos/ is `chaos`, under tests/e2e/ `stack`, a test that uses a stac
 OpenTinker service process fails, naming the process: the tiers stay true.
 
     pytest -m "unit and not slow"    # the fast tier: seconds, no process started
-    pytest -m "not (unit and not slow)" -n 4    # the rest, in parallel (scripts/test.sh)
+    pytest -m "not (unit and not slow)"    # the rest, one after another (scripts/test.sh)
 """
 
 from __future__ import annotations
