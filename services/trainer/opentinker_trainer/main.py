@@ -31,7 +31,9 @@ async def build_plan(settings: TrainerSettings) -> ServerPlan:
     devices = discover_devices(settings.cpu_slots)
     registry = build_registry(settings.checkpoint_dir, settings.device,
                               [device.device_id for device in devices],
-                              idle_ttl_s=settings.session_idle_ttl_seconds)
+                              idle_ttl_s=settings.session_idle_ttl_seconds,
+                              share_lora_base=settings.share_lora_base,
+                              cycle_gather_s=settings.cycle_gather_ms / 1000)
     registration = WorkerRegistration.for_settings(settings, role="trainer", devices=devices,
                                                    **attempt_callbacks(registry))
     shared = SharedExports(Path(settings.shared_weights_dir) if settings.shared_weights_dir else None)

@@ -1,6 +1,6 @@
 """The Trainer's Prometheus metrics (docs/metrics.md), updated where the work happens: training
 calls in `session` (rank 0 of a session: a data-parallel step counts once), sessions in
-`sessions`."""
+`sessions`, shared bases in `shared_base`, cycles in `cycles`."""
 
 from __future__ import annotations
 
@@ -22,6 +22,19 @@ TRAINED_DATUMS = metrics.counter(
     "opentinker_trainer_datums_trained", "Datums (sequences) that went through ForwardBackward.")
 ACTIVE_SESSIONS = metrics.gauge("opentinker_trainer_active_sessions", "Training sessions open on "
                                 "this Trainer.")
+RESIDENT_BASES = metrics.gauge(
+    "opentinker_trainer_resident_bases", "Base models loaded once and shared by the LoRA sessions "
+    "standing on them.")
+RESIDENT_ADAPTERS = metrics.gauge(
+    "opentinker_trainer_resident_adapters", "LoRA sessions (adapters) standing on a shared base.")
+CYCLES = metrics.counter(
+    "opentinker_trainer_cycles", "Cycles of queued ForwardBackward calls on a shared base, by kind: "
+    "joint (several sessions' calls in one batched forward/backward) or alone (one call).", ("kind",))
+CYCLE_SESSIONS = metrics.histogram(
+    "opentinker_trainer_cycle_sessions", "Sessions whose calls one cycle ran in one batched pass "
+    "(a cycle's batch occupancy).", buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64))
+CYCLE_SECONDS = metrics.histogram(
+    "opentinker_trainer_cycle_seconds", "Time of one cycle (every call in it).", buckets=metrics.SLOW_SECONDS)
 
 
 def count_forward_backward(datums: int, tokens: int) -> None:
@@ -31,3 +44,10 @@ def count_forward_backward(datums: int, tokens: int) -> None:
 
 def count_optimizer_step(applied: bool) -> None:
     OPTIMIZER_STEPS.labels(outcome="applied" if applied else "skipped").inc()
+
+
+def record_cycle(*, joined: int, seconds: float) -> None:
+    """One cycle: `joined` sessions' calls ran in its batched pass (0: every call ran alone)."""
+    CYCLES.labels(kind="joint" if joined > 1 else "alone").inc()
+    CYCLE_SESSIONS.observe(max(joined, 1))
+    CYCLE_SECONDS.observe(seconds)

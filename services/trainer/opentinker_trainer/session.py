@@ -41,6 +41,7 @@ from opentinker_trainer.training import (ForwardBackwardResult, ShardResult, acc
 
 if TYPE_CHECKING:
     from opentinker_trainer.replicas import ReplicaGroup
+    from opentinker_trainer.shared_base import BaseHandle
 
 _RNG_LOCK = threading.Lock()
 
@@ -92,11 +93,15 @@ class TrainingSession:
 
     `adam_override` is the last OptimStepRequest.adam: once set, every step uses it instead of
     the spec's optimizer config and schedule (a TRAINING_STATE checkpoint records it).
+
+    `base` is the session's hold on a base model shared with other LoRA sessions
+    (`shared_base`; None: the model is the session's own), let go when the session closes.
     """
 
     def __init__(self, *, session_id: str, spec: SessionSpec, model: Any, tokenizer: Any,
                  reference_model: Any | None, device: str, device_ids: tuple[str, ...],
-                 rank: int = 0, group: Any | None = None, micro_batch_tokens: int = 0) -> None:
+                 rank: int = 0, group: Any | None = None, micro_batch_tokens: int = 0,
+                 base: BaseHandle | None = None) -> None:
         self.session_id = session_id
         self.spec = spec
         self.model = model
@@ -117,6 +122,12 @@ class TrainingSession:
         self.created_at = time.time()
         self.micro_batch_tokens = micro_batch_tokens or spec.max_tokens_per_micro_batch
         self.memory = StepMemory(device)
+        self.base = base
+
+    @property
+    def base_key(self) -> str:
+        """The key of the shared base this session stands on ("" for a model of its own)."""
+        return self.base.key if self.base is not None else ""
 
     @property
     def has_reference(self) -> bool:
@@ -314,6 +325,8 @@ class TrainingSession:
             self.replicas.close()
             self.replicas = None
         self.model = self.reference_model = self.optimizer = None
+        if self.base is not None:
+            self.base.release()
         release_freed_memory(self.device)
 
     def _require_reference(self, why: str) -> None:

@@ -11,14 +11,18 @@ from opentinker_trainer.config import SessionSpec
 from opentinker_trainer.replicas import ReplicaGroup
 from opentinker_trainer.session import TrainingSession
 from opentinker_trainer.session_loading import load_rank_session, replica_device
+from opentinker_trainer.shared_base import SharedBases
 
 
 def create_session(session_id: str, spec: SessionSpec, *, checkpoint_root: Path,
-                   device: str = "cpu", device_ids: tuple[str, ...] = ("cpu:0",)) -> TrainingSession:
+                   device: str = "cpu", device_ids: tuple[str, ...] = ("cpu:0",),
+                   bases: SharedBases | None = None) -> TrainingSession:
     """A session on `device_ids`: data-parallel (one replica process per further device) when
-    there are several."""
+    there are several. A LoRA session on one device stands on a base shared through `bases`
+    (when given); a data-parallel one loads a base of its own."""
+    shared = bases if len(device_ids) == 1 else None
     session = load_rank_session(session_id, spec, checkpoint_root=checkpoint_root, device=device,
-                                device_ids=device_ids)
+                                device_ids=device_ids, bases=shared)
     if len(device_ids) > 1:
         _start_replicas(session, checkpoint_root)
     return session

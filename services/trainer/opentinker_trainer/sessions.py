@@ -31,10 +31,14 @@ import structlog
 
 from opentinker_runtime.edge.lease import FencingGuard, LeaseContext
 from opentinker_trainer.metrics import ACTIVE_SESSIONS
-from opentinker_trainer.config import SessionSpec
+from opentinker_trainer.batching import Datum
+from opentinker_trainer.config import LossConfig, SessionSpec
+from opentinker_trainer.cycle_queue import DEFAULT_GATHER_S, CycleQueue
 from opentinker_trainer.errors import RequestIdReusedError, SessionNotFoundError, ValidationError
 from opentinker_trainer.session import SessionView, TrainingSession
 from opentinker_trainer.session_factory import create_session
+from opentinker_trainer.shared_base import SharedBases
+from opentinker_trainer.training import ForwardBackwardResult
 
 log = structlog.get_logger(__name__)
 
@@ -100,8 +104,14 @@ class SessionRegistry:
 
     def __init__(self, *, checkpoint_root: Path, device: str = "cpu",
                  device_ids: tuple[str, ...] = ("cpu:0",), idle_ttl_s: float = DEFAULT_IDLE_TTL_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, share_lora_base: bool = True,
+                 cycle_gather_s: float = DEFAULT_GATHER_S) -> None:
+        """`share_lora_base`: LoRA sessions of one base model stand on one frozen copy of it
+        (`shared_base`) and their ForwardBackward calls run in cycles (`cycle_queue`), which wait
+        up to `cycle_gather_s` for the base's other sessions; False: every session loads its own."""
         self.checkpoint_root = Path(checkpoint_root)
+        self.bases = SharedBases() if share_lora_base else None
+        self.cycles = CycleQueue(_in_thread, self.bases.holders, gather_s=cycle_gather_s) if self.bases else None
         self.device = device
         self.device_ids = device_ids
         self.idle_ttl_s = idle_ttl_s
@@ -127,7 +137,7 @@ class SessionRegistry:
                 return self._entries[session_id].session.view()
             session = await _in_thread(lambda: create_session(
                 f"sess-{uuid.uuid4().hex[:12]}", spec, checkpoint_root=self.checkpoint_root,
-                device=self.device, device_ids=devices))
+                device=self.device, device_ids=devices, bases=self.bases))
             self._entries[session.session_id] = _Entry(session, fencing_token=lease.fencing_token,
                                                        now=self.clock())
             ACTIVE_SESSIONS.inc()
@@ -159,6 +169,27 @@ class SessionRegistry:
                 self.check_lease(entry.session, lease)
             try:
                 return await _in_thread(lambda: self._once(entry, work, request))
+            finally:
+                entry.last_used = self.clock()
+
+    async def forward_backward(self, session_id: str, lease: LeaseContext | None, datums: Sequence[Datum],
+                               loss: LossConfig, *, request: RequestKey | None = None) -> ForwardBackwardResult:
+        """`run` of the session's forward_backward; a session on a shared base joins its base's
+        next cycle (`cycle_queue`)."""
+        entry = self._entry(session_id)
+        session = entry.session
+        if self.cycles is None or session.base is None:
+            return await self.run(session_id, lease, lambda s: s.forward_backward(datums, loss), request=request)
+        async with entry.lock:
+            self._require_open(entry)
+            if lease is not None:
+                self.check_lease(session, lease)
+            try:
+                seen, result = entry.requests.lookup(request)
+                if not seen:
+                    result = await self.cycles.forward_backward(session, datums, loss)
+                    entry.requests.remember(request, result)
+                return result
             finally:
                 entry.last_used = self.clock()
 

@@ -39,6 +39,16 @@ class TrainerSettings(ServiceSettings):
         "KV cache, instead of once per datum. Same logprobs and gradients up to float rounding; "
         "a model whose cached forward disagrees with its plain one on its first batch keeps the "
         "plain forward.")
+    share_lora_base: bool = setting(
+        True, "LoRA sessions of the same base model (same source, precision and device) stand on "
+        "one frozen copy of it: each keeps its own adapter, optimizer state, RNG and checkpoints, "
+        "and computes exactly what it would on a copy of its own. False: every session loads "
+        "its own copy (a data-parallel session always does).")
+    cycle_gather_ms: float = setting(
+        50.0, "With share_lora_base: how long a ForwardBackward of a session on a shared base waits "
+        "for the base's other sessions' calls, to run them all as one batched forward/backward (a "
+        "cycle). It starts at once when every session of the base has a call queued; 0 = never wait "
+        "(calls that queue while a cycle runs still share the next).", min=0)
     shared_weights_dir: str = shared_weights_dir_setting(
         "Directory in shared memory where ExportWeights writes the files a Rollout on this host "
         "reads (transport SHARED_MEMORY); the same directory as the Rollout's. A Trainer keeps its "

@@ -18,6 +18,7 @@ from opentinker_runtime.ml.checkpoints import CheckpointFormat
 from opentinker_trainer.batching import Datum
 from opentinker_trainer.checkpointing import CheckpointRecord, load_checkpoint, save_checkpoint
 from opentinker_trainer.config import AdamStep, LossConfig, SessionSpec
+from opentinker_trainer.cycle_queue import DEFAULT_GATHER_S
 from opentinker_trainer.export import WeightsExport, WeightsFormat, export_for_transport
 from opentinker_trainer.session import OptimStepResult, SessionView, TrainingSession
 from opentinker_trainer.sessions import DEFAULT_IDLE_TTL_S, RequestKey, SessionRegistry
@@ -50,8 +51,7 @@ class Trainer:
 
     async def forward_backward(self, session_id: str, lease: LeaseContext, datums: Sequence[Datum],
                                loss: LossConfig, *, request: RequestKey | None) -> ForwardBackwardResult:
-        return await self.registry.run(session_id, lease, lambda session: session.forward_backward(datums, loss),
-                                       request=request)
+        return await self.registry.forward_backward(session_id, lease, datums, loss, request=request)
 
     async def optim_step(self, session_id: str, lease: LeaseContext, learning_rate: float,
                          adam: AdamStep | None, *, request: RequestKey | None) -> OptimStepResult:
@@ -100,10 +100,13 @@ def resolve_device(device: str) -> str:
 
 
 def build_registry(checkpoint_dir: Path, device: str = "auto", device_ids: Sequence[str] = (), *,
-                   idle_ttl_s: float = DEFAULT_IDLE_TTL_S) -> SessionRegistry:
+                   idle_ttl_s: float = DEFAULT_IDLE_TTL_S, share_lora_base: bool = True,
+                   cycle_gather_s: float = DEFAULT_GATHER_S) -> SessionRegistry:
     """A registry writing checkpoints under `checkpoint_dir` (created on the first save),
     offering sessions `device_ids` (default: one, "<device>:0"), closing sessions idle for
-    `idle_ttl_s` when its `reap_idle` runs."""
+    `idle_ttl_s` when its `reap_idle` runs; LoRA sessions of one base share it and train in
+    cycles (waiting up to `cycle_gather_s` for each other) unless `share_lora_base` is False."""
     device = resolve_device(device)
     return SessionRegistry(checkpoint_root=Path(checkpoint_dir).resolve(), device=device,
-                           device_ids=tuple(device_ids) or (f"{device}:0",), idle_ttl_s=idle_ttl_s)
+                           device_ids=tuple(device_ids) or (f"{device}:0",), idle_ttl_s=idle_ttl_s,
+                           share_lora_base=share_lora_base, cycle_gather_s=cycle_gather_s)

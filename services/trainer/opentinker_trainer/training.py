@@ -43,6 +43,8 @@ class ForwardBackwardResult:
     num_tokens: int
     logprobs: list[list[float]]
     memory: dict[str, float] = field(default_factory=dict)
+    cycle: dict[str, float] = field(default_factory=dict)
+    """Sessions on a shared base: the figures of the cycle the call ran in (`cycles`)."""
 
 
 @dataclass
@@ -185,6 +187,16 @@ def _backward(logits_B_T_V: torch.Tensor, batch: Batch, loss: LossConfig,
               norm: losses.LossNorm | None, reference: ReferenceFn | None,
               metrics: MetricSums) -> tuple[float, torch.Tensor]:
     """Backward of the objective over `batch` given its logits; (its value, its logprobs_B_T)."""
+    value, logprobs_B_T = batch_objective(logits_B_T_V, batch, loss, norm, reference, metrics)
+    value.backward()
+    return float(value.detach()), logprobs_B_T
+
+
+def batch_objective(logits_B_T_V: torch.Tensor, batch: Batch, loss: LossConfig,
+                    norm: losses.LossNorm | None, reference: ReferenceFn | None,
+                    metrics: MetricSums) -> tuple[torch.Tensor, torch.Tensor]:
+    """The objective over `batch` given its logits, not yet backpropagated; (the value, with its
+    graph, and the batch's logprobs_B_T, detached). Records the batch's metrics."""
     reference_B_T = _reference_logprobs(batch, loss, reference)
     if loss.kl_in_reward:
         batch = _with_kl_reward(batch, reference_B_T, loss, metrics)
@@ -195,8 +207,7 @@ def _backward(logits_B_T_V: torch.Tensor, batch: Batch, loss: LossConfig,
     if loss.entropy_coef == 0:
         entropy_B_T = entropy_B_T.detach()
     value = objective(logprobs_B_T, entropy_B_T, reference_B_T, batch, loss, norm, metrics)
-    value.backward()
-    return float(value.detach()), logprobs_B_T.detach()
+    return value, logprobs_B_T.detach()
 
 
 def objective(logprobs_B_T: torch.Tensor, entropy_B_T: torch.Tensor,

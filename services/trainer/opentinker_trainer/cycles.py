@@ -1,0 +1,210 @@
+"""A clock cycle: the ForwardBackward calls that several LoRA sessions of one shared base have
+queued, run as one batched forward/backward over the base (`adapter_router`), each row through
+its own session's adapter.
+
+Every session keeps its own loss: its rows' objective uses its LossConfig and its batch's
+denominators (`training.batch_norm`), and the cycle backpropagates the sum of the sessions'
+objectives once per micro-batch. A session's adapter appears only in its own rows' computation,
+so the gradient it receives is that of its own objective: what it would accumulate alone, up to
+float rounding (the rows are padded to a longer batch and summed in another order).
+
+A call joins a cycle when its session stands on a shared base (`shared_base`), trains on one
+device, its adapter is plain LoRA without dropout (`adapter_router.lora_updates`), the base has
+no dropout, and its loss needs no forward of the policy before the training pass (an importance
+mask) nor of the reference (a KL term without the datums' reference logprobs). Any other call,
+and every call of a cycle of one, runs alone as before. A call whose datums are invalid fails
+alone; if the joint pass fails, the gradients it added are taken back and each call runs
+alone, so one session's failure never fails another's call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from opentinker_trainer import losses
+from opentinker_trainer.adapter_router import AdapterRouter
+from opentinker_trainer.batching import Datum, pad_batch, plan_micro_batches, validate_datums
+from opentinker_trainer.config import LossConfig
+from opentinker_trainer.memory import MICRO_BATCH_TOKENS, PEAK_MEMORY, release_micro_batch_memory
+from opentinker_trainer.metrics import count_forward_backward, record_cycle
+from opentinker_trainer.session import TrainingSession
+from opentinker_trainer.training import (PREFIX_SHARED, ForwardBackwardResult, MetricSums, ShardResult,
+                                         batch_norm, batch_objective, combine)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CycleCall:
+    """One session's queued ForwardBackward."""
+
+    session: TrainingSession
+    datums: Sequence[Datum]
+    loss: LossConfig
+
+
+Outcome = ForwardBackwardResult | BaseException
+CYCLE_SESSIONS = "cycle/sessions"
+CYCLE_TOKEN_SHARE = "cycle/token_share"
+CYCLE_SECONDS = "cycle/seconds"
+
+
+def joinable(session: TrainingSession, loss: LossConfig, datums: Sequence[Datum]) -> bool:
+    """Whether this call may share a cycle with other sessions' calls (see the module's doc)."""
+    if session.base is None or session.world_size > 1 or session.spec.lora is None:
+        return False
+    if loss.masks_importance:
+        return False
+    if loss.needs_reference and not all(d.reference_logprobs for d in datums):
+        return False
+    return session.base.routable
+
+
+def run_cycle(calls: Sequence[CycleCall]) -> list[Outcome]:
+    """Each call's result or error, in order; calls that may not join run alone."""
+    started = time.perf_counter()
+    outcomes: list[Outcome | None] = [None] * len(calls)
+    joining: list[int] = []
+    for index, call in enumerate(calls):
+        if not joinable(call.session, call.loss, call.datums):
+            continue
+        try:
+            _validate(call)
+        except Exception as error:  # noqa: BLE001 - the caller's own bad request, reported to it alone
+            outcomes[index] = error
+            continue
+        joining.append(index)
+    if len(joining) > 1:
+        joint = _joint_or_none([calls[i] for i in joining])
+        if joint is not None:
+            for index, result in zip(joining, joint):
+                outcomes[index] = result
+    joined = [i for i in joining if isinstance(outcomes[i], ForwardBackwardResult)]
+    for index, call in enumerate(calls):
+        if outcomes[index] is None:
+            outcomes[index] = _alone(call)
+    seconds = time.perf_counter() - started
+    record_cycle(joined=len(joined), seconds=seconds)
+    return _with_cycle_stats(outcomes, joined, calls, seconds)  # type: ignore[arg-type]
+
+
+def _with_cycle_stats(outcomes: list[Outcome], joined: list[int], calls: Sequence[CycleCall],
+                      seconds: float) -> list[Outcome]:
+    """Each result with its cycle's figures: CYCLE_SESSIONS (sessions in the batched pass, 1 for
+    a call alone), CYCLE_TOKEN_SHARE (its share of that pass's tokens) and CYCLE_SECONDS."""
+    tokens = {i: sum(len(d.tokens) for d in calls[i].datums) for i in joined}
+    total = sum(tokens.values())
+    stamped: list[Outcome] = []
+    for index, outcome in enumerate(outcomes):
+        if isinstance(outcome, ForwardBackwardResult):
+            share = tokens[index] / total if index in tokens else 1.0
+            cycle = {CYCLE_SESSIONS: float(len(joined) if index in tokens else 1), CYCLE_TOKEN_SHARE: share,
+                     CYCLE_SECONDS: seconds}
+            outcome = dataclasses.replace(outcome, cycle=cycle)
+        stamped.append(outcome)
+    return stamped
+
+
+def _alone(call: CycleCall) -> Outcome:
+    try:
+        return call.session.forward_backward(call.datums, call.loss)
+    except Exception as error:  # noqa: BLE001 - reported to this call's caller
+        return error
+
+
+def _validate(call: CycleCall) -> None:
+    info = call.session.info
+    validate_datums(call.datums, call.loss, vocab_size=info.vocab_size, max_length=info.max_context_length)
+
+
+def _joint_or_none(calls: Sequence[CycleCall]) -> list[ForwardBackwardResult] | None:
+    """The joint pass's results; None when it failed (its gradients taken back)."""
+    saved = [_gradients(call.session) for call in calls]
+    for call in calls:
+        call.session.memory.start_call()
+    try:
+        shards = _joint_pass(calls)
+    except Exception:  # noqa: BLE001 - each call runs alone next, and reports its own error
+        for call, gradients in zip(calls, saved):
+            _restore_gradients(call.session, gradients)
+        return None
+    results = []
+    for call, shard in zip(calls, shards):
+        result = combine(call.datums, [(range(len(call.datums)), shard)])
+        call.session.pending_datums += len(call.datums)
+        count_forward_backward(len(call.datums), result.num_tokens)
+        memory = {PEAK_MEMORY: call.session.memory.end_call(),
+                  MICRO_BATCH_TOKENS: float(call.session.micro_batch_tokens)}
+        results.append(dataclasses.replace(result, memory=memory))
+    return results
+
+
+def _joint_pass(calls: Sequence[CycleCall]) -> list[ShardResult]:
+    """Backward of every call's objective over one routed batch (micro-batched); per call its
+    loss, metric sums and logprobs."""
+    router = calls[0].session.base.router()
+    keys = [_attached(router, call.session) for call in calls]
+    norms = [batch_norm(call.datums, call.loss) for call in calls]
+    rows = [(c, d) for c, call in enumerate(calls) for d in range(len(call.datums))]
+    metrics = [MetricSums() for _ in calls]
+    values = [0.0] * len(calls)
+    logprobs: list[list[list[float]]] = [[[] for _ in call.datums] for call in calls]
+    device = calls[0].session.device
+    plan = plan_micro_batches([len(calls[c].datums[d].tokens) for c, d in rows], _budget(calls))
+    for number, micro in enumerate(plan):
+        if number:
+            release_micro_batch_memory(str(device))
+        members = [rows[k] for k in micro]
+        batch = pad_batch([calls[c].datums[d] for c, d in members], device)
+        logits_B_T_V = router.logits([keys[c] for c, _ in members], batch.tokens_B_T, batch.attention_mask_B_T)
+        total = None
+        for c in dict.fromkeys(c for c, _ in members):
+            positions = [k for k, (owner, _) in enumerate(members) if owner == c]
+            value = _call_objective(calls[c], [members[k][1] for k in positions], positions,
+                                    logits_B_T_V, norms[c], metrics[c], logprobs[c])
+            values[c] += float(value.detach())
+            total = value if total is None else total + value
+        total.backward()
+    for c, call in enumerate(calls):
+        metrics[c].add_count(PREFIX_SHARED, 0.0, float(sum(len(d.tokens) for d in call.datums)))
+    return [ShardResult(loss=values[c], metrics=metrics[c], logprobs=logprobs[c]) for c in range(len(calls))]
+
+
+def _call_objective(call: CycleCall, datum_indices: list[int], positions: list[int],
+                    logits_B_T_V: torch.Tensor, norm: losses.LossNorm, metrics: MetricSums,
+                    logprobs: list[list[float]]) -> torch.Tensor:
+    """One call's objective over its rows of a micro-batch; fills its rows' logprobs."""
+    batch = pad_batch([call.datums[d] for d in datum_indices], logits_B_T_V.device)
+    width = batch.tokens_B_T.shape[1]
+    index = torch.tensor(positions, dtype=torch.long, device=logits_B_T_V.device)
+    ours_B_T_V = logits_B_T_V.index_select(0, index)[:, :width]
+    value, logprobs_B_T = batch_objective(ours_B_T_V, batch, call.loss, norm, None, metrics)
+    for row, (d, n) in enumerate(zip(datum_indices, batch.lengths)):
+        logprobs[d] = logprobs_B_T[row, :n].tolist()
+    return value
+
+
+def _attached(router: AdapterRouter, session: TrainingSession) -> int:
+    key = id(session.base)
+    if key not in router:
+        router.attach(key, session.base.updates)
+    return key
+
+
+def _budget(calls: Sequence[CycleCall]) -> int:
+    """The smallest micro-batch budget of the calls' sessions (0 = no limit)."""
+    budgets = [call.session.micro_batch_tokens for call in calls if call.session.micro_batch_tokens > 0]
+    return min(budgets) if budgets else 0
+
+
+def _gradients(session: TrainingSession) -> list[torch.Tensor | None]:
+    return [None if p.grad is None else p.grad.clone() for p in session.trainable_parameters()]
+
+
+def _restore_gradients(session: TrainingSession, gradients: list[torch.Tensor | None]) -> None:
+    for parameter, gradient in zip(session.trainable_parameters(), gradients):
+        parameter.grad = gradient
+
