@@ -143,3 +143,24 @@ def test_the_shared_base_is_loaded_once_in_memory() -> None:
     base_bytes = sum(t.untyped_storage().nbytes() for t in base_tensors(sessions[0]).values())
     adapter_bytes = sum(p.untyped_storage().nbytes() for p in sessions[0].trainable_parameters())
     assert sum(storages.values()) <= base_bytes * 1.05 + 8 * adapter_bytes
+
+
+def test_a_shared_base_sessions_checkpoint_resumes_bit_exactly_alone_or_shared(tmp_path) -> None:
+    from opentinker_runtime.ml.checkpoints import CheckpointFormat
+    from opentinker_trainer.checkpointing import load_checkpoint, save_checkpoint
+
+    def made(bases: SharedBases | None, name: str) -> TrainingSession:
+        return create_session(name, spec(lora=LORA, model="tiny-llama", job_id=name), checkpoint_root=tmp_path,
+                              bases=bases)
+
+    bases = SharedBases()
+    writer = made(bases, "writer")
+    lora_session(bases, seed=4, name="neighbour")
+    train(writer, 2)
+    record = save_checkpoint(writer, tmp_path, format=CheckpointFormat.TRAINING_STATE, name="two")
+    expected = train(writer, 2, seed=2)
+    for resumed in (made(None, "private"), made(bases, "shared")):
+        load_checkpoint(resumed, tmp_path, record.checkpoint_id)
+        assert resumed.step == 2
+        assert train(resumed, 2, seed=2) == expected
+        assert same(adapter(resumed), adapter(writer))
