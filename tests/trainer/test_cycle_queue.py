@@ -64,15 +64,16 @@ def test_a_caller_that_gives_up_while_queued_leaves_the_cycle(tmp_path) -> None:
     async def scenario() -> None:
         registry = SessionRegistry(checkpoint_root=tmp_path, cycle_gather_s=30.0)
         ids = await open_sessions(registry, 3)
+        await asyncio.gather(*(step(registry, sid, i) for i, sid in enumerate(ids)))  # all three active
         waiting = asyncio.create_task(step(registry, ids[0], 0))
         await asyncio.sleep(0.2)  # queued, gathering for the others
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
-        assert registry.view(ids[0]).pending_datums == 0
+        assert registry.view(ids[0]).pending_datums == 4
         results = await asyncio.wait_for(asyncio.gather(*(step(registry, sid, i) for i, sid in enumerate(ids))), 60)
         assert [r.cycle["cycle/sessions"] for r in results] == [3.0, 3.0, 3.0]
-        assert registry.view(ids[0]).pending_datums == 4
+        assert registry.view(ids[0]).pending_datums == 8
     asyncio.run(scenario())
 
 
@@ -100,4 +101,17 @@ def test_without_sharing_every_session_loads_its_own_base_and_runs_alone(tmp_pat
         results = await asyncio.gather(*(step(registry, sid, i) for i, sid in enumerate(ids)))
         assert all(r.cycle == {} for r in results)
         assert registry.bases is None
+    asyncio.run(scenario())
+
+
+def test_sessions_that_send_nothing_are_not_waited_for(tmp_path) -> None:
+    async def scenario() -> None:
+        registry = SessionRegistry(checkpoint_root=tmp_path, cycle_gather_s=5.0)
+        ids = await open_sessions(registry, 3)  # two of them stay idle
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        for _ in range(3):
+            result = await step(registry, ids[0], 0)
+            assert result.cycle["cycle/sessions"] == 1.0
+        assert loop.time() - started < 5.0
     asyncio.run(scenario())

@@ -2,10 +2,11 @@
 
 Every ForwardBackward of a session that stands on a shared base waits in its base's queue; a
 runner per base takes everything queued as one cycle (`cycles.run_cycle`) on the torch thread.
-Before a cycle starts, the runner waits up to `gather_s` for the base's other sessions, and
-starts at once when each of them has a call queued (a base with one session never waits).
-While a cycle runs, the next one fills up: sessions that step at the same pace fall into the
-same cycles.
+Before a cycle starts, the runner waits up to `gather_s` for the base's other *active* sessions
+(those that sent a ForwardBackward in the last `ACTIVE_WINDOW_S` and are still open), and starts
+at once when each of them has a call queued: a base with one active session never waits, however
+many idle sessions stand on it. While a cycle runs, the next one fills up: sessions that step
+at the same pace fall into the same cycles.
 
 A caller that gives up before its call is taken leaves the queue; once taken, the call finishes
 with its cycle (the session's lock stays held until then, as for any call).
@@ -24,6 +25,8 @@ from opentinker_trainer.session import TrainingSession
 from opentinker_trainer.training import ForwardBackwardResult
 
 DEFAULT_GATHER_S = 0.05
+ACTIVE_WINDOW_S = 30.0
+"""A session that sent no ForwardBackward for this long is not waited for."""
 
 RunInThread = Callable[[Callable[[], list[Outcome]]], Awaitable[list[Outcome]]]
 
@@ -40,6 +43,14 @@ class _Base:
     queued: list[_Queued] = field(default_factory=list)
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
     runner: asyncio.Task[None] | None = None
+    last_call: dict[int, tuple[float, TrainingSession]] = field(default_factory=dict)
+    """id(session) -> (when it last queued a call, the session)."""
+
+    def active(self, now: float) -> int:
+        """Open sessions that queued a call within ACTIVE_WINDOW_S (the others are forgotten)."""
+        self.last_call = {key: (when, session) for key, (when, session) in self.last_call.items()
+                          if now - when <= ACTIVE_WINDOW_S and session.base is not None and session.base.routable}
+        return len(self.last_call)
 
 
 class CycleQueue:
@@ -59,6 +70,7 @@ class CycleQueue:
         queued = _Queued(CycleCall(session=session, datums=datums, loss=loss),
                          asyncio.get_running_loop().create_future())
         base.queued.append(queued)
+        base.last_call[id(session)] = (asyncio.get_running_loop().time(), session)
         base.arrived.set()
         if base.runner is None:
             base.runner = asyncio.create_task(self._run(session.base_key, base))
@@ -84,14 +96,15 @@ class CycleQueue:
             base.runner = None
             if base.queued:  # arrived while the last cycle ended
                 base.runner = asyncio.create_task(self._run(key, base))
-            elif self._bases.get(key) is base:
+            elif self._bases.get(key) is base and not base.active(asyncio.get_running_loop().time()):
                 del self._bases[key]
 
     async def _gather(self, key: str, base: _Base) -> None:
-        """Wait up to gather_s for every session of the base to have a call queued."""
+        """Wait up to gather_s for every active session of the base to have a call queued."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.gather_s
-        while len({id(q.call.session) for q in base.queued}) < self._holders(key):
+        expected = min(base.active(loop.time()), self._holders(key))
+        while len({id(q.call.session) for q in base.queued}) < expected:
             left = deadline - loop.time()
             if left <= 0:
                 return
