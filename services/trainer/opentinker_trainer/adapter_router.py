@@ -2,9 +2,9 @@
 
 The router is one more shell of the base (`shells.shell_of`: the base's own tensors). Each
 linear layer that some session adapts is wrapped in a `RoutedLinear`, which runs the frozen
-layer once over the whole batch and then, for each adapter in the batch, the low-rank update of
-that adapter's rows only (gathered, computed, added back): a grouped LoRA computation, never a
-whole-model call per adapter. The adapter modules are the sessions' own (the very parameters
+layer once over the whole batch and then, for each run of rows of one adapter (a batch holds
+each session's rows together), the low-rank update of those rows only, added back in one
+addition: a grouped LoRA computation, never a whole-model call per adapter. The adapter modules are the sessions' own (the very parameters
 their optimizers step), so gradients of a row reach its session's adapter and no other.
 
 Only vanilla LoRA on linear layers without dropout is routed (`routable`); the computation is
@@ -37,11 +37,11 @@ class LoraUpdate:
 
 
 class Routing:
-    """Which rows of the current batch go through which adapter: (adapter key, row indices)."""
+    """Which rows of the current batch go through which adapter: runs of consecutive rows with
+    one adapter key each, (key, start, end), covering the batch in order."""
 
     def __init__(self) -> None:
-        self.groups: list[tuple[Hashable, torch.Tensor]] = []
-        self.rows = 0
+        self.runs: list[tuple[Hashable, int, int]] = []
 
 
 class RoutedLinear(torch.nn.Module):
@@ -55,17 +55,21 @@ class RoutedLinear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.base(x)
-        for key, rows in self.routing.groups:
-            update = self.updates.get(key)
-            if update is None:
-                continue
-            if len(rows) == self.routing.rows:  # every row: no gather
-                out = out + update.lora_B(update.lora_A(x.to(update.lora_A.weight.dtype))) * update.scaling
-                continue
-            part = x.index_select(0, rows).to(update.lora_A.weight.dtype)
-            delta = update.lora_B(update.lora_A(part)) * update.scaling
-            out = out.index_add(0, rows, delta.to(out.dtype))
+        runs = self.routing.runs
+        if len(runs) == 1:
+            delta = self._delta(runs[0][0], x)
+            return out if delta is None else out + delta.to(out.dtype)
+        for key, start, end in runs:  # in place: the linear's backward does not read its output
+            delta = self._delta(key, x[start:end])
+            if delta is not None:
+                out[start:end] += delta.to(out.dtype)
         return out
+
+    def _delta(self, key: Hashable, rows: torch.Tensor) -> torch.Tensor | None:
+        update = self.updates.get(key)
+        if update is None:
+            return None
+        return update.lora_B(update.lora_A(rows.to(update.lora_A.weight.dtype))) * update.scaling
 
 
 def lora_updates(peft_model: Any) -> dict[str, LoraUpdate] | None:
@@ -124,12 +128,11 @@ class AdapterRouter:
         """float32 logits_B_T_V of a right-padded batch, row b through the adapter of keys[b]."""
         from opentinker_runtime.ml.logprobs import forward_logits
 
-        self.routing.groups = _groups(keys, tokens_B_T.device)
-        self.routing.rows = len(keys)
+        self.routing.runs = _runs(keys)
         try:
             return forward_logits(self.model.train(), tokens_B_T, attention_mask_B_T)
         finally:
-            self.routing.groups = []
+            self.routing.runs = []
 
     def _layer(self, path: str) -> RoutedLinear:
         layer = self._layers.get(path)
@@ -142,8 +145,12 @@ class AdapterRouter:
         return layer
 
 
-def _groups(keys: Sequence[Hashable], device: torch.device) -> list[tuple[Hashable, torch.Tensor]]:
-    rows: dict[Hashable, list[int]] = {}
+def _runs(keys: Sequence[Hashable]) -> list[tuple[Hashable, int, int]]:
+    """Runs of equal consecutive keys: (key, start, end)."""
+    runs: list[tuple[Hashable, int, int]] = []
     for index, key in enumerate(keys):
-        rows.setdefault(key, []).append(index)
-    return [(key, torch.tensor(indices, dtype=torch.long, device=device)) for key, indices in rows.items()]
+        if runs and runs[-1][0] == key:
+            runs[-1] = (key, runs[-1][1], index + 1)
+        else:
+            runs.append((key, index, index + 1))
+    return runs

@@ -28,9 +28,9 @@ import torch
 
 from opentinker_trainer import losses
 from opentinker_trainer.adapter_router import AdapterRouter
-from opentinker_trainer.batching import Datum, pad_batch, plan_micro_batches, validate_datums
+from opentinker_trainer.batching import Datum, pad_batch, validate_datums
 from opentinker_trainer.config import LossConfig
-from opentinker_trainer.memory import MICRO_BATCH_TOKENS, PEAK_MEMORY, release_micro_batch_memory
+from opentinker_trainer.memory import MICRO_BATCH_TOKENS, PEAK_MEMORY
 from opentinker_trainer.metrics import count_forward_backward, record_cycle
 from opentinker_trainer.session import TrainingSession
 from opentinker_trainer.training import (PREFIX_SHARED, ForwardBackwardResult, MetricSums, ShardResult,
@@ -47,6 +47,11 @@ class CycleCall:
 
 
 Outcome = ForwardBackwardResult | BaseException
+CPU_CYCLE_TOKENS = 1024
+"""Padded tokens of one micro-batch of a cycle on the CPU: there, a forward/backward costs the same
+per token from about 256 tokens up and more beyond about 1024 (activations leave the caches:
+tiny-llama, 2-core machine, 32 rows of 64 tokens cost 25% more per row than 16), so a cycle
+batches small calls together and runs large ones in micro-batches of about one call each."""
 CYCLE_SESSIONS = "cycle/sessions"
 CYCLE_TOKEN_SHARE = "cycle/token_share"
 CYCLE_SECONDS = "cycle/seconds"
@@ -153,10 +158,8 @@ def _joint_pass(calls: Sequence[CycleCall]) -> list[ShardResult]:
     values = [0.0] * len(calls)
     logprobs: list[list[list[float]]] = [[[] for _ in call.datums] for call in calls]
     device = calls[0].session.device
-    plan = plan_micro_batches([len(calls[c].datums[d].tokens) for c, d in rows], _budget(calls))
-    for number, micro in enumerate(plan):
-        if number:
-            release_micro_batch_memory(str(device))
+    plan = plan_by_call([len(calls[c].datums[d].tokens) for c, d in rows], [c for c, _ in rows], _budget(calls))
+    for micro in plan:  # the same sizes again and again: the allocator reuses the freed activations
         members = [rows[k] for k in micro]
         batch = pad_batch([calls[c].datums[d] for c, d in members], device)
         logits_B_T_V = router.logits([keys[c] for c, _ in members], batch.tokens_B_T, batch.attention_mask_B_T)
@@ -173,14 +176,34 @@ def _joint_pass(calls: Sequence[CycleCall]) -> list[ShardResult]:
     return [ShardResult(loss=values[c], metrics=metrics[c], logprobs=logprobs[c]) for c in range(len(calls))]
 
 
+def plan_by_call(lengths: Sequence[int], owners: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Row indices per micro-batch: each call's rows together (longest first within a call), so
+    a micro-batch holds few adapters in runs; each micro-batch's padded size (rows x its longest
+    row) within `max_tokens` (0 = one micro-batch), a row longer than that alone."""
+    order = sorted(range(len(lengths)), key=lambda i: (owners[i], -lengths[i]))
+    if max_tokens <= 0:
+        return [order] if order else []
+    batches: list[list[int]] = []
+    longest = 0
+    for index in order:
+        widest = max(longest, lengths[index])
+        if batches and (len(batches[-1]) + 1) * widest <= max_tokens:
+            batches[-1].append(index)
+            longest = widest
+        else:
+            batches.append([index])
+            longest = lengths[index]
+    return batches
+
+
 def _call_objective(call: CycleCall, datum_indices: list[int], positions: list[int],
                     logits_B_T_V: torch.Tensor, norm: losses.LossNorm, metrics: MetricSums,
                     logprobs: list[list[float]]) -> torch.Tensor:
-    """One call's objective over its rows of a micro-batch; fills its rows' logprobs."""
+    """One call's objective over its rows of a micro-batch (at consecutive `positions`, as
+    `plan_by_call` orders them); fills its rows' logprobs."""
     batch = pad_batch([call.datums[d] for d in datum_indices], logits_B_T_V.device)
     width = batch.tokens_B_T.shape[1]
-    index = torch.tensor(positions, dtype=torch.long, device=logits_B_T_V.device)
-    ours_B_T_V = logits_B_T_V.index_select(0, index)[:, :width]
+    ours_B_T_V = logits_B_T_V[positions[0]:positions[-1] + 1, :width]  # a call's rows are consecutive
     value, logprobs_B_T = batch_objective(ours_B_T_V, batch, call.loss, norm, None, metrics)
     for row, (d, n) in enumerate(zip(datum_indices, batch.lengths)):
         logprobs[d] = logprobs_B_T[row, :n].tolist()
@@ -195,8 +218,11 @@ def _attached(router: AdapterRouter, session: TrainingSession) -> int:
 
 
 def _budget(calls: Sequence[CycleCall]) -> int:
-    """The smallest micro-batch budget of the calls' sessions (0 = no limit)."""
+    """The smallest micro-batch budget of the calls' sessions (0 = no limit), at most
+    CPU_CYCLE_TOKENS on the CPU."""
     budgets = [call.session.micro_batch_tokens for call in calls if call.session.micro_batch_tokens > 0]
+    if not str(calls[0].session.device).startswith("cuda"):
+        budgets.append(CPU_CYCLE_TOKENS)
     return min(budgets) if budgets else 0
 
 
