@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from opentinker_runtime.ml.sources import LoraSpec
-from opentinker_trainer import cycles
+from opentinker_trainer import cycle_pass, cycles
 from opentinker_trainer.batching import Datum
 from opentinker_trainer.config import LossConfig, LossFunction
 from opentinker_trainer.errors import ValidationError
@@ -110,7 +110,7 @@ def test_a_failing_joint_pass_takes_its_gradients_back_and_runs_each_call_alone(
     for s, twin in zip(shared, alone):  # gradients pending from an earlier call must survive
         s.forward_backward(rl_datums(seed=9), PPO)
         twin.forward_backward(rl_datums(seed=9), PPO)
-    real = cycles._call_objective
+    real = cycle_pass.batch_objective
     calls_made = []
 
     def fail_on_the_second_call(*args, **kwargs):
@@ -119,7 +119,7 @@ def test_a_failing_joint_pass_takes_its_gradients_back_and_runs_each_call_alone(
             raise RuntimeError("out of memory (simulated)")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(cycles, "_call_objective", fail_on_the_second_call)
+    monkeypatch.setattr(cycle_pass, "batch_objective", fail_on_the_second_call)
     outcomes = cycles.run_cycle([cycles.CycleCall(session=s, datums=rl_datums(seed=i), loss=PPO)
                                  for i, s in enumerate(shared)])
     for i, (outcome, s, twin) in enumerate(zip(outcomes, shared, alone)):
@@ -144,3 +144,46 @@ def test_calls_that_cannot_join_run_alone() -> None:
                                  cycles.CycleCall(session=masked, datums=rl_datums(), loss=masking),
                                  cycles.CycleCall(session=plain, datums=rl_datums(), loss=PPO)])
     assert [o.cycle["cycle/sessions"] for o in outcomes] == [1.0, 1.0, 1.0]
+
+
+def test_micro_batches_keep_each_calls_rows_together_within_the_budget() -> None:
+    lengths = [10, 30, 20, 5, 40, 25, 8]
+    owners = [0, 0, 1, 1, 2, 2, 2]
+    plan = cycles.plan_by_call(lengths, owners, max_tokens=60)
+    assert sorted(i for micro in plan for i in micro) == list(range(7))
+    flat = [i for micro in plan for i in micro]
+    assert [owners[i] for i in flat] == sorted(owners[i] for i in flat)  # calls in order, each in one run
+    for micro in plan:
+        assert len(micro) * max(lengths[i] for i in micro) <= 60 or len(micro) == 1
+    assert cycles.plan_by_call(lengths, owners, max_tokens=0) == [flat]
+    assert cycles.plan_by_call([100, 3], [0, 1], max_tokens=50) == [[0], [1]]  # too long: alone
+
+
+def grpo_groups(seed: int, prompts: int = 2, group: int = 4) -> list[Datum]:
+    """`prompts` prompts of 20 tokens, `group` completions of 6-9 tokens each (trained)."""
+    g = torch.Generator().manual_seed(seed)
+    datums = []
+    for p in range(prompts):
+        prompt = torch.randint(0, 256, (20,), generator=g).tolist()
+        for i in range(group):
+            completion = torch.randint(0, 256, (6 + i % 4,), generator=g).tolist()
+            n = len(prompt) + len(completion)
+            datums.append(Datum(tokens=tuple(prompt + completion), loss_mask=(0.0,) * len(prompt) + (1.0,) * len(completion),
+                                advantages=(1.0 if i % 2 else -1.0,) * n, sampling_logprobs=(-5.5,) * n))
+    return datums
+
+
+def test_calls_with_shared_prompts_run_their_prefixes_once_and_equal_alone() -> None:
+    bases = SharedBases()
+    shared = [make(bases, lora, seed) for seed, lora in enumerate(LORAS)]
+    alone = [make(None, lora, seed) for seed, lora in enumerate(LORAS)]
+    outcomes = cycles.run_cycle([cycles.CycleCall(session=s, datums=grpo_groups(i), loss=PPO)
+                                 for i, s in enumerate(shared)])
+    for i, (outcome, twin) in enumerate(zip(outcomes, alone)):
+        expected = twin.forward_backward(grpo_groups(i), PPO)
+        assert outcome.cycle["cycle/sessions"] == 3.0
+        assert outcome.metrics["prefix_shared_fraction"] == pytest.approx(expected.metrics["prefix_shared_fraction"])
+        assert outcome.metrics["prefix_shared_fraction"] > 0.4
+        assert outcome.loss == pytest.approx(expected.loss, abs=1e-5)
+        assert rows_close(outcome.logprobs, expected.logprobs, atol=1e-4)
+        assert close(grads(shared[i]), grads(twin), atol=1e-5)

@@ -134,6 +134,11 @@ class AdapterRouter:
         finally:
             self.routing.runs = []
 
+    def calling(self, keys_per_call: Sequence[Sequence[Hashable]]) -> _RoutedCalls:
+        """The router's model as a callable for code that calls a model several times (the
+        shared-prefix forward): call i routes its rows by keys_per_call[i]."""
+        return _RoutedCalls(self, list(keys_per_call))
+
     def _layer(self, path: str) -> RoutedLinear:
         layer = self._layers.get(path)
         if layer is None:
@@ -143,6 +148,19 @@ class AdapterRouter:
             setattr(parent, child, layer)
             self._layers[path] = layer
         return layer
+
+
+class _RoutedCalls:
+    def __init__(self, router: AdapterRouter, keys_per_call: list[Sequence[Hashable]]) -> None:
+        self._router = router
+        self._pending = keys_per_call
+
+    def __call__(self, **inputs: Any) -> Any:
+        self._router.routing.runs = _runs(self._pending.pop(0))
+        try:
+            return self._router.model.train()(**inputs)
+        finally:
+            self._router.routing.runs = []
 
 
 def _runs(keys: Sequence[Hashable]) -> list[tuple[Hashable, int, int]]:

@@ -4,7 +4,8 @@ its own session's adapter.
 
 Every session keeps its own loss: its rows' objective uses its LossConfig and its batch's
 denominators (`training.batch_norm`), and the cycle backpropagates the sum of the sessions'
-objectives once per micro-batch. A session's adapter appears only in its own rows' computation,
+objectives once per micro-batch (`cycle_pass`; rows that share prompt prefixes run them once,
+as alone). A session's adapter appears only in its own rows' computation,
 so the gradient it receives is that of its own objective: what it would accumulate alone, up to
 float rounding (the rows are padded to a longer batch and summed in another order).
 
@@ -26,15 +27,14 @@ from dataclasses import dataclass
 
 import torch
 
-from opentinker_trainer import losses
 from opentinker_trainer.adapter_router import AdapterRouter
-from opentinker_trainer.batching import Datum, pad_batch, validate_datums
+from opentinker_trainer.batching import Datum, validate_datums
 from opentinker_trainer.config import LossConfig
 from opentinker_trainer.memory import MICRO_BATCH_TOKENS, PEAK_MEMORY
 from opentinker_trainer.metrics import count_forward_backward, record_cycle
+from opentinker_trainer.cycle_pass import PassCall, joint_pass
 from opentinker_trainer.session import TrainingSession
-from opentinker_trainer.training import (PREFIX_SHARED, ForwardBackwardResult, MetricSums, ShardResult,
-                                         batch_norm, batch_objective, combine)
+from opentinker_trainer.training import ForwardBackwardResult, ShardResult, combine
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,32 +148,14 @@ def _joint_or_none(calls: Sequence[CycleCall]) -> list[ForwardBackwardResult] | 
 
 
 def _joint_pass(calls: Sequence[CycleCall]) -> list[ShardResult]:
-    """Backward of every call's objective over one routed batch (micro-batched); per call its
+    """Backward of every call's objective over routed micro-batches (`cycle_pass`); per call its
     loss, metric sums and logprobs."""
     router = calls[0].session.base.router()
-    keys = [_attached(router, call.session) for call in calls]
-    norms = [batch_norm(call.datums, call.loss) for call in calls]
+    passing = [PassCall(model=call.session.model, key=_attached(router, call.session), datums=call.datums,
+                        loss=call.loss) for call in calls]
     rows = [(c, d) for c, call in enumerate(calls) for d in range(len(call.datums))]
-    metrics = [MetricSums() for _ in calls]
-    values = [0.0] * len(calls)
-    logprobs: list[list[list[float]]] = [[[] for _ in call.datums] for call in calls]
-    device = calls[0].session.device
     plan = plan_by_call([len(calls[c].datums[d].tokens) for c, d in rows], [c for c, _ in rows], _budget(calls))
-    for micro in plan:  # the same sizes again and again: the allocator reuses the freed activations
-        members = [rows[k] for k in micro]
-        batch = pad_batch([calls[c].datums[d] for c, d in members], device)
-        logits_B_T_V = router.logits([keys[c] for c, _ in members], batch.tokens_B_T, batch.attention_mask_B_T)
-        total = None
-        for c in dict.fromkeys(c for c, _ in members):
-            positions = [k for k, (owner, _) in enumerate(members) if owner == c]
-            value = _call_objective(calls[c], [members[k][1] for k in positions], positions,
-                                    logits_B_T_V, norms[c], metrics[c], logprobs[c])
-            values[c] += float(value.detach())
-            total = value if total is None else total + value
-        total.backward()
-    for c, call in enumerate(calls):
-        metrics[c].add_count(PREFIX_SHARED, 0.0, float(sum(len(d.tokens) for d in call.datums)))
-    return [ShardResult(loss=values[c], metrics=metrics[c], logprobs=logprobs[c]) for c in range(len(calls))]
+    return joint_pass(router, passing, [[rows[k] for k in micro] for micro in plan], str(calls[0].session.device))
 
 
 def plan_by_call(lengths: Sequence[int], owners: Sequence[int], max_tokens: int) -> list[list[int]]:
@@ -194,20 +176,6 @@ def plan_by_call(lengths: Sequence[int], owners: Sequence[int], max_tokens: int)
             batches.append([index])
             longest = lengths[index]
     return batches
-
-
-def _call_objective(call: CycleCall, datum_indices: list[int], positions: list[int],
-                    logits_B_T_V: torch.Tensor, norm: losses.LossNorm, metrics: MetricSums,
-                    logprobs: list[list[float]]) -> torch.Tensor:
-    """One call's objective over its rows of a micro-batch (at consecutive `positions`, as
-    `plan_by_call` orders them); fills its rows' logprobs."""
-    batch = pad_batch([call.datums[d] for d in datum_indices], logits_B_T_V.device)
-    width = batch.tokens_B_T.shape[1]
-    ours_B_T_V = logits_B_T_V[positions[0]:positions[-1] + 1, :width]  # a call's rows are consecutive
-    value, logprobs_B_T = batch_objective(ours_B_T_V, batch, call.loss, norm, None, metrics)
-    for row, (d, n) in enumerate(zip(datum_indices, batch.lengths)):
-        logprobs[d] = logprobs_B_T[row, :n].tolist()
-    return value
 
 
 def _attached(router: AdapterRouter, session: TrainingSession) -> int:
