@@ -164,3 +164,16 @@ def test_a_shared_base_sessions_checkpoint_resumes_bit_exactly_alone_or_shared(t
         assert resumed.step == 2
         assert train(resumed, 2, seed=2) == expected
         assert same(adapter(resumed), adapter(writer))
+
+
+def test_a_closed_session_kept_somewhere_holds_no_weights_of_the_base() -> None:
+    import gc
+    import weakref
+
+    bases = SharedBases()
+    session = lora_session(bases)
+    base_model = weakref.ref(bases.resident()[0].loaded.model)
+    session.close()
+    gc.collect()
+    assert session.base is not None and session.base.key  # the closed session still says what it stood on
+    assert base_model() is None

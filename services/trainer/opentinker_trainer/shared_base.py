@@ -72,35 +72,35 @@ class BaseHandle:
 
     def __init__(self, bases: SharedBases, resident: ResidentBase) -> None:
         self._bases = bases
-        self.resident = resident
+        self.resident: ResidentBase | None = resident
+        self.key = resident.key
         self.model = shell_of(resident.loaded.model)
         self.tokenizer = resident.loaded.tokenizer
         self.updates: dict[str, LoraUpdate] | None = None
         """The session's adapter per layer (`adopt`); None: it cannot be routed."""
-        self._released = False
-
-    @property
-    def key(self) -> str:
-        return self.resident.key
 
     @property
     def routable(self) -> bool:
         """Whether the session's rows may share a routed forward with other sessions'."""
-        return self.resident.routable and self.updates is not None and not self._released
+        return self.resident is not None and self.resident.routable and self.updates is not None
 
     def adopt(self, peft_model: Any) -> None:
         """The session's adapted model is ready: remember its adapter's layers."""
         self.updates = lora_updates(peft_model)
 
     def router(self) -> AdapterRouter:
+        if self.resident is None:
+            raise RuntimeError("the session let its base go")
         return self.resident.router()
 
     def release(self) -> None:
-        if not self._released:
-            self._released = True
+        """Let the base go (once); the handle keeps no reference to it, so whatever still holds
+        the handle (a closed session) holds no weights."""
+        resident, self.resident = self.resident, None
+        if resident is not None:
             self.model = self.updates = None
-            self.resident.forget(id(self))
-            self._bases.release(self)
+            resident.forget(id(self))
+            self._bases.release(resident, id(self))
 
 
 class SharedBases:
@@ -126,14 +126,11 @@ class SharedBases:
             self._count()
             return handle
 
-    def release(self, handle: BaseHandle) -> None:
+    def release(self, resident: ResidentBase, holder: int) -> None:
         with self._lock:
-            resident = self._resident.get(handle.key)
-            if resident is None:
-                return
-            resident.holders.discard(id(handle))
-            if not resident.holders:
-                del self._resident[handle.key]
+            resident.holders.discard(holder)
+            if not resident.holders and self._resident.get(resident.key) is resident:
+                del self._resident[resident.key]
                 log.info("base_freed", base=resident.source.to_dict())
             self._count()
 

@@ -1,0 +1,60 @@
+"""Two LoRA RL jobs of one base, submitted at once, train side by side on one Trainer: one
+resident base, their ForwardBackward calls in joint cycles, and each job succeeds with its own
+steps (the feature end to end: Scheduler, Coordinator, Trainer, Rollout, EnvHost)."""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from opentinker.client import SchedulerClient
+from opentinker_api.scheduler.v1 import job_pb2
+from harness.job_specs import TINY_LLAMA, builtin_model, lora, rl_spec
+from harness.stack import LocalStack
+from harness.stack_pool import StackPool
+from harness.stack_spec import StackSpec
+
+pytestmark = pytest.mark.slow
+
+STEPS = 3
+# Two jobs at once; a cycle waits up to 5 s for the other job's call, so the jobs fall in step.
+SIDE_BY_SIDE = StackSpec.of(dashboard=False, OPENTINKER_TRAINER_CPU_SLOTS="2", OPENTINKER_ROLLOUT_CPU_SLOTS="2",
+                            OPENTINKER_TRAINER_CYCLE_GATHER_MS="5000")
+
+
+@pytest.fixture(scope="module")
+def stack(stack_pool: StackPool) -> Iterator[LocalStack]:
+    yield stack_pool.get(SIDE_BY_SIDE)
+
+
+def trainer_metrics(stack: LocalStack) -> dict[str, float]:
+    url = next(p["metrics_url"] for p in stack.status["processes"] if p["name"] == "trainer")
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    return {line.split()[0]: float(line.split()[-1]) for line in text.splitlines()
+            if line.startswith("opentinker_trainer_") and not line.startswith("#")}
+
+
+@pytest.mark.timeout(420)
+def test_two_lora_jobs_of_one_base_train_in_joint_cycles_and_each_keeps_its_steps(stack: LocalStack) -> None:
+    specs = [rl_spec(STEPS, name=f"shared-{seed}", seed=seed, model=builtin_model(TINY_LLAMA, 0),
+                     adaptation=lora(rank=4, alpha=8), checkpoint_every_steps=None) for seed in (1, 2)]
+    with SchedulerClient(stack.address("scheduler"), api_key=stack.api_key, timeout=30) as scheduler:
+        before = trainer_metrics(stack)
+        ids = [scheduler.submit_job(spec).job_id for spec in specs]
+        with ThreadPoolExecutor(2) as pool:
+            events = list(pool.map(lambda job_id: list(scheduler.watch_job(job_id)), ids))
+        finals = [scheduler.get_job(job_id) for job_id in ids]
+    assert [f.state for f in finals] == [job_pb2.Job.STATE_SUCCEEDED] * 2, stack.logs()
+    steps = [[dict(e.metrics.values) for e in job_events
+              if e.WhichOneof("payload") == "metrics" and "reward/mean" in e.metrics.values] for job_events in events]
+    assert [len(job_steps) for job_steps in steps] == [STEPS, STEPS]
+    for job_steps in steps:  # every step's ForwardBackward ran in a cycle, some of them with the other job
+        assert all("cycle/sessions" in values for values in job_steps)
+        assert any(values["cycle/sessions"] == 2.0 and 0 < values["cycle/token_share"] < 1 for values in job_steps)
+    after = trainer_metrics(stack)
+    joint = 'opentinker_trainer_cycles_total{kind="joint"}'
+    assert after.get(joint, 0) - before.get(joint, 0) >= 1
+    assert after["opentinker_trainer_resident_bases"] == 0  # both sessions closed: the base is freed
