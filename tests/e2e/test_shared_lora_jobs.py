@@ -1,6 +1,8 @@
-"""Two LoRA RL jobs of one base, submitted at once, train side by side on one Trainer: one
-resident base, their ForwardBackward calls in joint cycles, and each job succeeds with its own
-steps (the feature end to end: Scheduler, Coordinator, Trainer, Rollout, EnvHost)."""
+"""Two LoRA RL jobs of one base, submitted at once, train side by side on one Trainer device: the
+Scheduler leases each a share of the same device (the Trainer and the Rollout offer one CPU slot,
+of 8 shares by default), one resident base, their ForwardBackward calls in joint cycles, and each
+job succeeds with its own steps (the feature end to end: Scheduler, Coordinator, Trainer,
+Rollout, EnvHost)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from opentinker.client import SchedulerClient
+from opentinker_api.common.v1 import resources_pb2
 from opentinker_api.scheduler.v1 import job_pb2
 from harness.job_specs import TINY_LLAMA, builtin_model, lora, rl_spec
 from harness.stack import LocalStack
@@ -20,9 +23,9 @@ from harness.stack_spec import StackSpec
 pytestmark = pytest.mark.slow
 
 STEPS = 3
-# Two jobs at once; a cycle waits up to 5 s for the other job's call, so the jobs fall in step.
-SIDE_BY_SIDE = StackSpec.of(dashboard=False, OPENTINKER_TRAINER_CPU_SLOTS="2", OPENTINKER_ROLLOUT_CPU_SLOTS="2",
-                            OPENTINKER_TRAINER_CYCLE_GATHER_MS="5000")
+# One CPU slot each (the default); a cycle waits up to 5 s for the other job's call, so the jobs
+# fall in step.
+SIDE_BY_SIDE = StackSpec.of(dashboard=False, OPENTINKER_TRAINER_CYCLE_GATHER_MS="5000")
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +51,8 @@ def test_two_lora_jobs_of_one_base_train_in_joint_cycles_and_each_keeps_its_step
             events = list(pool.map(lambda job_id: list(scheduler.watch_job(job_id)), ids))
         finals = [scheduler.get_job(job_id) for job_id in ids]
     assert [f.state for f in finals] == [job_pb2.Job.STATE_SUCCEEDED] * 2, stack.logs()
+    for role in (resources_pb2.ROLE_TRAINER, resources_pb2.ROLE_ROLLOUT):  # both on the one device
+        assert [list(next(a for a in f.assignments if a.role == role).device_ids) for f in finals] == [["cpu:0"]] * 2
     steps = [[dict(e.metrics.values) for e in job_events
               if e.WhichOneof("payload") == "metrics" and "reward/mean" in e.metrics.values] for job_events in events]
     assert [len(job_steps) for job_steps in steps] == [STEPS, STEPS]

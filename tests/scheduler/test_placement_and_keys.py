@@ -58,3 +58,60 @@ def test_new_keys_keep_the_prefix_and_do_not_collide() -> None:
     assert prefixes["record"] + "l-1" == keys.lease("l-1")
     assert prefixes["worker_leases"] + "w1" == keys.worker_leases("w1")
     assert prefixes["slots"] + "w1" == keys.worker_slots("w1")
+
+
+def shared_gpu(index: int, shares: int) -> Device:
+    return Device(device_id=f"cuda:{index}", kind=DeviceKind.CUDA, memory_bytes=80 * GIB, shares=shares)
+
+
+LORA_ONE = ResourceRequest(role=Role.TRAINER, shared=True)
+WHOLE_ONE = ResourceRequest(role=Role.TRAINER)
+
+
+def test_a_device_with_shares_hosts_that_many_lora_jobs_and_no_whole_request_while_shared() -> None:
+    trainer = worker("t", Role.TRAINER, shared_gpu(0, 4))
+    assert worker_slots(trainer, 1) == ("cuda:0#0", "cuda:0#1", "cuda:0#2", "cuda:0#3")
+    free = list(worker_slots(trainer, 1))
+    plan = place([LORA_ONE] * 4, [trainer], {"t": free})
+    assert [p.slots for p in plan] == [("cuda:0#0",), ("cuda:0#1",), ("cuda:0#2",), ("cuda:0#3",)]
+    assert all(p.device_ids == ("cuda:0",) for p in plan)  # the worker hears of its device, not a share
+    assert isinstance(place([LORA_ONE] * 5, [trainer], {"t": free}), str)
+    assert isinstance(place([WHOLE_ONE], [trainer], {"t": free[1:]}), str)  # one share is taken
+    whole = place([WHOLE_ONE], [trainer], {"t": free})[0]
+    assert whole.slots == tuple(free) and whole.device_ids == ("cuda:0",)
+
+
+def test_lora_jobs_pack_onto_the_device_and_worker_already_shared() -> None:
+    first = worker("a", Role.TRAINER, shared_gpu(0, 4), shared_gpu(1, 4))
+    second = worker("b", Role.TRAINER, shared_gpu(0, 4), shared_gpu(1, 4))
+    free = {"a": ["cuda:0#0", "cuda:0#1", "cuda:0#2", "cuda:0#3", "cuda:1#1", "cuda:1#2", "cuda:1#3"],
+            "b": list(worker_slots(second, 1))}
+    plan = place([LORA_ONE], [first, second], free)[0]
+    assert (plan.worker.worker_id, plan.slots) == ("a", ("cuda:1#1",))  # cuda:1 is shared already
+    whole = place([WHOLE_ONE], [first, second], free)[0]
+    assert whole.worker.worker_id == "b"  # whole devices spread to the freest worker
+
+
+def test_devices_without_shares_serve_a_lora_job_whole() -> None:
+    trainer = worker("t", Role.TRAINER, Device(device_id="cpu:0"), Device(device_id="cpu:1"))
+    plan = place([LORA_ONE, LORA_ONE], [trainer], {"t": ["cpu:0", "cpu:1"]})
+    assert [p.slots for p in plan] == [("cpu:0",), ("cpu:1",)]
+
+
+def test_a_lora_jobs_single_devices_are_shares_unless_dedicated_and_full_jobs_take_whole_devices() -> None:
+    from google.protobuf import json_format
+
+    from opentinker_runtime.jobplan import resolve_job_plan
+    from opentinker_scheduler.spec_facts import resource_requests
+    from tests.jobplan.specs import LEAST, least_spec
+
+    assert all(r.shared for r in resource_requests(resolve_job_plan(least_spec("RL"))))
+    assert all(r.shared for r in resource_requests(resolve_job_plan(least_spec("MULTI_AGENT"))))
+    full = dict(LEAST["RL"], policy={**LEAST["RL"]["policy"], "adaptation": {"full": {}}})
+    assert not any(r.shared for r in resource_requests(resolve_job_plan(json_format.ParseDict(full, least_spec("RL").__class__()))))
+    asked = dict(LEAST["RL"], resources=[
+        {"role": "ROLE_TRAINER", "device_count": 1, "dedicated_device": True},
+        {"role": "ROLE_ROLLOUT", "device_count": 1},
+        {"role": "ROLE_TRAINER", "device_count": 2}])
+    requests = resource_requests(resolve_job_plan(json_format.ParseDict(asked, least_spec("RL").__class__())))
+    assert [r.shared for r in requests] == [False, True, False]

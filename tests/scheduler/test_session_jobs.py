@@ -48,7 +48,9 @@ def refusal(spec: job_pb2.JobSpec) -> InvalidArgument:
 def test_a_minimal_session_spec_is_accepted_with_a_trainer_and_a_rollout_and_no_retries() -> None:
     facts = facts_from_spec(session_spec())
     assert facts.type is JobType.SESSION
-    assert facts.resources == (ResourceRequest(role=Role.TRAINER), ResourceRequest(role=Role.ROLLOUT))
+    # a LoRA session (a Tinker training client) leases a share of a device, as LoRA jobs do
+    assert facts.resources == (ResourceRequest(role=Role.TRAINER, shared=True),
+                               ResourceRequest(role=Role.ROLLOUT, shared=True))
     assert facts.plan.training.max_retries == 0  # unset max_retries means 2 for the other types
     assert defaults.MAX_RETRIES == 2
 

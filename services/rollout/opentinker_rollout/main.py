@@ -46,7 +46,7 @@ async def build_plan(settings: RolloutSettings) -> ServerPlan:
                              coordinator_channels=coordinators)
     servicer = RolloutServicer(Rollout(registry, channels, episodes))
     registration = WorkerRegistration.for_settings(settings, role="rollout", devices=discover_devices(
-        settings.cpu_slots), **attempt_callbacks(JobAttempts(registry, channels.sessions)))
+        settings.cpu_slots, shares=settings.lora_jobs_per_device), **attempt_callbacks(JobAttempts(registry, channels.sessions)))
     return ServerPlan(services=[rollout_service_binding(servicer)],
                       start_hooks=[idle_reaper(registry.reap_idle, registry.idle_ttl_s), registration.start],
                       close_hooks=[registration.stop, registry.close, channels.close, coordinators.close])

@@ -24,6 +24,11 @@ class RolloutSettings(ServiceSettings):
         "environment reference names no envhost_address.")
     cpu_slots: int = setting(
         1, "Device slots (cpu:0..N-1) offered to jobs when torch sees no GPU.", min=1)
+    lora_jobs_per_device: int = setting(
+        8, "How many LoRA jobs (of one device each) the Scheduler may place on each device of this "
+        "Rollout at once, each leasing a share of it: their adapters decode over one base in one "
+        "batch (a job that asks for resources[].dedicated_device gets a whole one). 1 = one job "
+        "per device.", min=1)
     checkpoint_dir: Path = checkpoint_dir_setting(
         "Directory of checkpoints written by the Trainer; LoadModel reads checkpoint models here.")
     max_batch_size: int = setting(

@@ -66,7 +66,7 @@ def number(raw: RawHash, name: str) -> int:
 
 def encode_resources(resources: tuple[ResourceRequest, ...]) -> str:
     return json.dumps([{"role": r.role, "device_count": r.device_count, "device_kind": r.device_kind,
-                        "min_memory_bytes": r.min_memory_bytes} for r in resources])
+                        "min_memory_bytes": r.min_memory_bytes, "shared": r.shared} for r in resources])
 
 
 @functools.lru_cache(maxsize=DECODE_CACHE_SIZE)
@@ -74,7 +74,8 @@ def decode_resources(data: str | bytes) -> tuple[ResourceRequest, ...]:
     """(cached: the result is immutable and the same text repeats in every pass)"""
     return tuple(ResourceRequest(role=Role(r["role"]), device_count=r["device_count"],
                                  device_kind=DeviceKind(r["device_kind"]),
-                                 min_memory_bytes=r["min_memory_bytes"]) for r in json.loads(data))
+                                 min_memory_bytes=r["min_memory_bytes"], shared=r.get("shared", False))
+                 for r in json.loads(data))
 
 
 def encode_assignments(assignments: tuple[Assignment, ...]) -> str:
@@ -159,14 +160,15 @@ def _resume_from(raw: RawHash) -> CheckpointRef | None:
 
 def encode_devices(devices: tuple[Device, ...]) -> str:
     return json.dumps([{"device_id": d.device_id, "kind": d.kind, "memory_bytes": d.memory_bytes,
-                        "name": d.name} for d in devices])
+                        "name": d.name, "shares": d.shares} for d in devices])
 
 
 @functools.lru_cache(maxsize=DECODE_CACHE_SIZE)
 def decode_devices(data: str | bytes) -> tuple[Device, ...]:
     """(cached: the result is immutable and a worker's devices repeat in every pass)"""
     return tuple(Device(device_id=d["device_id"], kind=DeviceKind(d["kind"]),
-                        memory_bytes=d["memory_bytes"], name=d["name"]) for d in json.loads(data))
+                        memory_bytes=d["memory_bytes"], name=d["name"], shares=d.get("shares", 0))
+                 for d in json.loads(data))
 
 
 WORKER_FIELDS = ("worker_id", "role", "address", "devices", "register_time", "last_heartbeat", "ttl_ms",

@@ -6,6 +6,7 @@ from opentinker_api.common.v1 import resources_pb2
 from opentinker_api.scheduler.v1 import job_pb2, scheduler_service_pb2 as service_pb2, worker_pb2
 from opentinker_runtime.edge import convert as edge_convert
 from opentinker_scheduler.convert_common import duration, enum_from_proto, enum_to_proto, timestamp
+from opentinker_scheduler.errors import InvalidArgument
 from opentinker_scheduler.model import (
     Assignment,
     Device,
@@ -34,13 +35,16 @@ def registration_from_proto(request: service_pb2.RegisterWorkerRequest) -> Worke
 
 def device_from_proto(device: resources_pb2.Device, *, field: str) -> Device:
     kind = enum_from_proto(DeviceKind, resources_pb2.DeviceKind, "DEVICE_KIND_", device.kind, field=field)
-    return Device(device_id=device.device_id, kind=kind, memory_bytes=device.memory_bytes, name=device.name)
+    if device.shares < 0:
+        raise InvalidArgument(f"{field}.shares", f"must be >= 0 (0 or 1: the device is leased whole), got {device.shares}")
+    return Device(device_id=device.device_id, kind=kind, memory_bytes=device.memory_bytes, name=device.name,
+                  shares=device.shares)
 
 
 def device_to_proto(device: Device) -> resources_pb2.Device:
     return resources_pb2.Device(device_id=device.device_id, memory_bytes=device.memory_bytes,
                                 kind=enum_to_proto(resources_pb2.DeviceKind, "DEVICE_KIND_", device.kind),
-                                name=device.name)
+                                name=device.name, shares=device.shares)
 
 
 def lease_to_proto(lease: Lease) -> worker_pb2.Lease:

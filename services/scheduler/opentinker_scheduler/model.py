@@ -72,12 +72,14 @@ class WorkerState(enum.StrEnum):
 
 @dataclass(frozen=True, kw_only=True)
 class ResourceRequest:
-    """`device_count` devices of one kind on ONE worker of `role`."""
+    """`device_count` devices of one kind on ONE worker of `role`; `shared`: a share of one
+    device that other shared requests may hold too (a LoRA job's, `spec_facts.resource_requests`)."""
 
     role: Role
     device_count: int = 1
     device_kind: DeviceKind = DeviceKind.UNSPECIFIED
     min_memory_bytes: int = 0
+    shared: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,6 +218,8 @@ class Device:
     kind: DeviceKind = DeviceKind.CPU
     memory_bytes: int = 0
     name: str = ""
+    shares: int = 0
+    """How many shared requests may hold a share of it at once; 0 or 1: leased whole only."""
 
 
 @dataclass(frozen=True, kw_only=True)

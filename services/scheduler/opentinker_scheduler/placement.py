@@ -3,10 +3,15 @@
 Every job also gets one slot of its driver: a gateway's for a SESSION job (the Tinker gateway
 drives it), a Coordinator's for every other type (`driver_request`).
 
-Every request is served by ONE worker of its role with enough free matching slots; among those,
-the worker with the most free slots wins (spreading load), ties broken by worker id. A worker
-without devices (a Coordinator) offers `capacity` slots `slot:0..N-1`, usable by requests that
-ask for no particular device kind or memory.
+Every request is served by ONE worker of its role with enough free matching devices; among
+those, the worker with the most free ones wins (spreading load), ties broken by worker id. A
+worker without devices (a Coordinator) offers `capacity` slots `slot:0..N-1`, usable by requests
+that ask for no particular device kind or memory.
+
+A device may offer shares (`Device.shares`: slots `<device_id>#<i>`): a *shared* request (a
+LoRA job's one device) takes one share, packed onto the worker and device already most shared
+(their base model is likely resident there); any other request takes whole devices, every share
+of each free.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from opentinker_scheduler.model import DeviceKind, JobType, QueuedJob, ResourceRequest, Role, Worker
+from opentinker_scheduler.model import Device, DeviceKind, JobType, QueuedJob, ResourceRequest, Role, Worker
 
 COORDINATOR_REQUEST = ResourceRequest(role=Role.COORDINATOR, device_count=1)
 GATEWAY_REQUEST = ResourceRequest(role=Role.GATEWAY, device_count=1)
@@ -43,22 +48,55 @@ def capacity_slots(capacity: int) -> tuple[str, ...]:
     return tuple(f"slot:{index}" for index in range(capacity))
 
 
+SHARE = "#"
+"""A share of a device is the slot `<device_id>#<index>`."""
+
+
+def device_slots(device: Device) -> tuple[str, ...]:
+    """The slots of one device: the device itself, or one per share when it offers shares."""
+    if device.shares > 1:
+        return tuple(f"{device.device_id}{SHARE}{index}" for index in range(device.shares))
+    return (device.device_id,)
+
+
+def slot_device(slot: str) -> str:
+    """The device a slot belongs to (a share's device, or the slot itself)."""
+    return slot.split(SHARE, 1)[0]
+
+
 def worker_slots(worker: Worker, capacity: int, gateway_capacity: int | None = None) -> tuple[str, ...]:
-    """Every slot a worker offers: its device ids, or capacity slots when it has none (a gateway:
-    `gateway_capacity` of them, one per SESSION job it drives, when given)."""
+    """Every slot a worker offers: its devices' (`device_slots`), or capacity slots when it has
+    none (a gateway: `gateway_capacity` of them, one per SESSION job it drives, when given)."""
     if worker.role is Role.GATEWAY and gateway_capacity is not None:
         capacity = gateway_capacity
-    return tuple(d.device_id for d in worker.devices) or capacity_slots(capacity)
+    if worker.devices:
+        return tuple(slot for device in worker.devices for slot in device_slots(device))
+    return capacity_slots(capacity)
 
 
-def matching_free(worker: Worker, request: ResourceRequest, free: Sequence[str]) -> list[str]:
-    """The free slots of `worker` that satisfy `request`, in slot order."""
+def matching_units(worker: Worker, request: ResourceRequest, free: Sequence[str]) -> list[tuple[str, ...]]:
+    """What `request` may take on `worker` from its `free` slots, one unit per device it would
+    count as, best first. A shared request takes one share (devices already shared by others
+    first, the fullest first: LoRA jobs pack onto a device whose base is likely resident; a device
+    without shares serves it whole); any other request takes whole devices, all of whose slots
+    are free."""
     if not worker.devices:
         any_device = request.device_kind is DeviceKind.UNSPECIFIED and not request.min_memory_bytes
-        return list(free) if any_device else []
-    return [d.device_id for d in worker.devices if d.device_id in free
-            and request.device_kind in (DeviceKind.UNSPECIFIED, d.kind)
-            and d.memory_bytes >= request.min_memory_bytes]
+        return [(slot,) for slot in free] if any_device else []
+    open_slots = set(free)
+    devices = [d for d in worker.devices if request.device_kind in (DeviceKind.UNSPECIFIED, d.kind)
+               and d.memory_bytes >= request.min_memory_bytes]
+    if not request.shared:
+        wholes = [device_slots(d) for d in devices]
+        return [slots for slots in wholes if all(slot in open_slots for slot in slots)]
+    ranked = []
+    for device in devices:
+        slots = device_slots(device)
+        left = [s for s in slots if s in open_slots]
+        if left:
+            shared_already = 0 if device.shares > 1 and len(left) < len(slots) else 1
+            ranked.append(((shared_already, device.shares <= 1, len(left)), (left[0],)))
+    return [unit for _, unit in sorted(ranked, key=lambda pair: pair[0])]
 
 
 def place(requests: Sequence[ResourceRequest], workers: Sequence[Worker],
@@ -78,15 +116,19 @@ def place(requests: Sequence[ResourceRequest], workers: Sequence[Worker],
 
 def _place_one(request: ResourceRequest, workers: Sequence[Worker],
                remaining: Mapping[str, Sequence[str]]) -> Placement | str:
-    candidates = [(w, matching_free(w, request, remaining.get(w.worker_id, ())))
+    candidates = [(w, matching_units(w, request, remaining.get(w.worker_id, ())))
                   for w in workers if w.role is request.role]
-    fitting = [(w, slots) for w, slots in candidates if len(slots) >= request.device_count]
+    fitting = [(w, units) for w, units in candidates if len(units) >= request.device_count]
     if not fitting:
-        return waiting_reason(request, [len(slots) for _, slots in candidates])
-    worker, slots = min(fitting, key=lambda pair: (-len(pair[1]), pair[0].worker_id))
-    chosen = tuple(slots[:request.device_count])
-    device_ids = chosen if worker.devices else ()
-    return Placement(request=request, worker=worker, slots=chosen, device_ids=device_ids)
+        return waiting_reason(request, [len(units) for _, units in candidates])
+    if request.shared:  # pack: the worker with the fewest free units that fits
+        worker, units = min(fitting, key=lambda pair: (len(pair[1]), pair[0].worker_id))
+    else:  # spread: the worker with the most free units
+        worker, units = min(fitting, key=lambda pair: (-len(pair[1]), pair[0].worker_id))
+    chosen = units[:request.device_count]
+    slots = tuple(slot for unit in chosen for slot in unit)
+    device_ids = tuple(dict.fromkeys(slot_device(slot) for slot in slots)) if worker.devices else ()
+    return Placement(request=request, worker=worker, slots=slots, device_ids=device_ids)
 
 
 def waiting_reason(request: ResourceRequest, free_counts: Sequence[int]) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from opentinker_runtime.auth.tenant_paths import config_path_entries
-from opentinker_runtime.jobplan.plan import EnvironmentPlan, JobPlan
+from opentinker_runtime.jobplan.plan import AdaptationKind, EnvironmentPlan, JobPlan
 from opentinker_runtime.ml.sources import ModelKind
 from opentinker_scheduler.model import (
     DeviceKind,
@@ -63,7 +63,11 @@ def environment_facts(plan: JobPlan) -> Iterator[EnvironmentFacts]:
 
 
 def resource_requests(plan: JobPlan) -> tuple[ResourceRequest, ...]:
-    """The devices the job asks for (the job type's default when the spec names none)."""
+    """The devices the job asks for (the job type's default when the spec names none); a LoRA
+    job's request of one device, unless dedicated, is `shared` (a share of a device)."""
+    lora = bool(plan.policies) and all(p.adaptation.kind is AdaptationKind.LORA for p in plan.policies)
     return tuple(ResourceRequest(role=Role(request.role), device_count=request.device_count,
                                  device_kind=DeviceKind(request.device_kind),
-                                 min_memory_bytes=request.min_memory_bytes) for request in plan.resources)
+                                 min_memory_bytes=request.min_memory_bytes,
+                                 shared=lora and request.device_count == 1 and not request.dedicated)
+                 for request in plan.resources)

@@ -28,7 +28,8 @@ async def build_plan(settings: TrainerSettings) -> ServerPlan:
 
     quiet_transformers()
     keep_freed_memory()  # exports allocate and free a model's worth of buffers each time
-    devices = discover_devices(settings.cpu_slots)
+    devices = discover_devices(settings.cpu_slots,
+                               shares=settings.lora_jobs_per_device if settings.share_lora_base else 0)
     registry = build_registry(settings.checkpoint_dir, settings.device,
                               [device.device_id for device in devices],
                               idle_ttl_s=settings.session_idle_ttl_seconds,

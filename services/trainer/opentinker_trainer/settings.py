@@ -44,6 +44,10 @@ class TrainerSettings(ServiceSettings):
         "one frozen copy of it: each keeps its own adapter, optimizer state, RNG and checkpoints, "
         "and computes exactly what it would on a copy of its own. False: every session loads "
         "its own copy (a data-parallel session always does).")
+    lora_jobs_per_device: int = setting(
+        8, "With share_lora_base: how many LoRA jobs (of one device each) the Scheduler may place on "
+        "each device of this Trainer at once, each leasing a share of it (a job that asks for "
+        "resources[].dedicated_device gets a whole one). 1 = one job per device.", min=1)
     cycle_gather_ms: float = setting(
         50.0, "With share_lora_base: how long a ForwardBackward of a session on a shared base waits "
         "for the base's other sessions' calls, to run them all as one batched forward/backward (a "

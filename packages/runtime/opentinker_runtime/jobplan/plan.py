@@ -276,6 +276,8 @@ class ResourcePlan:
     device_count: int
     device_kind: DeviceKind
     min_memory_bytes: int
+    dedicated: bool = False
+    """`dedicated_device`: never a share of a device, even for a LoRA job."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -171,7 +171,7 @@ def resource_plans(requests: list[resources_pb2.ResourceRequest]) -> tuple[Resou
     return tuple(ResourcePlan(role=Role(enum_name(resources_pb2.Role, r.role)), device_count=r.device_count,
                               device_kind=DeviceKind(enum_name(resources_pb2.DeviceKind, r.device_kind)
                                                      or DeviceKind.UNSPECIFIED),
-                              min_memory_bytes=r.min_memory_bytes) for r in requests)
+                              min_memory_bytes=r.min_memory_bytes, dedicated=r.dedicated_device) for r in requests)
 
 
 def _check_labels(spec: job_pb2.JobSpec) -> None:

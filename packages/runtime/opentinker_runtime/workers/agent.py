@@ -59,7 +59,7 @@ def role_value(role: int | str) -> int:
 def device_message(device: Device) -> resources_pb2.Device:
     return resources_pb2.Device(device_id=device.device_id, memory_bytes=device.memory_bytes,
                                 kind=DEVICE_KINDS.get(device.kind, resources_pb2.DEVICE_KIND_UNSPECIFIED),
-                                name=device.name)
+                                name=device.name, shares=device.shares)
 
 
 class WorkerAgent:

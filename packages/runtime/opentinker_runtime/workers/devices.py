@@ -6,6 +6,7 @@ without it (a laptop that submits jobs, an EnvHost).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from dataclasses import dataclass
 
@@ -26,16 +27,20 @@ class Device:
     memory_bytes: int = 0
     """Total memory of a GPU; 0 for CPU slots (they share the host's memory)."""
     name: str = ""
+    shares: int = 0
+    """How many LoRA jobs may each lease a share of it at once; 0 or 1: leased whole."""
 
 
-def discover_devices(cpu_slots: int) -> list[Device]:
-    """Every CUDA device torch sees, or `cpu_slots` CPU slots when there is none (or no torch)."""
+def discover_devices(cpu_slots: int, *, shares: int = 0) -> list[Device]:
+    """Every CUDA device torch sees, or `cpu_slots` CPU slots when there is none (or no torch);
+    each offering `shares` shares to LoRA jobs (0 or 1: none)."""
     if cpu_slots < 0:
         raise ValueError(f"cpu_slots must be >= 0, got {cpu_slots}")
     gpus = cuda_devices()
     if gpus:
-        return gpus
-    return [Device(device_id=f"{CPU}:{index}", kind=CPU, name="CPU slot") for index in range(cpu_slots)]
+        return [dataclasses.replace(gpu, shares=shares) for gpu in gpus]
+    return [Device(device_id=f"{CPU}:{index}", kind=CPU, name="CPU slot", shares=shares)
+            for index in range(cpu_slots)]
 
 
 def cuda_devices() -> list[Device]:

@@ -24,21 +24,21 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$opentinker/common/v1/resources.proto\x12\x14opentinker.common.v1\"o\n\x06\x44\x65vice\x12\x11\n\tdevice_id\x18\x01 \x01(\t\x12.\n\x04kind\x18\x02 \x01(\x0e\x32 .opentinker.common.v1.DeviceKind\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x03\x12\x0c\n\x04name\x18\x04 \x01(\t\"\xa2\x01\n\x0fResourceRequest\x12(\n\x04role\x18\x01 \x01(\x0e\x32\x1a.opentinker.common.v1.Role\x12\x14\n\x0c\x64\x65vice_count\x18\x02 \x01(\x05\x12\x35\n\x0b\x64\x65vice_kind\x18\x03 \x01(\x0e\x32 .opentinker.common.v1.DeviceKind\x12\x18\n\x10min_memory_bytes\x18\x04 \x01(\x03\"G\n\x0cLeaseContext\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x15\n\rfencing_token\x18\x03 \x01(\x03*T\n\nDeviceKind\x12\x1b\n\x17\x44\x45VICE_KIND_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x44\x45VICE_KIND_CPU\x10\x01\x12\x14\n\x10\x44\x45VICE_KIND_CUDA\x10\x02*z\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n\x0cROLE_TRAINER\x10\x01\x12\x10\n\x0cROLE_ROLLOUT\x10\x02\x12\x10\n\x0cROLE_ENVHOST\x10\x03\x12\x14\n\x10ROLE_COORDINATOR\x10\x04\x12\x10\n\x0cROLE_GATEWAY\x10\x05\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$opentinker/common/v1/resources.proto\x12\x14opentinker.common.v1\"\x7f\n\x06\x44\x65vice\x12\x11\n\tdevice_id\x18\x01 \x01(\t\x12.\n\x04kind\x18\x02 \x01(\x0e\x32 .opentinker.common.v1.DeviceKind\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x03\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x0e\n\x06shares\x18\x05 \x01(\x05\"\xbc\x01\n\x0fResourceRequest\x12(\n\x04role\x18\x01 \x01(\x0e\x32\x1a.opentinker.common.v1.Role\x12\x14\n\x0c\x64\x65vice_count\x18\x02 \x01(\x05\x12\x35\n\x0b\x64\x65vice_kind\x18\x03 \x01(\x0e\x32 .opentinker.common.v1.DeviceKind\x12\x18\n\x10min_memory_bytes\x18\x04 \x01(\x03\x12\x18\n\x10\x64\x65\x64icated_device\x18\x05 \x01(\x08\"G\n\x0cLeaseContext\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x15\n\rfencing_token\x18\x03 \x01(\x03*T\n\nDeviceKind\x12\x1b\n\x17\x44\x45VICE_KIND_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x44\x45VICE_KIND_CPU\x10\x01\x12\x14\n\x10\x44\x45VICE_KIND_CUDA\x10\x02*z\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n\x0cROLE_TRAINER\x10\x01\x12\x10\n\x0cROLE_ROLLOUT\x10\x02\x12\x10\n\x0cROLE_ENVHOST\x10\x03\x12\x14\n\x10ROLE_COORDINATOR\x10\x04\x12\x10\n\x0cROLE_GATEWAY\x10\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'opentinker.common.v1.resources_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DEVICEKIND']._serialized_start=413
-  _globals['_DEVICEKIND']._serialized_end=497
-  _globals['_ROLE']._serialized_start=499
-  _globals['_ROLE']._serialized_end=621
+  _globals['_DEVICEKIND']._serialized_start=455
+  _globals['_DEVICEKIND']._serialized_end=539
+  _globals['_ROLE']._serialized_start=541
+  _globals['_ROLE']._serialized_end=663
   _globals['_DEVICE']._serialized_start=62
-  _globals['_DEVICE']._serialized_end=173
-  _globals['_RESOURCEREQUEST']._serialized_start=176
-  _globals['_RESOURCEREQUEST']._serialized_end=338
-  _globals['_LEASECONTEXT']._serialized_start=340
-  _globals['_LEASECONTEXT']._serialized_end=411
+  _globals['_DEVICE']._serialized_end=189
+  _globals['_RESOURCEREQUEST']._serialized_start=192
+  _globals['_RESOURCEREQUEST']._serialized_end=380
+  _globals['_LEASECONTEXT']._serialized_start=382
+  _globals['_LEASECONTEXT']._serialized_end=453
 # @@protoc_insertion_point(module_scope)

@@ -30,28 +30,32 @@ ROLE_COORDINATOR: Role
 ROLE_GATEWAY: Role
 
 class Device(_message.Message):
-    __slots__ = ("device_id", "kind", "memory_bytes", "name")
+    __slots__ = ("device_id", "kind", "memory_bytes", "name", "shares")
     DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    SHARES_FIELD_NUMBER: _ClassVar[int]
     device_id: str
     kind: DeviceKind
     memory_bytes: int
     name: str
-    def __init__(self, device_id: _Optional[str] = ..., kind: _Optional[_Union[DeviceKind, str]] = ..., memory_bytes: _Optional[int] = ..., name: _Optional[str] = ...) -> None: ...
+    shares: int
+    def __init__(self, device_id: _Optional[str] = ..., kind: _Optional[_Union[DeviceKind, str]] = ..., memory_bytes: _Optional[int] = ..., name: _Optional[str] = ..., shares: _Optional[int] = ...) -> None: ...
 
 class ResourceRequest(_message.Message):
-    __slots__ = ("role", "device_count", "device_kind", "min_memory_bytes")
+    __slots__ = ("role", "device_count", "device_kind", "min_memory_bytes", "dedicated_device")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     DEVICE_COUNT_FIELD_NUMBER: _ClassVar[int]
     DEVICE_KIND_FIELD_NUMBER: _ClassVar[int]
     MIN_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DEDICATED_DEVICE_FIELD_NUMBER: _ClassVar[int]
     role: Role
     device_count: int
     device_kind: DeviceKind
     min_memory_bytes: int
-    def __init__(self, role: _Optional[_Union[Role, str]] = ..., device_count: _Optional[int] = ..., device_kind: _Optional[_Union[DeviceKind, str]] = ..., min_memory_bytes: _Optional[int] = ...) -> None: ...
+    dedicated_device: bool
+    def __init__(self, role: _Optional[_Union[Role, str]] = ..., device_count: _Optional[int] = ..., device_kind: _Optional[_Union[DeviceKind, str]] = ..., min_memory_bytes: _Optional[int] = ..., dedicated_device: _Optional[bool] = ...) -> None: ...
 
 class LeaseContext(_message.Message):
     __slots__ = ("job_id", "lease_id", "fencing_token")
