@@ -78,6 +78,22 @@ def test_a_joint_cycle_gives_each_session_what_it_computes_alone(max_tokens: int
         assert close(list(adapter(s).values()), list(adapter(twin).values()), atol=1e-3)
 
 
+def _observed(histogram) -> float:
+    return next(sample.value for metric in histogram.collect() for sample in metric.samples
+                if sample.name.endswith("_count"))
+
+
+def test_a_joint_cycle_counts_one_forward_backward_per_call_and_one_joint_cycle() -> None:
+    from opentinker_trainer.metrics import CYCLE_SESSIONS, FORWARD_BACKWARD_SECONDS
+
+    bases = SharedBases()
+    sessions = [make(bases, LORAS[0], i) for i in range(3)]
+    calls_before, cycles_before = _observed(FORWARD_BACKWARD_SECONDS), _observed(CYCLE_SESSIONS)
+    cycles.run_cycle([cycles.CycleCall(session=s, datums=rl_datums(seed=i), loss=PPO) for i, s in enumerate(sessions)])
+    assert _observed(FORWARD_BACKWARD_SECONDS) - calls_before == 3
+    assert _observed(CYCLE_SESSIONS) - cycles_before == 1
+
+
 def test_a_session_outside_the_cycle_keeps_its_adapter_bit_for_bit() -> None:
     bases = SharedBases()
     first, second, idle = (make(bases, LORAS[0], 0), make(bases, LORAS[1], 1), make(bases, LORAS[2], 2))

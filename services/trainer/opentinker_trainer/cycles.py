@@ -31,7 +31,7 @@ from opentinker_trainer.adapter_router import AdapterRouter
 from opentinker_trainer.batching import Datum, validate_datums
 from opentinker_trainer.config import LossConfig
 from opentinker_trainer.memory import MICRO_BATCH_TOKENS, PEAK_MEMORY
-from opentinker_trainer.metrics import count_forward_backward, record_cycle
+from opentinker_trainer.metrics import FORWARD_BACKWARD_SECONDS, count_forward_backward, record_cycle
 from opentinker_trainer.cycle_pass import PassCall, joint_pass
 from opentinker_trainer.session import TrainingSession
 from opentinker_trainer.training import ForwardBackwardResult, ShardResult, combine
@@ -130,6 +130,7 @@ def _joint_or_none(calls: Sequence[CycleCall]) -> list[ForwardBackwardResult] | 
     saved = [_gradients(call.session) for call in calls]
     for call in calls:
         call.session.memory.start_call()
+    started = time.perf_counter()
     try:
         shards = _joint_pass(calls)
     except Exception:  # noqa: BLE001 - each call runs alone next, and reports its own error
@@ -141,6 +142,7 @@ def _joint_or_none(calls: Sequence[CycleCall]) -> list[ForwardBackwardResult] | 
         result = combine(call.datums, [(range(len(call.datums)), shard)])
         call.session.pending_datums += len(call.datums)
         count_forward_backward(len(call.datums), result.num_tokens)
+        FORWARD_BACKWARD_SECONDS.observe(time.perf_counter() - started)  # each call took the whole pass
         memory = {PEAK_MEMORY: call.session.memory.end_call(),
                   MICRO_BATCH_TOKENS: float(call.session.micro_batch_tokens)}
         results.append(dataclasses.replace(result, memory=memory))
