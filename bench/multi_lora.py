@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -67,6 +68,8 @@ class Round:
     """Cycles in which several sessions' calls ran as one batched pass (0 in `copies`)."""
     mean_occupancy: float
     """Mean sessions per cycle (1.0 when every call ran alone; 0 when no cycle ran)."""
+    cpu_seconds: dict[str, float]
+    """CPU time (user + system) each of the stack's services used during the round."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -101,6 +104,17 @@ def reset_peak(pid: int) -> None:
     Path(f"/proc/{pid}/clear_refs").write_text("5")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of `pid` so far (its reaped children's too)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = sum(int(value) for value in fields[11:15])  # utime, stime, cutime, cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def service_cpu(stack: LocalStack) -> dict[str, float]:
+    return {p["name"]: cpu_seconds(p["pid"]) for p in stack.status["processes"] if p.get("pid")}
+
+
 def cycle_counters(metrics_url: str) -> tuple[float, float, float]:
     """(joint cycles, the sum and the count of the cycle-occupancy histogram) from the Trainer's
     Prometheus endpoint."""
@@ -122,6 +136,7 @@ def run_round(stack: LocalStack, trainer_pid: int, model: str, mode: str, count:
 
     metrics_url = next(p["metrics_url"] for p in stack.status["processes"] if p["name"] == "trainer")
     before = cycle_counters(metrics_url)
+    cpu_before = service_cpu(stack)
     idle_kib = status_kib(trainer_pid, "VmRSS")
     reset_peak(trainer_pid)
     with SchedulerClient(stack.address("scheduler"), api_key=stack.api_key) as client:
@@ -131,11 +146,16 @@ def run_round(stack: LocalStack, trainer_pid: int, model: str, mode: str, count:
         seconds = time.perf_counter() - started
     peak_kib = status_kib(trainer_pid, "VmHWM")
     after = cycle_counters(metrics_url)
+    cpu_after = service_cpu(stack)
     cycles = after[2] - before[2]
     states = tuple(job_pb2.Job.State.Name(job.state) for job in finals)
+    for job in finals:
+        if job.state != job_pb2.Job.STATE_SUCCEEDED:
+            print(f"  job {job.job_id} {job_pb2.Job.State.Name(job.state)}: {job.status_message}", flush=True)
     return Round(model=model, mode=mode, jobs=count, steps_per_s=count * steps / seconds, seconds=seconds,
                  trainer_peak_mib=peak_kib / 1024, trainer_growth_mib=(peak_kib - idle_kib) / 1024, states=states,
-                 joint_cycles=int(after[0] - before[0]), mean_occupancy=(after[1] - before[1]) / cycles if cycles else 0.0)
+                 joint_cycles=int(after[0] - before[0]), mean_occupancy=(after[1] - before[1]) / cycles if cycles else 0.0,
+                 cpu_seconds={name: round(cpu_after[name] - cpu_before[name], 1) for name in cpu_after if name in cpu_before})
 
 
 def start_stack(mode: str, slots: int, state_dir: Path) -> tuple[LocalStack, int]:
@@ -170,6 +190,7 @@ def run_all(args: argparse.Namespace, state_dir: Path) -> list[Round]:
                           f"trainer peak {done.trainer_peak_mib:.0f} MiB (+{done.trainer_growth_mib:.0f}), "
                           f"{done.joint_cycles} joint cycles, {done.mean_occupancy:.2f} sessions/cycle "
                           f"{set(done.states)}", flush=True)
+                    print(f"{'':16}CPU s: " + ", ".join(f"{k} {v:.1f}" for k, v in done.cpu_seconds.items()), flush=True)
                     rounds.append(done)
         return rounds
     finally:

@@ -147,3 +147,39 @@ def test_two_jobs_sample_their_own_policies_from_one_rollout_process(tmp_path):
             assert completion.policy_version == 1
             assert max(abs(a - b) for a, b in zip(completion.logprobs, expected[job].logprobs)) < 1e-4
     assert foreign.code() == grpc.StatusCode.FAILED_PRECONDITION   # a job cannot unload another's
+
+
+def test_updates_of_one_job_run_while_other_jobs_adapters_come_and_go(tmp_path, monkeypatch):
+    """An update reads its adapter's shapes on the engine thread, the one that adds and deletes
+    adapters: read from the event loop, walking the model while another job's adapter was being
+    added failed the update ("dictionary changed size during iteration"), and with it the job."""
+    import threading
+
+    from opentinker_rollout import policies
+
+    threads = []
+    real = policies.lora_state_dict
+
+    def recording(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(policies, "lora_state_dict", recording)
+
+    async def scenario():
+        reg = registry(tmp_path)
+        a, _ = await load_two_jobs(reg)
+        lease = LeaseContext(job_id="job-a")
+        weights = lora_state_dict(lora_reference(LORA, seed=4))
+
+        async def churn(job):
+            loaded = await reg.load(LoadRequest(source=SOURCE, lora=WIDE_LORA, lease=LeaseContext(job_id=job)))
+            await reg.unload(loaded.policy_id, LeaseContext(job_id=job))
+
+        updates = [reg.update_weights(a.policy_id, lease, *transfer(weights, version)) for version in range(2, 8)]
+        results = await asyncio.gather(*updates, *(churn(f"job-{n}") for n in range(4)))
+        await reg.close()
+        return [info.policy_version for info, _ in results[:6]]
+
+    assert asyncio.run(scenario()) == list(range(2, 8))
+    assert threads and all(name.startswith("rollout-engine") for name in threads)

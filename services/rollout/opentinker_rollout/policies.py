@@ -339,7 +339,8 @@ class PolicyRegistry:
         policy = self.get(policy_id)
         self.check_lease(policy, lease)
         _check_header(policy, header)
-        expected = _expected_tensors(policy, header.format)
+        # on the engine thread: it adds and deletes other policies' adapters on the same model
+        expected = await run_in_engine_thread(_expected_shapes, policy, header.format)
         _check_shapes(expected, {spec.name: spec.shape for spec in header.tensors}, where="header.tensors")
         if header.shared_file is not None:
             state_dict, received = await self._read_shared(header, chunks)
@@ -478,20 +479,21 @@ async def _assemble(header: WeightsHeader,
         raise WeightsCorrupt(str(error)) from error
 
 
-def _expected_tensors(policy: LoadedPolicy, fmt: WeightsFormat) -> dict[str, torch.Tensor]:
-    if fmt is WeightsFormat.LORA_ADAPTER:
-        return lora_state_dict(policy.model, policy.adapter)
-    return policy.model.state_dict()
+def _expected_shapes(policy: LoadedPolicy, fmt: WeightsFormat) -> dict[str, tuple[int, ...]]:
+    """The shape of each tensor an update must bring. Run on the engine thread only: walking the
+    model while it adds or deletes another policy's adapter fails ("dictionary changed size")."""
+    tensors = lora_state_dict(policy.model, policy.adapter) if fmt is WeightsFormat.LORA_ADAPTER else policy.model.state_dict()
+    return {name: tuple(tensor.shape) for name, tensor in tensors.items()}
 
 
-def _check_shapes(expected: dict[str, torch.Tensor], received: dict[str, tuple[int, ...]], *,
+def _check_shapes(expected: dict[str, tuple[int, ...]], received: dict[str, tuple[int, ...]], *,
                   where: str = "chunk") -> None:
     """Every expected tensor comes with its shape, and nothing else: checked on the header before
     anything is read (a bogus header allocates nothing) and on the tensors before applying."""
     unknown = sorted(set(received) - set(expected))
     missing = sorted(set(expected) - set(received))
     wrong = sorted(name for name in set(received) & set(expected)
-                   if tuple(received[name]) != tuple(expected[name].shape))
+                   if tuple(received[name]) != tuple(expected[name]))
     problems = [f"{label}: {', '.join(names[:5])}" for label, names in
                 (("unknown tensors", unknown), ("missing tensors", missing),
                  ("wrong shapes", wrong)) if names]
