@@ -175,6 +175,16 @@ def test_micro_batches_keep_each_calls_rows_together_within_the_budget() -> None
     assert cycles.plan_by_call([100, 3], [0, 1], max_tokens=50) == [[0], [1]]  # too long: alone
 
 
+def test_a_call_that_fits_in_a_micro_batch_is_never_cut_in_two() -> None:
+    # three calls of 16 rows of 56 tokens (896 padded) under a 1024 budget: one each, where
+    # filling row by row put 2 rows of the next call in each (two runs of adapters, twice)
+    lengths, owners = [56] * 48, [c for c in range(3) for _ in range(16)]
+    assert cycles.plan_by_call(lengths, owners, max_tokens=1024) == [list(range(16 * c, 16 * c + 16)) for c in range(3)]
+    # small calls still share one; a call longer than the budget fills its own, then others join
+    plan = cycles.plan_by_call([10] * 3 + [10] * 8 + [10] * 2, [0] * 3 + [1] * 8 + [2] * 2, max_tokens=50)
+    assert plan == [[0, 1, 2], [3, 4, 5, 6, 7], [8, 9, 10, 11, 12]]
+
+
 def grpo_groups(seed: int, prompts: int = 2, group: int = 4) -> list[Datum]:
     """`prompts` prompts of 20 tokens, `group` completions of 6-9 tokens each (trained)."""
     g = torch.Generator().manual_seed(seed)

@@ -163,20 +163,39 @@ def _joint_pass(calls: Sequence[CycleCall]) -> list[ShardResult]:
 def plan_by_call(lengths: Sequence[int], owners: Sequence[int], max_tokens: int) -> list[list[int]]:
     """Row indices per micro-batch: each call's rows together (longest first within a call), so
     a micro-batch holds few adapters in runs; each micro-batch's padded size (rows x its longest
-    row) within `max_tokens` (0 = one micro-batch), a row longer than that alone."""
+    row) within `max_tokens` (0 = one micro-batch). A call that fits in one micro-batch is never
+    split across two (a call cut in two pays the routing of two runs in both, for nothing on
+    the CPU); a longer one fills micro-batches of its own, a row longer than the budget alone."""
     order = sorted(range(len(lengths)), key=lambda i: (owners[i], -lengths[i]))
     if max_tokens <= 0:
         return [order] if order else []
-    batches: list[list[int]] = []
-    longest = 0
+    calls: dict[int, list[int]] = {}
     for index in order:
-        widest = max(longest, lengths[index])
-        if batches and (len(batches[-1]) + 1) * widest <= max_tokens:
+        calls.setdefault(owners[index], []).append(index)
+    batches: list[list[int]] = []
+    for rows in calls.values():
+        widest = lengths[rows[0]]
+        if batches and _padded(batches[-1], lengths, extra=rows) <= max_tokens:
+            batches[-1].extend(rows)
+        elif len(rows) * widest <= max_tokens:
+            batches.append(list(rows))
+        else:
+            batches.extend(_fill(rows, lengths, max_tokens))
+    return batches
+
+
+def _padded(batch: list[int], lengths: Sequence[int], extra: list[int]) -> int:
+    return (len(batch) + len(extra)) * max(lengths[i] for i in (*batch, *extra))
+
+
+def _fill(rows: list[int], lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """One call's rows (longest first) in micro-batches within the budget, a too-long row alone."""
+    batches: list[list[int]] = []
+    for index in rows:
+        if batches and _padded(batches[-1], lengths, extra=[index]) <= max_tokens:
             batches[-1].append(index)
-            longest = widest
         else:
             batches.append([index])
-            longest = lengths[index]
     return batches
 
 
