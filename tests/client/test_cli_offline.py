@@ -175,3 +175,14 @@ def test_no_wandb_run_starts_for_a_job_the_scheduler_cannot_take(tmp_path, monke
     spec.write_text("type: RL\ntraining: {total_steps: 2}\n")
     assert main(["run", str(spec), "--wandb", "p", "--scheduler", NOBODY]) == exit_codes.UNREACHABLE
     assert started == [] and "cannot reach" in capsys.readouterr().err
+
+
+def test_the_workers_table_says_which_bases_lora_jobs_share():
+    from opentinker_api.scheduler.v1 import worker_pb2
+    from opentinker.cli.workers import shared_bases
+
+    worker = worker_pb2.Worker(resident_models=[
+        worker_pb2.ResidentModel(device_id="cpu:0", model_key="builtin:tiny-llama@0/default", job_ids=["a", "b"]),
+        worker_pb2.ResidentModel(device_id="cpu:1", model_key="local:/m/default", job_ids=["c"])])
+    assert shared_bases(worker) == "builtin:tiny-llama@0/default on cpu:0: 2 jobs; local:/m/default on cpu:1: 1 job"
+    assert shared_bases(worker_pb2.Worker()) == "-"

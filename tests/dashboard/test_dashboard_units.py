@@ -97,3 +97,14 @@ def test_the_cli_sub_command_serves_the_page_without_a_key_and_stops_on_sigterm(
         assert process.terminate() == 0
     logged = (tmp_path / "dashboard.log").read_text()
     assert '"event": "dashboard_stopped"' in logged and '"service": "dashboard"' in logged
+
+
+def test_the_workers_view_lists_each_shared_base_with_the_jobs_on_it():
+    from opentinker_api.scheduler.v1 import worker_pb2
+    from opentinker.dashboard.views import worker_view
+
+    worker = worker_pb2.Worker(worker_id="trainer@h:1", resident_models=[
+        worker_pb2.ResidentModel(device_id="cuda:0", model_key="builtin:tiny-llama@0/default", job_ids=["job-a", "job-b"])])
+    assert worker_view(worker)["resident_models"] == [
+        {"device_id": "cuda:0", "model_key": "builtin:tiny-llama@0/default", "job_ids": ["job-a", "job-b"]}]
+    assert worker_view(worker_pb2.Worker(worker_id="idle"))["resident_models"] == []

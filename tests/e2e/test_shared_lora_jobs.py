@@ -6,6 +6,8 @@ Rollout, EnvHost)."""
 
 from __future__ import annotations
 
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +42,15 @@ def trainer_metrics(stack: LocalStack) -> dict[str, float]:
             if line.startswith("opentinker_trainer_") and not line.startswith("#")}
 
 
+def resident_while(scheduler: SchedulerClient, running: threading.Event) -> list[set[tuple[int, str, tuple[str, ...]]]]:
+    """ListWorkers' resident models (role, model key, job ids), polled until `running` clears."""
+    seen = []
+    while running.is_set():
+        seen.append({(w.role, m.model_key, tuple(m.job_ids)) for w in scheduler.list_workers() for m in w.resident_models})
+        time.sleep(0.5)
+    return seen
+
+
 @pytest.mark.timeout(420)
 def test_two_lora_jobs_of_one_base_train_in_joint_cycles_and_each_keeps_its_steps(stack: LocalStack) -> None:
     specs = [rl_spec(STEPS, name=f"shared-{seed}", seed=seed, model=builtin_model(TINY_LLAMA, 0),
@@ -47,8 +58,12 @@ def test_two_lora_jobs_of_one_base_train_in_joint_cycles_and_each_keeps_its_step
     with SchedulerClient(stack.address("scheduler"), api_key=stack.api_key, timeout=30) as scheduler:
         before = trainer_metrics(stack)
         ids = [scheduler.submit_job(spec).job_id for spec in specs]
-        with ThreadPoolExecutor(2) as pool:
+        running = threading.Event()
+        running.set()
+        with ThreadPoolExecutor(3) as pool:
+            polled = pool.submit(resident_while, scheduler, running)
             events = list(pool.map(lambda job_id: list(scheduler.watch_job(job_id)), ids))
+            running.clear()
         finals = [scheduler.get_job(job_id) for job_id in ids]
     assert [f.state for f in finals] == [job_pb2.Job.STATE_SUCCEEDED] * 2, stack.logs()
     for role in (resources_pb2.ROLE_TRAINER, resources_pb2.ROLE_ROLLOUT):  # both on the one device
@@ -63,3 +78,10 @@ def test_two_lora_jobs_of_one_base_train_in_joint_cycles_and_each_keeps_its_step
     joint = 'opentinker_trainer_cycles_total{kind="joint"}'
     assert after.get(joint, 0) - before.get(joint, 0) >= 1
     assert after["opentinker_trainer_resident_bases"] == 0  # both sessions closed: the base is freed
+    # the workers told the Scheduler (ListWorkers, the dashboard's workers view) that both jobs
+    # shared one base, on the Trainer and on the Rollout
+    both = tuple(sorted(ids))
+    key = "builtin:tiny-llama@0/default"
+    reported = set().union(*polled.result())
+    assert (resources_pb2.ROLE_TRAINER, key, both) in reported, reported
+    assert (resources_pb2.ROLE_ROLLOUT, key, both) in reported, reported

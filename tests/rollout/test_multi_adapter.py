@@ -62,11 +62,14 @@ def test_lora_policies_of_one_source_share_a_base_and_batch_with_their_own_adapt
         answer_a, answer_b = await greedy_together(a, b)
         await reg.load(LoadRequest(source=SOURCE, lease=LeaseContext(job_id="job-c")))
         bases_with_full = reg.base_count
+        reported = [(m.device_id, m.model_key, m.job_ids) for m in reg.resident_models()]
         await reg.close()
-        return shared, answer_a, answer_b, bases_with_full, a.batcher.stats
+        return shared, answer_a, answer_b, bases_with_full, a.batcher.stats, reported
 
-    shared, answer_a, answer_b, bases_with_full, stats = asyncio.run(scenario())
+    shared, answer_a, answer_b, bases_with_full, stats, reported = asyncio.run(scenario())
     assert shared == (True, True, 1)
+    # what the heartbeats report: the shared base and both jobs on it (job-c's full model is its own)
+    assert reported == [("cpu:0", SOURCE.model_key, ("job-a", "job-b"))]
     assert bases_with_full == 2                 # a full-weights policy gets a model of its own
     assert stats.max_rows_in_call == 2          # both jobs' rows were in one engine call
     assert_same_generation(answer_a.generations[0], reference_greedy(lora_reference(LORA, seed=1)))

@@ -18,7 +18,8 @@ def test_settle_heap_moves_every_survivor_out_of_the_collectors_reach() -> None:
         cycle.append(cycle)
         del cycle  # startup garbage: collected, not frozen
         frozen = settle_heap()
-        assert frozen >= len(survivors) and gc.get_freeze_count() == frozen
+        # frozen objects freed since (another thread's, a temporary's) leave the count: <=, not ==
+        assert frozen >= len(survivors) and len(survivors) <= gc.get_freeze_count() <= frozen
         assert all(not gc.is_tracked(s) or s not in gc.get_objects(generation=2) for s in survivors[:3])
     finally:
         gc.unfreeze()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from opentinker_runtime.core.redis_store import Keys
-from opentinker_scheduler.model import Device, DeviceKind, ResourceRequest, Role, Worker, WorkerState
+import dataclasses
+
+from opentinker_scheduler.model import Device, DeviceKind, ResidentModel, ResourceRequest, Role, Worker, WorkerState
 from opentinker_scheduler.placement import COORDINATOR_REQUEST, place, worker_slots
 
 GIB = 1 << 30
@@ -115,3 +117,27 @@ def test_a_lora_jobs_single_devices_are_shares_unless_dedicated_and_full_jobs_ta
         {"role": "ROLE_TRAINER", "device_count": 2}])
     requests = resource_requests(resolve_job_plan(json_format.ParseDict(asked, least_spec("RL").__class__())))
     assert [r.shared for r in requests] == [False, True, False]
+    assert requests[1].model_keys == ("builtin:tiny-llama@0/default",)
+    assert requests[0].model_keys == requests[2].model_keys == ()  # whole devices: no base to look for
+
+
+TINY, SMALL = "builtin:tiny-llama@0/default", "builtin:small-llama@0/default"
+
+
+def test_a_lora_job_goes_where_its_base_is_resident_before_packing() -> None:
+    # worker a is the fuller, but holds another base; b holds this job's base on cuda:1
+    a = dataclasses.replace(worker("a", Role.TRAINER, shared_gpu(0, 4)),
+                            resident_models=(ResidentModel(device_id="cuda:0", model_key=SMALL, job_ids=("j1", "j2")),))
+    b = dataclasses.replace(worker("b", Role.TRAINER, shared_gpu(0, 4), shared_gpu(1, 4)),
+                            resident_models=(ResidentModel(device_id="cuda:1", model_key=TINY, job_ids=("j3",)),))
+    free = {"a": ["cuda:0#2", "cuda:0#3"], "b": ["cuda:0#0", "cuda:0#1", "cuda:0#2", "cuda:0#3", "cuda:1#1",
+                                                   "cuda:1#2", "cuda:1#3"]}
+    tiny_job = dataclasses.replace(LORA_ONE, model_keys=(TINY,))
+    plan = place([tiny_job], [a, b], free)[0]
+    assert (plan.worker.worker_id, plan.slots) == ("b", ("cuda:1#1",))
+    small_job = dataclasses.replace(LORA_ONE, model_keys=(SMALL,))
+    assert place([small_job], [a, b], free)[0].worker.worker_id == "a"
+    other = dataclasses.replace(LORA_ONE, model_keys=("local:/m/x/default",))  # resident nowhere: pack
+    assert place([other], [a, b], free)[0].worker.worker_id == "a"
+    full = {"a": free["a"], "b": ["cuda:0#0", "cuda:0#1", "cuda:0#2", "cuda:0#3"]}  # its base's device is full
+    assert place([tiny_job], [a, b], full)[0].worker.worker_id == "a"

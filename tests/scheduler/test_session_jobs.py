@@ -49,8 +49,8 @@ def test_a_minimal_session_spec_is_accepted_with_a_trainer_and_a_rollout_and_no_
     facts = facts_from_spec(session_spec())
     assert facts.type is JobType.SESSION
     # a LoRA session (a Tinker training client) leases a share of a device, as LoRA jobs do
-    assert facts.resources == (ResourceRequest(role=Role.TRAINER, shared=True),
-                               ResourceRequest(role=Role.ROLLOUT, shared=True))
+    assert facts.resources == (ResourceRequest(role=Role.TRAINER, shared=True, model_keys=("builtin:tiny-llama@1/default",)),
+                               ResourceRequest(role=Role.ROLLOUT, shared=True, model_keys=("builtin:tiny-llama@1/default",)))
     assert facts.plan.training.max_retries == 0  # unset max_retries means 2 for the other types
     assert defaults.MAX_RETRIES == 2
 

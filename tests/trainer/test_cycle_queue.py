@@ -115,3 +115,22 @@ def test_sessions_that_send_nothing_are_not_waited_for(tmp_path) -> None:
             assert result.cycle["cycle/sessions"] == 1.0
         assert loop.time() - started < 5.0
     asyncio.run(scenario())
+
+
+def test_the_registry_reports_each_shared_base_with_the_jobs_on_it(tmp_path) -> None:
+    """What the Trainer's heartbeats tell the Scheduler (placement, ListWorkers)."""
+    async def scenario() -> None:
+        registry = SessionRegistry(checkpoint_root=tmp_path, device_ids=("cpu:0", "cpu:1"))
+        ids = await open_sessions(registry, 2)
+        await registry.create(spec(lora=LORA, seed=5, job_id="job-small", model="small-llama"), lease=lease("job-small"),
+                              device_ids=["cpu:1"])
+        await registry.create(spec(seed=0, job_id="job-full", model="tiny-llama"), lease=lease("job-full"))
+        held = [(m.device_id, m.model_key, m.job_ids) for m in registry.resident_models()]
+        assert held == [("cpu:0", "builtin:tiny-llama@0/default", ("job-0", "job-1")),
+                        ("cpu:1", "builtin:small-llama@0/default", ("job-small",))]  # a full session holds its own
+        await registry.close(ids[0], lease("job-0"))
+        assert [m.job_ids for m in registry.resident_models()][0] == ("job-1",)
+        private = SessionRegistry(checkpoint_root=tmp_path, share_lora_base=False)
+        await open_sessions(private, 1)
+        assert private.resident_models() == []  # nothing shared, nothing to place by
+    asyncio.run(scenario())

@@ -34,7 +34,8 @@ async def build_plan(settings: RolloutSettings) -> ServerPlan:
     from opentinker_rollout.servicer import RolloutServicer, rollout_service_binding
 
     keep_freed_memory()  # weight updates allocate and free a model's worth of buffers each time
-    registry = PolicyRegistry(checkpoint_root=settings.checkpoint_dir,
+    devices = discover_devices(settings.cpu_slots, shares=settings.lora_jobs_per_device)
+    registry = PolicyRegistry(checkpoint_root=settings.checkpoint_dir, device_ids=tuple(d.device_id for d in devices),
                               default_max_batch_size=settings.max_batch_size,
                               continuous_batching=settings.batching == "continuous",
                               idle_ttl_s=settings.policy_idle_ttl_seconds,
@@ -45,8 +46,9 @@ async def build_plan(settings: RolloutSettings) -> ServerPlan:
                              max_concurrent_episodes=settings.max_concurrent_episodes,
                              coordinator_channels=coordinators)
     servicer = RolloutServicer(Rollout(registry, channels, episodes))
-    registration = WorkerRegistration.for_settings(settings, role="rollout", devices=discover_devices(
-        settings.cpu_slots, shares=settings.lora_jobs_per_device), **attempt_callbacks(JobAttempts(registry, channels.sessions)))
+    registration = WorkerRegistration.for_settings(settings, role="rollout", devices=devices,
+                                                   resident_models=registry.resident_models,
+                                                   **attempt_callbacks(JobAttempts(registry, channels.sessions)))
     return ServerPlan(services=[rollout_service_binding(servicer)],
                       start_hooks=[idle_reaper(registry.reap_idle, registry.idle_ttl_s), registration.start],
                       close_hooks=[registration.stop, registry.close, channels.close, coordinators.close])

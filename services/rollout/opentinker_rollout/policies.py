@@ -62,6 +62,7 @@ from opentinker_rollout.errors import (
     WeightsVersionConflict,
 )
 from opentinker_runtime.edge.lease import FencingGuard, LeaseContext
+from opentinker_runtime.workers.devices import ResidentModel, group_resident
 from opentinker_rollout.rendering import TokenizerRenderer
 from opentinker_rollout.transformers_engine import TransformersEngine
 
@@ -201,8 +202,11 @@ class PolicyRegistry:
 
     def __init__(self, *, checkpoint_root: Path, default_max_batch_size: int = 32,
                  gather_window_s: float = 0.002, continuous_batching: bool = True,
-                 idle_ttl_s: float = DEFAULT_IDLE_TTL_S, shared_weights_dir: Path | None = None) -> None:
+                 idle_ttl_s: float = DEFAULT_IDLE_TTL_S, shared_weights_dir: Path | None = None,
+                 device_ids: tuple[str, ...] = ("cpu:0",)) -> None:
         self.checkpoint_root = checkpoint_root
+        self.device_ids = device_ids
+        """The devices the worker offers the Scheduler (`resident_models`)."""
         self.shared_weights_dir = shared_weights_dir
         """Where a header's shared file may be read from; None = refuse shared files."""
         self.continuous_batching = continuous_batching
@@ -326,6 +330,14 @@ class PolicyRegistry:
             await base.batcher.close()
         self._policies.clear()
         self._lora_bases.clear()
+
+    def resident_models(self) -> list[ResidentModel]:
+        """The LoRA policies' shared bases held now, each with the jobs whose adapters are on it:
+        on every device the worker offers (its models live in the process's memory, where a job
+        on any of its slots shares them)."""
+        return group_resident((device_id, policy.base.source.model_key, policy.job_id)
+                              for policy in list(self._policies.values()) if policy.lora is not None
+                              for device_id in self.device_ids)
 
     @property
     def base_count(self) -> int:

@@ -22,6 +22,7 @@ from opentinker_scheduler.model import (
     Lease,
     LeasedJob,
     Quota,
+    ResidentModel,
     ResourceRequest,
     Role,
     Usage,
@@ -66,7 +67,8 @@ def number(raw: RawHash, name: str) -> int:
 
 def encode_resources(resources: tuple[ResourceRequest, ...]) -> str:
     return json.dumps([{"role": r.role, "device_count": r.device_count, "device_kind": r.device_kind,
-                        "min_memory_bytes": r.min_memory_bytes, "shared": r.shared} for r in resources])
+                        "min_memory_bytes": r.min_memory_bytes, "shared": r.shared, "model_keys": list(r.model_keys)}
+                       for r in resources])
 
 
 @functools.lru_cache(maxsize=DECODE_CACHE_SIZE)
@@ -74,7 +76,8 @@ def decode_resources(data: str | bytes) -> tuple[ResourceRequest, ...]:
     """(cached: the result is immutable and the same text repeats in every pass)"""
     return tuple(ResourceRequest(role=Role(r["role"]), device_count=r["device_count"],
                                  device_kind=DeviceKind(r["device_kind"]),
-                                 min_memory_bytes=r["min_memory_bytes"], shared=r.get("shared", False))
+                                 min_memory_bytes=r["min_memory_bytes"], shared=r.get("shared", False),
+                                 model_keys=tuple(r.get("model_keys", ())))
                  for r in json.loads(data))
 
 
@@ -171,8 +174,20 @@ def decode_devices(data: str | bytes) -> tuple[Device, ...]:
                  for d in json.loads(data))
 
 
+def encode_resident(models: tuple[ResidentModel, ...]) -> str:
+    return json.dumps([{"device_id": m.device_id, "model_key": m.model_key, "job_ids": list(m.job_ids)}
+                       for m in models])
+
+
+@functools.lru_cache(maxsize=DECODE_CACHE_SIZE)
+def decode_resident(data: str | bytes) -> tuple[ResidentModel, ...]:
+    """(cached: a worker's resident models repeat from pass to pass)"""
+    return tuple(ResidentModel(device_id=m["device_id"], model_key=m["model_key"], job_ids=tuple(m["job_ids"]))
+                 for m in json.loads(data))
+
+
 WORKER_FIELDS = ("worker_id", "role", "address", "devices", "register_time", "last_heartbeat", "ttl_ms",
-                 "draining", "labels", "version", "name", "tenant_id", "expire_at")
+                 "draining", "labels", "version", "name", "tenant_id", "expire_at", "resident")
 """Every field decode_worker reads."""
 _WORKER_FIELD_KEYS = tuple(name.encode() for name in WORKER_FIELDS)
 
@@ -196,7 +211,7 @@ def decode_worker(raw: RawHash, *, now_ms: int, leases: tuple[Lease, ...] = ()) 
         last_heartbeat_time_ms=number(raw, "last_heartbeat"),
         heartbeat_ttl_ms=number(raw, "ttl_ms"), draining=draining, leases=leases,
         labels=json.loads(text(raw, "labels", "{}")), version=text(raw, "version"), name=text(raw, "name"),
-        tenant_id=text(raw, "tenant_id"))
+        tenant_id=text(raw, "tenant_id"), resident_models=decode_resident(text(raw, "resident", "[]")))
 
 
 def decode_lease(raw: RawHash) -> Lease:

@@ -12,6 +12,7 @@ from opentinker_scheduler.model import (
     Device,
     DeviceKind,
     Lease,
+    ResidentModel,
     Role,
     Worker,
     WorkerRegistration,
@@ -62,7 +63,16 @@ def worker_to_proto(worker: Worker) -> worker_pb2.Worker:
         last_heartbeat_time=timestamp(worker.last_heartbeat_time_ms),
         heartbeat_ttl=duration(worker.heartbeat_ttl_ms),
         leases=[lease_to_proto(lease) for lease in worker.leases], labels=worker.labels,
-        version=worker.version, name=worker.name, tenant_id=worker.tenant_id)
+        version=worker.version, name=worker.name, tenant_id=worker.tenant_id,
+        resident_models=[resident_to_proto(m) for m in worker.resident_models])
+
+
+def resident_to_proto(model: ResidentModel) -> worker_pb2.ResidentModel:
+    return worker_pb2.ResidentModel(device_id=model.device_id, model_key=model.model_key, job_ids=list(model.job_ids))
+
+
+def resident_from_proto(models) -> tuple[ResidentModel, ...]:  # noqa: ANN001 - a repeated ResidentModel field
+    return tuple(ResidentModel(device_id=m.device_id, model_key=m.model_key, job_ids=tuple(m.job_ids)) for m in models)
 
 
 def assignment_to_proto(assignment: Assignment, *, job_token: str = "") -> job_pb2.Assignment:

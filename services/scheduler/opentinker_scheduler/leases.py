@@ -121,15 +121,16 @@ class LeaseTable:
         reply = await self.scripts.renew_leases(keys=keys, args=[self.clock.now_ms(), ttl_ms, worker_id, *lease_ids])
         return bool(reply[0]), {lease_id.decode() for lease_id in reply[1:]}
 
-    async def heartbeat_with_jobs(self, worker_id: str, *, ttl_ms: int,
-                                  job_fields: Sequence[str]) -> list[tuple[str, list[bytes | None]]] | None:
+    async def heartbeat_with_jobs(self, worker_id: str, *, ttl_ms: int, job_fields: Sequence[str],
+                                  resident: str = "[]") -> list[tuple[str, list[bytes | None]]] | None:
         """A worker's heartbeat in one script: renew the worker and every unexpired lease it
         holds until now + ttl; the id of each renewed lease with the `job_fields` values of its
-        job (read in the same step). None when the worker is dead or unknown (it renews nothing)."""
+        job (read in the same step). None when the worker is dead or unknown (it renews nothing).
+        `resident`: the worker's resident models (`codec.encode_resident`), stored with it."""
         keys = [self.keys.worker(worker_id), self.keys.worker_index(), self.keys.lease_expiry(),
                 self.keys.worker_slots(worker_id), self.keys.worker_leases(worker_id)]
         args = [self.clock.now_ms(), ttl_ms, worker_id, self.keys.lease_key_prefixes()["record"],
-                self.keys.job("x")[:-1], *job_fields]
+                self.keys.job("x")[:-1], resident, *job_fields]
         reply = await self.scripts.worker_heartbeat(keys=keys, args=args)
         if not reply[0]:
             return None

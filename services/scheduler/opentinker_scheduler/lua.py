@@ -432,16 +432,17 @@ WORKER_HEARTBEAT = _LEASES + """
 -- lease in its lease set (an expired one is dead for good); each renewed lease comes back with
 -- its record and the fields of its job, read in the same step.
 -- KEYS: worker, worker index, lease expiry, worker slots, worker's lease set
--- ARGV: now, ttl, worker_id, lease record key prefix, job key prefix, job fields...
+-- ARGV: now, ttl, worker_id, lease record key prefix, job key prefix, resident models (JSON,
+--       stored as the worker's 'resident'), job fields...
 -- Returns {0} (dead or unknown: it must register again) or, flat, by lease id:
 -- {1, lease id, job field values..., lease id, job field values..., ...}
 local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
 local held_until = redis.call('HGET', KEYS[1], 'expire_at')
 if not held_until or tonumber(held_until) <= now then return {0} end
 local expire = now + ttl
-redis.call('HSET', KEYS[1], 'last_heartbeat', now, 'expire_at', expire)
+redis.call('HSET', KEYS[1], 'last_heartbeat', now, 'expire_at', expire, 'resident', ARGV[6])
 redis.call('ZADD', KEYS[2], expire, ARGV[3])
-local job_fields = {unpack(ARGV, 6)}
+local job_fields = {unpack(ARGV, 7)}
 local renewed = {1}
 local ids = redis.call('SMEMBERS', KEYS[5])
 table.sort(ids)

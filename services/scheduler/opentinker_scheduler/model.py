@@ -80,6 +80,8 @@ class ResourceRequest:
     device_kind: DeviceKind = DeviceKind.UNSPECIFIED
     min_memory_bytes: int = 0
     shared: bool = False
+    model_keys: tuple[str, ...] = ()
+    """The bases (`ModelSource.model_key`) of a shared request's job: placed where one is resident."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -252,6 +254,15 @@ class WorkerRegistration:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ResidentModel:
+    """A base model held on one device of a worker, and the jobs whose adapters stand on it."""
+
+    device_id: str
+    model_key: str
+    job_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class Worker:
     worker_id: str
     role: Role
@@ -268,6 +279,8 @@ class Worker:
     name: str = ""
     tenant_id: str = ""
     """"" = the stack's own (registered with an admin key), shared with every tenant."""
+    resident_models: tuple[ResidentModel, ...] = ()
+    """What its last heartbeat said it holds (Trainer and Rollout workers)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,8 +9,9 @@ worker without devices (a Coordinator) offers `capacity` slots `slot:0..N-1`, us
 that ask for no particular device kind or memory.
 
 A device may offer shares (`Device.shares`: slots `<device_id>#<i>`): a *shared* request (a
-LoRA job's one device) takes one share, packed onto the worker and device already most shared
-(their base model is likely resident there); any other request takes whole devices, every share
+LoRA job's one device) takes one share: on a worker and device where its job's base model is
+resident (`Worker.resident_models`, from heartbeats) when one has a free share, then packed onto
+the worker and device already most shared; any other request takes whole devices, every share
 of each free.
 """
 
@@ -89,14 +90,21 @@ def matching_units(worker: Worker, request: ResourceRequest, free: Sequence[str]
     if not request.shared:
         wholes = [device_slots(d) for d in devices]
         return [slots for slots in wholes if all(slot in open_slots for slot in slots)]
+    resident = resident_devices(worker, request)
     ranked = []
     for device in devices:
         slots = device_slots(device)
         left = [s for s in slots if s in open_slots]
         if left:
             shared_already = 0 if device.shares > 1 and len(left) < len(slots) else 1
-            ranked.append(((shared_already, device.shares <= 1, len(left)), (left[0],)))
+            ranked.append(((device.device_id not in resident, shared_already, device.shares <= 1, len(left)),
+                           (left[0],)))
     return [unit for _, unit in sorted(ranked, key=lambda pair: pair[0])]
+
+
+def resident_devices(worker: Worker, request: ResourceRequest) -> set[str]:
+    """The worker's devices that hold one of the request's bases."""
+    return {m.device_id for m in worker.resident_models if m.model_key in request.model_keys}
 
 
 def place(requests: Sequence[ResourceRequest], workers: Sequence[Worker],
@@ -121,14 +129,19 @@ def _place_one(request: ResourceRequest, workers: Sequence[Worker],
     fitting = [(w, units) for w, units in candidates if len(units) >= request.device_count]
     if not fitting:
         return waiting_reason(request, [len(units) for _, units in candidates])
-    if request.shared:  # pack: the worker with the fewest free units that fits
-        worker, units = min(fitting, key=lambda pair: (len(pair[1]), pair[0].worker_id))
+    if request.shared:  # where the base is resident, then pack: the fewest free units that fit
+        worker, units = min(fitting, key=lambda pair: (not _on_resident(pair[0], request, pair[1][0]),
+                                                       len(pair[1]), pair[0].worker_id))
     else:  # spread: the worker with the most free units
         worker, units = min(fitting, key=lambda pair: (-len(pair[1]), pair[0].worker_id))
     chosen = units[:request.device_count]
     slots = tuple(slot for unit in chosen for slot in unit)
     device_ids = tuple(dict.fromkeys(slot_device(slot) for slot in slots)) if worker.devices else ()
     return Placement(request=request, worker=worker, slots=slots, device_ids=device_ids)
+
+
+def _on_resident(worker: Worker, request: ResourceRequest, unit: tuple[str, ...]) -> bool:
+    return bool(worker.devices) and slot_device(unit[0]) in resident_devices(worker, request)
 
 
 def waiting_reason(request: ResourceRequest, free_counts: Sequence[int]) -> str:

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from opentinker_scheduler import envhosts
-from opentinker_scheduler.codec import LEASED_JOB_FIELDS, decode_leased_job
+from opentinker_scheduler.codec import LEASED_JOB_FIELDS, decode_leased_job, encode_resident
 from opentinker_scheduler.config import SchedulerConfig
 from opentinker_scheduler.errors import InvalidArgument, NotFound
 from opentinker_scheduler.job_store import JobStore
@@ -20,6 +20,7 @@ from opentinker_scheduler.model import (
     JobState,
     LeasedJob,
     Page,
+    ResidentModel,
     Role,
     Worker,
     WorkerRegistration,
@@ -68,14 +69,19 @@ class WorkerPool:
             raise NotFound(f"worker {worker_id} is not registered or missed heartbeats past its TTL; register "
                            "again", reason="")
 
-    async def heartbeat(self, worker_id: str, caller: Caller) -> HeartbeatResult:
+    async def heartbeat(self, worker_id: str, caller: Caller,
+                        resident: tuple[ResidentModel, ...] = ()) -> HeartbeatResult:
         """Renew the worker and its leases; its assignments and the jobs it must stop (one
-        script reads the leases' jobs in the same step).
+        script reads the leases' jobs in the same step). `resident`: the base models it holds
+        now, kept for placement and ListWorkers (only a stack worker's: a tenant's EnvHost holds
+        no model of ours, and may not steer placement).
 
         NOT_FOUND when the worker is unknown or was declared dead: it must register again."""
         await self._require_own(worker_id, caller)
+        check_resident(resident)
         renewed = await self.leases.heartbeat_with_jobs(worker_id, ttl_ms=self.config.worker_ttl_ms,
-                                                        job_fields=LEASED_JOB_FIELDS)
+                                                        job_fields=LEASED_JOB_FIELDS,
+                                                        resident=encode_resident(resident if caller.admin else ()))
         if renewed is None:
             raise NotFound(f"worker {worker_id} is not registered or missed heartbeats past its "
                            "TTL; register again", reason="")
@@ -166,3 +172,24 @@ def check_labels(labels: dict[str, str]) -> None:
             raise InvalidArgument("labels", f"keys must be 1-{MAX_WORKER_LABEL_KEY} characters")
         if len(value) > MAX_WORKER_LABEL_VALUE:
             raise InvalidArgument(f"labels[{key!r}]", f"values must be at most {MAX_WORKER_LABEL_VALUE} characters")
+
+
+MAX_RESIDENT_MODELS = 64
+MAX_RESIDENT_JOBS = 1024
+MAX_MODEL_KEY_CHARS = 1024
+
+
+def check_resident(resident: tuple[ResidentModel, ...]) -> None:
+    """A heartbeat's resident models within bounds (they are stored and sent in every listing)."""
+    if len(resident) > MAX_RESIDENT_MODELS:
+        raise InvalidArgument("resident_models", f"{len(resident)} models; at most {MAX_RESIDENT_MODELS}")
+    for index, model in enumerate(resident):
+        where = f"resident_models[{index}]"
+        if not model.model_key or len(model.model_key) > MAX_MODEL_KEY_CHARS:
+            raise InvalidArgument(f"{where}.model_key", f"must be 1 to {MAX_MODEL_KEY_CHARS} characters")
+        if not model.device_id or len(model.device_id) > 128:
+            raise InvalidArgument(f"{where}.device_id", "must be 1 to 128 characters")
+        if len(model.job_ids) > MAX_RESIDENT_JOBS:
+            raise InvalidArgument(f"{where}.job_ids", f"{len(model.job_ids)} ids; at most {MAX_RESIDENT_JOBS}")
+        for job_id in model.job_ids:
+            check_id(f"{where}.job_ids", job_id)

@@ -41,6 +41,7 @@ from opentinker_scheduler.convert_tenants import api_key_to_proto, caller_from_p
 from opentinker_scheduler.convert_workers import (
     assignment_to_proto,
     registration_from_proto,
+    resident_from_proto,
     role_from_proto,
     worker_to_proto,
 )
@@ -122,7 +123,7 @@ class SchedulerServicer(servicer_base(pb_grpc.SchedulerServiceServicer, SERVICE,
         return pb.RegisterWorkerResponse(worker=worker_to_proto(worker), heartbeat_interval=self.interval)
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: Context) -> pb.HeartbeatResponse:
-        result = await self.pool.heartbeat(request.worker_id, caller())
+        result = await self.pool.heartbeat(request.worker_id, caller(), resident_from_proto(request.resident_models))
         assignments = [assignment_to_proto(a, job_token=result.job_tokens.get(a.lease.job_id, ""))
                        for a in result.assignments]
         return pb.HeartbeatResponse(assignments=assignments,

@@ -64,10 +64,15 @@ def environment_facts(plan: JobPlan) -> Iterator[EnvironmentFacts]:
 
 def resource_requests(plan: JobPlan) -> tuple[ResourceRequest, ...]:
     """The devices the job asks for (the job type's default when the spec names none); a LoRA
-    job's request of one device, unless dedicated, is `shared` (a share of a device)."""
+    job's request of one device, unless dedicated, is `shared` (a share of a device), placed
+    where one of its policies' bases (`model_keys`) is resident when one is."""
     lora = bool(plan.policies) and all(p.adaptation.kind is AdaptationKind.LORA for p in plan.policies)
-    return tuple(ResourceRequest(role=Role(request.role), device_count=request.device_count,
-                                 device_kind=DeviceKind(request.device_kind),
-                                 min_memory_bytes=request.min_memory_bytes,
-                                 shared=lora and request.device_count == 1 and not request.dedicated)
-                 for request in plan.resources)
+    keys = tuple(dict.fromkeys(p.model.model_key for p in plan.policies))
+    requests = []
+    for request in plan.resources:
+        shared = lora and request.device_count == 1 and not request.dedicated
+        requests.append(ResourceRequest(role=Role(request.role), device_count=request.device_count,
+                                        device_kind=DeviceKind(request.device_kind),
+                                        min_memory_bytes=request.min_memory_bytes, shared=shared,
+                                        model_keys=keys if shared else ()))
+    return tuple(requests)

@@ -36,6 +36,7 @@ async def build_plan(settings: TrainerSettings) -> ServerPlan:
                               share_lora_base=settings.share_lora_base,
                               cycle_gather_s=settings.cycle_gather_ms / 1000)
     registration = WorkerRegistration.for_settings(settings, role="trainer", devices=devices,
+                                                   resident_models=registry.resident_models,
                                                    **attempt_callbacks(registry))
     shared = SharedExports(Path(settings.shared_weights_dir) if settings.shared_weights_dir else None)
     shared.open()

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import structlog
 
 from opentinker_runtime.edge.lease import FencingGuard, LeaseContext
+from opentinker_runtime.workers.devices import ResidentModel, group_resident
 from opentinker_trainer.metrics import ACTIVE_SESSIONS
 from opentinker_trainer.batching import Datum
 from opentinker_trainer.config import LossConfig, SessionSpec
@@ -143,6 +144,11 @@ class SessionRegistry:
             ACTIVE_SESSIONS.inc()
             self._created.remember(request, session.session_id)
             return session.view()
+
+    def resident_models(self) -> list[ResidentModel]:
+        """The shared bases held now: per device and model, the jobs whose sessions stand on it."""
+        return group_resident((entry.session.device_ids[0], entry.session.spec.base.model_key, entry.job_id)
+                              for entry in list(self._entries.values()) if entry.session.base is not None)
 
     def session_devices(self, device_ids: Sequence[str]) -> tuple[str, ...]:
         """The devices a session asks for, checked against those this worker offers."""

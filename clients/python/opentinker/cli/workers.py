@@ -1,4 +1,5 @@
-"""`opentinker workers`: registered workers, their devices and which jobs lease them.
+"""`opentinker workers`: registered workers, their devices, which jobs lease them and which base
+models LoRA jobs share on them.
 
     opentinker workers [--role trainer] [--json]
 """
@@ -32,7 +33,7 @@ def cmd_workers(args: argparse.Namespace) -> int:
         print_json([message_json(worker) for worker in workers])
         return exit_codes.OK
     rows = [_row(worker) for worker in workers]
-    print(format_table(("WORKER", "ROLE", "STATE", "ADDRESS", "DEVICES", "LEASED BY", "HEARTBEAT"), rows)
+    print(format_table(("WORKER", "ROLE", "STATE", "ADDRESS", "DEVICES", "LEASED BY", "SHARED BASES", "HEARTBEAT"), rows)
           if rows else "no workers registered")
     return exit_codes.OK
 
@@ -42,7 +43,13 @@ def _row(worker: worker_pb2.Worker) -> tuple:
     jobs = ", ".join(f"{lease.job_id} ({len(lease.device_ids)})" for lease in worker.leases) or "-"
     return (worker.worker_id, resources_pb2.Role.Name(worker.role).removeprefix("ROLE_").lower(),
             worker_pb2.Worker.State.Name(worker.state).removeprefix("STATE_"), worker.address,
-            f"{len(leased)}/{len(worker.devices)} leased", jobs, _ago(worker))
+            f"{len(leased)}/{len(worker.devices)} leased", jobs, shared_bases(worker), _ago(worker))
+
+
+def shared_bases(worker: worker_pb2.Worker) -> str:
+    """E.g. "builtin:tiny-llama@0/default on cpu:0: 3 jobs" for each base model the worker holds."""
+    return "; ".join(f"{m.model_key} on {m.device_id}: {len(m.job_ids)} job{'s' * (len(m.job_ids) != 1)}"
+                     for m in worker.resident_models) or "-"
 
 
 def _ago(worker: worker_pb2.Worker) -> str:

@@ -114,6 +114,8 @@ def worker_view(worker: worker_pb2.Worker) -> Json:
         "devices": [device_view(d) for d in worker.devices],
         "leases": [lease_view(lease) for lease in worker.leases],
         "labels": dict(worker.labels), "version": worker.version,
+        "resident_models": [{"device_id": m.device_id, "model_key": m.model_key, "job_ids": list(m.job_ids)}
+                            for m in worker.resident_models],
     }
 
 

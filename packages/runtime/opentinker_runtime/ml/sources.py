@@ -77,6 +77,16 @@ class ModelSource:
     def from_dict(cls, data: dict[str, Any]) -> ModelSource:
         return cls(**data)
 
+    @property
+    def model_key(self) -> str:
+        """What a worker and the Scheduler both call this base (e.g.
+        "builtin:tiny-llama@0/default"): equal for sources that load the same weights, readable
+        in a workers listing. Placement puts a LoRA job where its base's key is resident."""
+        what = self.path if self.kind == ModelKind.LOCAL else self.name
+        seed = f"@{self.seed}" if self.kind == ModelKind.BUILTIN else ""
+        tokenizer = f"+{self.tokenizer_path}" if self.tokenizer_path else ""
+        return f"{self.kind}:{what}{seed}{tokenizer}/{self.precision}"
+
 
 @dataclass(frozen=True, kw_only=True)
 class LoraSpec:

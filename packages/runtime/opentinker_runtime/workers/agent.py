@@ -34,14 +34,16 @@ from opentinker_api.common.v1 import resources_pb2
 from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
+from opentinker_api.scheduler.v1 import worker_pb2
 from opentinker_runtime.auth.channels import authenticated_channel
-from opentinker_runtime.workers.devices import Device
+from opentinker_runtime.workers.devices import Device, ResidentModel
 from opentinker_runtime.core.redis_store import Backoff
 
 log = structlog.get_logger(__name__)
 
 AssignmentCallback = Callable[[job_pb2.Assignment], Awaitable[None]]
 StopCallback = Callable[[str], Awaitable[None]]
+ResidentModels = Callable[[], Sequence[ResidentModel]]
 DEFAULT_BACKOFF = Backoff(initial_seconds=0.2, factor=2.0, max_seconds=5.0)
 # gRPC's default reconnect backoff grows to ~10 s after a few failures: a scheduler restarted
 # within the worker TTL would then see the heartbeat too late and the worker's leases expire.
@@ -69,8 +71,10 @@ class WorkerAgent:
                  devices: Sequence[Device] = (), on_assignment: AssignmentCallback,
                  on_stop: StopCallback, labels: Mapping[str, str] | None = None, version: str = "",
                  backoff: Backoff = DEFAULT_BACKOFF, rpc_timeout_seconds: float = 5.0,
-                 api_key: str = "", name: str = "") -> None:
+                 api_key: str = "", name: str = "", resident_models: ResidentModels | None = None) -> None:
+        """`resident_models`: what base models the worker holds now, sent with each heartbeat."""
         self.scheduler_address = scheduler_address
+        self.resident_models = resident_models
         self.worker_id = worker_id
         self.registration = pb.RegisterWorkerRequest(
             worker_id=worker_id, role=role_value(role), address=address,
@@ -152,7 +156,8 @@ class WorkerAgent:
         """Heartbeat every interval; returns when the scheduler answers NOT_FOUND."""
         while True:
             await asyncio.sleep(self.heartbeat_interval)
-            request = pb.HeartbeatRequest(worker_id=self.worker_id, lease_ids=sorted(self._assignments))
+            request = pb.HeartbeatRequest(worker_id=self.worker_id, lease_ids=sorted(self._assignments),
+                                          resident_models=self._resident())
             try:
                 response = await self._scheduler().Heartbeat(request, timeout=self.rpc_timeout)
             except grpc.aio.AioRpcError as error:
@@ -163,6 +168,17 @@ class WorkerAgent:
                 continue
             self._set_interval(response.heartbeat_interval.ToMilliseconds())
             self._apply(response.assignments, response.stop_job_ids)
+
+    def _resident(self) -> list[worker_pb2.ResidentModel]:
+        if self.resident_models is None:
+            return []
+        try:
+            models = self.resident_models()
+        except Exception as error:  # noqa: BLE001 - a heartbeat never fails for a report
+            log.warning("resident_models_unavailable", worker_id=self.worker_id, error=repr(error))
+            return []
+        return [worker_pb2.ResidentModel(device_id=m.device_id, model_key=m.model_key, job_ids=list(m.job_ids))
+                for m in models]
 
     def _set_interval(self, milliseconds: int) -> None:
         if milliseconds > 0:

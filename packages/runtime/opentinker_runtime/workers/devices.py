@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import structlog
@@ -29,6 +30,26 @@ class Device:
     name: str = ""
     shares: int = 0
     """How many LoRA jobs may each lease a share of it at once; 0 or 1: leased whole."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResidentModel:
+    """A base model a worker holds on one device for the LoRA jobs that share it (`job_ids`);
+    `model_key` is `ModelSource.model_key`. Sent with every heartbeat (placement puts a LoRA
+    job where its base is resident; ListWorkers shows which jobs share a base)."""
+
+    device_id: str
+    model_key: str
+    job_ids: tuple[str, ...] = ()
+
+
+def group_resident(held: Iterable[tuple[str, str, str]]) -> list[ResidentModel]:
+    """ResidentModels from (device id, model key, job id) of each holder, sorted."""
+    jobs: dict[tuple[str, str], set[str]] = {}
+    for device_id, model_key, job_id in held:
+        jobs.setdefault((device_id, model_key), set()).update([job_id] if job_id else [])
+    return [ResidentModel(device_id=device_id, model_key=model_key, job_ids=tuple(sorted(ids)))
+            for (device_id, model_key), ids in sorted(jobs.items())]
 
 
 def discover_devices(cpu_slots: int, *, shares: int = 0) -> list[Device]:

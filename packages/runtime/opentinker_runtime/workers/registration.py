@@ -16,7 +16,7 @@ import structlog
 from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_runtime.workers.devices import Device
 from opentinker_runtime.core.server import HealthReporter
-from opentinker_runtime.workers.agent import WorkerAgent
+from opentinker_runtime.workers.agent import ResidentModels, WorkerAgent
 
 log = structlog.get_logger(__name__)
 
@@ -40,13 +40,15 @@ class WorkerRegistration:
     @classmethod
     def for_settings(cls, settings, *, role: str, devices: Sequence[Device] = (),
                      on_assignment: AssignmentHandler = _log_assignment,
-                     on_stop: StopHandler = _log_stop, name: str = "") -> "WorkerRegistration":
+                     on_stop: StopHandler = _log_stop, name: str = "",
+                     resident_models: ResidentModels | None = None) -> "WorkerRegistration":
         """`name`: what jobs call it (EnvHosts); the worker id is then `<role>-<name>@<address>`."""
         address = settings.reachable_address
         worker_id = f"{role}-{name}@{address}" if name else f"{role}@{address}"
         agent = WorkerAgent(scheduler_address=settings.scheduler_address, role=role,
                             worker_id=worker_id, address=address, devices=devices,
-                            on_assignment=on_assignment, on_stop=on_stop, api_key=settings.api_key, name=name)
+                            on_assignment=on_assignment, on_stop=on_stop, api_key=settings.api_key, name=name,
+                            resident_models=resident_models)
         return cls(agent)
 
     async def start(self, health: HealthReporter) -> None:

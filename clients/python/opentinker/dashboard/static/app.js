@@ -91,7 +91,18 @@ function workerCard(worker) {
   return el("section", {class: "panel worker", "data-testid": "worker", "data-worker-id": worker.worker_id,
     "data-role": worker.role},
     el("h3", {}, worker.worker_id, " ", el("span", {class: `state state-${worker.state}`, text: worker.state})),
-    el("p", {class: "muted", text: seen}), el("p", {}, "Devices: ", devices), leases);
+    el("p", {class: "muted", text: seen}), el("p", {}, "Devices: ", devices), ...sharedBases(worker), leases);
+}
+
+// The base models the worker holds, each with the LoRA jobs whose adapters share it.
+function sharedBases(worker) {
+  if (!(worker.resident_models || []).length) return [];
+  return [el("table", {class: "shared-bases", "data-testid": "shared-bases"},
+    headerRow("Shared base", "Device", "Jobs on it"),
+    el("tbody", {}, worker.resident_models.map(({model_key: key, device_id: device, job_ids: jobs}) =>
+      el("tr", {"data-testid": "shared-base", "data-model-key": key},
+        el("td", {}, el("code", {text: key})), el("td", {text: device}),
+        el("td", {}, ...jobs.flatMap((id, i) => [i ? ", " : "", el("a", {href: `/jobs/${id}`, text: id})]))))))];
 }
 
 function usageCell(used, limit) {

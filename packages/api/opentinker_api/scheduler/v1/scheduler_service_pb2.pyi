@@ -226,7 +226,7 @@ class RegisterWorkerResponse(_message.Message):
     def __init__(self, worker: _Optional[_Union[_worker_pb2.Worker, _Mapping]] = ..., heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("worker_id", "lease_ids", "load")
+    __slots__ = ("worker_id", "lease_ids", "load", "resident_models")
     class LoadEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -237,10 +237,12 @@ class HeartbeatRequest(_message.Message):
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_IDS_FIELD_NUMBER: _ClassVar[int]
     LOAD_FIELD_NUMBER: _ClassVar[int]
+    RESIDENT_MODELS_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     lease_ids: _containers.RepeatedScalarFieldContainer[str]
     load: _containers.ScalarMap[str, float]
-    def __init__(self, worker_id: _Optional[str] = ..., lease_ids: _Optional[_Iterable[str]] = ..., load: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    resident_models: _containers.RepeatedCompositeFieldContainer[_worker_pb2.ResidentModel]
+    def __init__(self, worker_id: _Optional[str] = ..., lease_ids: _Optional[_Iterable[str]] = ..., load: _Optional[_Mapping[str, float]] = ..., resident_models: _Optional[_Iterable[_Union[_worker_pb2.ResidentModel, _Mapping]]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("assignments", "stop_job_ids", "heartbeat_interval")

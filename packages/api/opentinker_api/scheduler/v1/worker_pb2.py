@@ -27,7 +27,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from opentinker_api.common.v1 import resources_pb2 as opentinker_dot_common_dot_v1_dot_resources__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$opentinker/scheduler/v1/worker.proto\x12\x17opentinker.scheduler.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a$opentinker/common/v1/resources.proto\"\xfc\x04\n\x06Worker\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12(\n\x04role\x18\x02 \x01(\x0e\x32\x1a.opentinker.common.v1.Role\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12-\n\x07\x64\x65vices\x18\x04 \x03(\x0b\x32\x1c.opentinker.common.v1.Device\x12\x34\n\x05state\x18\x05 \x01(\x0e\x32%.opentinker.scheduler.v1.Worker.State\x12\x31\n\rregister_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x37\n\x13last_heartbeat_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\rheartbeat_ttl\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\x06leases\x18\t \x03(\x0b\x32\x1e.opentinker.scheduler.v1.Lease\x12;\n\x06labels\x18\n \x03(\x0b\x32+.opentinker.scheduler.v1.Worker.LabelsEntry\x12\x0f\n\x07version\x18\x0b \x01(\t\x12\x0c\n\x04name\x18\x0c \x01(\t\x12\x11\n\ttenant_id\x18\r \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"S\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bSTATE_ALIVE\x10\x01\x12\x12\n\x0eSTATE_DRAINING\x10\x02\x12\x0e\n\nSTATE_DEAD\x10\x03\"\x98\x01\n\x05Lease\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x12\n\ndevice_ids\x18\x04 \x03(\t\x12\x15\n\rfencing_token\x18\x05 \x01(\x03\x12/\n\x0b\x65xpire_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestampb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$opentinker/scheduler/v1/worker.proto\x12\x17opentinker.scheduler.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a$opentinker/common/v1/resources.proto\"\xbd\x05\n\x06Worker\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12(\n\x04role\x18\x02 \x01(\x0e\x32\x1a.opentinker.common.v1.Role\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12-\n\x07\x64\x65vices\x18\x04 \x03(\x0b\x32\x1c.opentinker.common.v1.Device\x12\x34\n\x05state\x18\x05 \x01(\x0e\x32%.opentinker.scheduler.v1.Worker.State\x12\x31\n\rregister_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x37\n\x13last_heartbeat_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\rheartbeat_ttl\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\x06leases\x18\t \x03(\x0b\x32\x1e.opentinker.scheduler.v1.Lease\x12;\n\x06labels\x18\n \x03(\x0b\x32+.opentinker.scheduler.v1.Worker.LabelsEntry\x12\x0f\n\x07version\x18\x0b \x01(\t\x12\x0c\n\x04name\x18\x0c \x01(\t\x12\x11\n\ttenant_id\x18\r \x01(\t\x12?\n\x0fresident_models\x18\x0e \x03(\x0b\x32&.opentinker.scheduler.v1.ResidentModel\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"S\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bSTATE_ALIVE\x10\x01\x12\x12\n\x0eSTATE_DRAINING\x10\x02\x12\x0e\n\nSTATE_DEAD\x10\x03\"F\n\rResidentModel\x12\x11\n\tdevice_id\x18\x01 \x01(\t\x12\x11\n\tmodel_key\x18\x02 \x01(\t\x12\x0f\n\x07job_ids\x18\x03 \x03(\t\"\x98\x01\n\x05Lease\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x12\n\ndevice_ids\x18\x04 \x03(\t\x12\x15\n\rfencing_token\x18\x05 \x01(\x03\x12/\n\x0b\x65xpire_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestampb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,11 +37,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WORKER_LABELSENTRY']._loaded_options = None
   _globals['_WORKER_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_WORKER']._serialized_start=169
-  _globals['_WORKER']._serialized_end=805
-  _globals['_WORKER_LABELSENTRY']._serialized_start=675
-  _globals['_WORKER_LABELSENTRY']._serialized_end=720
-  _globals['_WORKER_STATE']._serialized_start=722
-  _globals['_WORKER_STATE']._serialized_end=805
-  _globals['_LEASE']._serialized_start=808
-  _globals['_LEASE']._serialized_end=960
+  _globals['_WORKER']._serialized_end=870
+  _globals['_WORKER_LABELSENTRY']._serialized_start=740
+  _globals['_WORKER_LABELSENTRY']._serialized_end=785
+  _globals['_WORKER_STATE']._serialized_start=787
+  _globals['_WORKER_STATE']._serialized_end=870
+  _globals['_RESIDENTMODEL']._serialized_start=872
+  _globals['_RESIDENTMODEL']._serialized_end=942
+  _globals['_LEASE']._serialized_start=945
+  _globals['_LEASE']._serialized_end=1097
 # @@protoc_insertion_point(module_scope)

@@ -13,7 +13,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Worker(_message.Message):
-    __slots__ = ("worker_id", "role", "address", "devices", "state", "register_time", "last_heartbeat_time", "heartbeat_ttl", "leases", "labels", "version", "name", "tenant_id")
+    __slots__ = ("worker_id", "role", "address", "devices", "state", "register_time", "last_heartbeat_time", "heartbeat_ttl", "leases", "labels", "version", "name", "tenant_id", "resident_models")
     class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATE_UNSPECIFIED: _ClassVar[Worker.State]
@@ -44,6 +44,7 @@ class Worker(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    RESIDENT_MODELS_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     role: _resources_pb2.Role
     address: str
@@ -57,7 +58,18 @@ class Worker(_message.Message):
     version: str
     name: str
     tenant_id: str
-    def __init__(self, worker_id: _Optional[str] = ..., role: _Optional[_Union[_resources_pb2.Role, str]] = ..., address: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[_resources_pb2.Device, _Mapping]]] = ..., state: _Optional[_Union[Worker.State, str]] = ..., register_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_heartbeat_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., heartbeat_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., version: _Optional[str] = ..., name: _Optional[str] = ..., tenant_id: _Optional[str] = ...) -> None: ...
+    resident_models: _containers.RepeatedCompositeFieldContainer[ResidentModel]
+    def __init__(self, worker_id: _Optional[str] = ..., role: _Optional[_Union[_resources_pb2.Role, str]] = ..., address: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[_resources_pb2.Device, _Mapping]]] = ..., state: _Optional[_Union[Worker.State, str]] = ..., register_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_heartbeat_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., heartbeat_ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., version: _Optional[str] = ..., name: _Optional[str] = ..., tenant_id: _Optional[str] = ..., resident_models: _Optional[_Iterable[_Union[ResidentModel, _Mapping]]] = ...) -> None: ...
+
+class ResidentModel(_message.Message):
+    __slots__ = ("device_id", "model_key", "job_ids")
+    DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_KEY_FIELD_NUMBER: _ClassVar[int]
+    JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    device_id: str
+    model_key: str
+    job_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, device_id: _Optional[str] = ..., model_key: _Optional[str] = ..., job_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Lease(_message.Message):
     __slots__ = ("lease_id", "job_id", "worker_id", "device_ids", "fencing_token", "expire_time")
