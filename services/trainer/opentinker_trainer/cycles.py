@@ -30,7 +30,7 @@ import torch
 from opentinker_trainer.adapter_router import AdapterRouter
 from opentinker_trainer.batching import Datum, validate_datums
 from opentinker_trainer.config import LossConfig
-from opentinker_trainer.memory import MICRO_BATCH_TOKENS, PEAK_MEMORY
+from opentinker_trainer.memory import MAX_DEFAULT_TOKENS, MICRO_BATCH_TOKENS, PEAK_MEMORY
 from opentinker_trainer.metrics import FORWARD_BACKWARD_SECONDS, count_forward_backward, record_cycle
 from opentinker_trainer.cycle_pass import PassCall, joint_pass
 from opentinker_trainer.session import TrainingSession
@@ -47,11 +47,12 @@ class CycleCall:
 
 
 Outcome = ForwardBackwardResult | BaseException
-CPU_CYCLE_TOKENS = 1024
-"""Padded tokens of one micro-batch of a cycle on the CPU: there, a forward/backward costs the same
-per token from about 256 tokens up and more beyond about 1024 (activations leave the caches:
-tiny-llama, 2-core machine, 32 rows of 64 tokens cost 25% more per row than 16), so a cycle
-batches small calls together and runs large ones in micro-batches of about one call each."""
+CPU_CYCLE_TOKENS = MAX_DEFAULT_TOKENS
+"""Padded tokens of one micro-batch of a cycle on the CPU at most: what a session alone runs at
+most (a CPU forward/backward is no faster per token beyond it). Smaller was slower: with 1,024, a
+GRPO call of 16 rows of ~106 tokens ran as two micro-batches of 8 rows where alone it ran one,
+and the cycle cost 1.15-1.33x its calls alone (tiny-llama and small-llama, 2 cores); with 2,048
+it costs 1.00x. A micro-batch holds several calls only when they fit in it together."""
 CYCLE_SESSIONS = "cycle/sessions"
 CYCLE_TOKEN_SHARE = "cycle/token_share"
 CYCLE_SECONDS = "cycle/seconds"
