@@ -40,6 +40,10 @@ def test_concurrent_calls_of_a_base_run_in_one_cycle_and_a_lone_call_does_not_wa
         results = await asyncio.gather(*(step(registry, sid, i) for i, sid in enumerate(ids)))
         assert [r.cycle["cycle/sessions"] for r in results] == [3.0, 3.0, 3.0]
         assert sum(r.cycle["cycle/token_share"] for r in results) == pytest.approx(1.0)
+        # the caller hears only its share of the pass's time, nothing of the other sessions
+        assert [set(r.reported_cycle) for r in results] == [{"cycle/share_seconds"}] * 3
+        pass_seconds = sum(r.reported_cycle["cycle/share_seconds"] for r in results)
+        assert 0 < pass_seconds <= results[0].cycle["cycle/seconds"] + 1e-9
         assert [registry.view(sid).pending_datums for sid in ids] == [4, 4, 4]
         for sid in ids[1:]:
             await registry.close(sid, lease(f"job-{ids.index(sid)}"))

@@ -34,7 +34,7 @@ from opentinker_trainer.memory import MAX_DEFAULT_TOKENS, MICRO_BATCH_TOKENS, PE
 from opentinker_trainer.metrics import FORWARD_BACKWARD_SECONDS, count_forward_backward, record_cycle
 from opentinker_trainer.cycle_pass import PassCall, joint_pass
 from opentinker_trainer.session import TrainingSession
-from opentinker_trainer.training import ForwardBackwardResult, ShardResult, combine
+from opentinker_trainer.training import CYCLE_SHARE_SECONDS, ForwardBackwardResult, ShardResult, combine
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,24 +83,32 @@ def run_cycle(calls: Sequence[CycleCall]) -> list[Outcome]:
             outcomes[index] = error
             continue
         joining.append(index)
+    own_seconds: dict[int, float] = {}
     if len(joining) > 1:
+        joint_started = time.perf_counter()
         joint = _joint_or_none([calls[i] for i in joining])
         if joint is not None:
+            joint_seconds = time.perf_counter() - joint_started
             for index, result in zip(joining, joint):
                 outcomes[index] = result
+                own_seconds[index] = joint_seconds
     joined = [i for i in joining if isinstance(outcomes[i], ForwardBackwardResult)]
     for index, call in enumerate(calls):
         if outcomes[index] is None:
+            alone_started = time.perf_counter()
             outcomes[index] = _alone(call)
+            own_seconds[index] = time.perf_counter() - alone_started
     seconds = time.perf_counter() - started
     record_cycle(joined=len(joined), seconds=seconds)
-    return _with_cycle_stats(outcomes, joined, calls, seconds)  # type: ignore[arg-type]
+    return _with_cycle_stats(outcomes, joined, calls, seconds, own_seconds)  # type: ignore[arg-type]
 
 
 def _with_cycle_stats(outcomes: list[Outcome], joined: list[int], calls: Sequence[CycleCall],
-                      seconds: float) -> list[Outcome]:
+                      seconds: float, pass_seconds: dict[int, float]) -> list[Outcome]:
     """Each result with its cycle's figures: CYCLE_SESSIONS (sessions in the batched pass, 1 for
-    a call alone), CYCLE_TOKEN_SHARE (its share of that pass's tokens) and CYCLE_SECONDS."""
+    a call alone), CYCLE_TOKEN_SHARE (its share of that pass's tokens), CYCLE_SECONDS, and
+    CYCLE_SHARE_SECONDS: its share of the time of the pass it ran in (its token share of the
+    joint pass's, or its own pass's when alone), the one figure a job's metrics report."""
     tokens = {i: sum(len(d.tokens) for d in calls[i].datums) for i in joined}
     total = sum(tokens.values())
     stamped: list[Outcome] = []
@@ -108,7 +116,7 @@ def _with_cycle_stats(outcomes: list[Outcome], joined: list[int], calls: Sequenc
         if isinstance(outcome, ForwardBackwardResult):
             share = tokens[index] / total if index in tokens else 1.0
             cycle = {CYCLE_SESSIONS: float(len(joined) if index in tokens else 1), CYCLE_TOKEN_SHARE: share,
-                     CYCLE_SECONDS: seconds}
+                     CYCLE_SECONDS: seconds, CYCLE_SHARE_SECONDS: share * pass_seconds.get(index, seconds)}
             outcome = dataclasses.replace(outcome, cycle=cycle)
         stamped.append(outcome)
     return stamped

@@ -53,7 +53,7 @@ class TrainerServicer(servicer_base(pb_grpc.TrainerServiceServicer, SERVICE)):  
             request.session_id, lease_from_proto(request.lease), [convert.datum(m) for m in request.datums],
             convert.loss_config(request.loss), request=convert.request_key("ForwardBackward", request))
         return pb.ForwardBackwardResponse(
-            loss=result.loss, metrics={**result.metrics, **result.memory, **result.cycle},
+            loss=result.loss, metrics={**result.metrics, **result.memory, **result.reported_cycle},
             num_tokens=result.num_tokens,
             logprobs=convert.token_logprobs_messages(result.logprobs))
 

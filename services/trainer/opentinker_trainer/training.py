@@ -28,6 +28,10 @@ from opentinker_trainer.memory import release_micro_batch_memory
 PREFIX_SHARED = "prefix_shared_fraction"
 """Metric: the share of the datums' tokens the forward did not run again (shared prefixes)."""
 
+CYCLE_SHARE_SECONDS = "cycle/share_seconds"
+REPORTED_CYCLE_METRICS = frozenset({CYCLE_SHARE_SECONDS})
+"""The figures of a cycle a ForwardBackward's caller hears of (`ForwardBackwardResult.reported_cycle`)."""
+
 # (tokens_B_T, attention_mask_B_T, temperature) -> reference logprobs_B_T
 ReferenceFn = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
 
@@ -45,6 +49,13 @@ class ForwardBackwardResult:
     memory: dict[str, float] = field(default_factory=dict)
     cycle: dict[str, float] = field(default_factory=dict)
     """Sessions on a shared base: the figures of the cycle the call ran in (`cycles`)."""
+
+    @property
+    def reported_cycle(self) -> dict[str, float]:
+        """What the caller hears of the cycle: the call's share of its pass's time only. How many
+        sessions shared the pass and their share of its tokens are other jobs' activity, often
+        other tenants': they go to the Trainer's Prometheus metrics (an operator's), not here."""
+        return {name: value for name, value in self.cycle.items() if name in REPORTED_CYCLE_METRICS}
 
 
 @dataclass
