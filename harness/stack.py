@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from opentinker.client.tls import ClientTls
 from harness.stack_spec import DEFAULT, StackSpec
 
 CLI = [sys.executable, "-m", "opentinker.cli.main"]
@@ -84,12 +85,23 @@ class LocalStack:
         dashboard = ["--dashboard-port", str(self.dashboard_port)] if self.dashboard else ["--no-dashboard"]
         gateway = ["--gateway-port", str(self.gateway_port)] if self.gateway else ["--no-gateway"]
         record_start("local", f"{self.spec.name} {self.state_dir}")
+        tls = ["--tls", self.spec.tls] if self.spec.tls != "off" else []
         result = _cli("up", "--state-dir", str(self.state_dir), "--redis-port", str(self.redis_port),
-                      *dashboard, *gateway, *port_args(self.ports), "--json", "--timeout", str(timeout - 10),
+                      *dashboard, *gateway, *tls, *port_args(self.ports), "--json", "--timeout", str(timeout - 10),
                       timeout=timeout, env=self.spec.environment())
         if result.returncode != 0:
             raise RuntimeError(f"opentinker up failed ({result.returncode}):\n{result.stderr}\n{self.logs()}")
         self.status = json.loads(result.stdout)
+
+    @property
+    def client_tls(self) -> ClientTls | None:
+        """How a client dials this stack: None without TLS; the stack's CA (and, when mutual,
+        its certificate) from the state dir."""
+        if self.spec.tls == "off":
+            return None
+        tls = self.state_dir / "tls"
+        mine = {"cert_file": str(tls / "stack.pem"), "key_file": str(tls / "stack.key")} if self.spec.tls == "mutual" else {}
+        return ClientTls(ca_file=str(tls / "ca.pem"), **mine)
 
     @property
     def api_key(self) -> str:

@@ -30,6 +30,8 @@ class StackSpec:
     python_path: tuple[str, ...] = ()
     """Directories put first on the processes' PYTHONPATH (games the EnvHost imports by module
     path, e.g. `tests.chaos._misbehaving_games:Misbehaving`, need the repository root)."""
+    tls: str = "off"
+    """`opentinker up --tls <mode>`: off, on or mutual (a local CA in the state dir)."""
 
     def __post_init__(self) -> None:
         pairs = tuple(sorted((str(name), str(value)) for name, value in dict(self.settings).items()))
@@ -42,10 +44,10 @@ class StackSpec:
 
     @classmethod
     def of(cls, *, dashboard: bool = True, gateway: bool = False, python_path: Iterable[str] = (),
-           **settings: str) -> StackSpec:
+           tls: str = "off", **settings: str) -> StackSpec:
         """`StackSpec.of(dashboard=False, OPENTINKER_TRAINER_CPU_SLOTS="2")`."""
         return cls(dashboard=dashboard, gateway=gateway, settings=tuple(settings.items()),
-                   python_path=tuple(python_path))
+                   python_path=tuple(python_path), tls=tls)
 
     @property
     def name(self) -> str:
@@ -53,7 +55,8 @@ class StackSpec:
         from it ("gateway", "no-dashboard") and a digest of the settings."""
         if self == StackSpec():
             return "default"
-        parts = [*(["gateway"] if self.gateway else []), *([] if self.dashboard else ["no-dashboard"])]
+        parts = [*(["gateway"] if self.gateway else []), *([] if self.dashboard else ["no-dashboard"]),
+                 *([f"tls-{self.tls}"] if self.tls != "off" else [])]
         if self.settings or self.python_path:
             parts.append(hashlib.sha256(repr((self.settings, self.python_path)).encode()).hexdigest()[:8])
         return "-".join(parts)

@@ -14,6 +14,7 @@ from pathlib import Path
 import structlog
 from aiohttp import web
 
+from opentinker_runtime.auth.tls import use_for_channels
 from opentinker_runtime.core.channel_pool import ChannelPool
 from opentinker_runtime.core.entrypoint import EXIT_CONFIG, EXIT_CRASH, EXIT_OK
 from opentinker_runtime.core.errors import SettingsError
@@ -57,6 +58,7 @@ def main() -> int:
 async def serve(settings: GatewaySettings) -> None:
     from opentinker_runtime.core.redis_store import connect
 
+    use_for_channels(settings.tls_files)  # its calls to the Scheduler, Trainers and Rollouts
     redis = connect(settings.redis_url, password=settings.redis_password)
     pool = ChannelPool(settings.api_key)
     jobs = SessionJobs(scheduler_address=settings.scheduler_address, worker_address=settings.reachable_address,

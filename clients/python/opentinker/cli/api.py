@@ -22,6 +22,7 @@ from opentinker.client.errors import OpenTinkerError
 from opentinker.client.retry import RetryPolicy
 from opentinker.client.scheduler_client import SchedulerClient
 from opentinker.client.spec import SpecError
+from opentinker.client.tls import ClientTls
 
 SCHEDULER_ENV = "OPENTINKER_SCHEDULER"
 DEFAULT_SCHEDULER = "127.0.0.1:50051"
@@ -59,7 +60,24 @@ def add_api_flags(parser: argparse.ArgumentParser, *, json_output: bool = True) 
 
 def scheduler_client(args: argparse.Namespace) -> SchedulerClient:
     args.scheduler = args.scheduler or default_scheduler()
-    return SchedulerClient(args.scheduler, retry=CLI_RETRY)
+    return SchedulerClient(args.scheduler, retry=CLI_RETRY, tls=local_stack_tls(args.scheduler))
+
+
+def local_stack_tls(address: str, state_dir: Path = Path(".opentinker")) -> ClientTls | None:
+    """The local stack's TLS files when `address` is its Scheduler and the environment names no
+    CA of its own (as the admin key falls back to the local stack's)."""
+    from opentinker.cli import state
+    from opentinker.client.tls import tls_from_env
+
+    if tls_from_env() is not None:
+        return None
+    try:
+        record = state.load(state_dir)
+    except (OSError, ValueError):
+        return None
+    if record is None or address not in {p.address for p in record.processes if p.name == "scheduler"}:
+        return None
+    return record.client_tls()
 
 
 def run_api_command(handler: Handler, args: argparse.Namespace) -> int:

@@ -8,6 +8,8 @@ import argparse
 import sys
 
 import grpc
+
+from opentinker.client.tls import ClientTls, open_channel
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 SERVING = "SERVING"
@@ -17,14 +19,14 @@ UNREACHABLE = "UNREACHABLE"
 _CHANNEL_OPTIONS = [("grpc.enable_http_proxy", 0)]
 
 
-def check_health(address: str, service: str = "", timeout: float = 2.0) -> str:
+def check_health(address: str, service: str = "", timeout: float = 2.0, tls: ClientTls | None = None) -> str:
     """Return the serving status name reported by `address` for `service` ("" = whole server).
 
     One of SERVING, NOT_SERVING, UNKNOWN, SERVICE_UNKNOWN when the server answers;
     UNREACHABLE when nothing answers within `timeout` seconds; otherwise the gRPC status
     code name of the failed call (e.g. UNIMPLEMENTED when the server has no health service).
     """
-    with grpc.insecure_channel(address, options=_CHANNEL_OPTIONS) as channel:
+    with open_channel(address, _CHANNEL_OPTIONS, tls) as channel:  # TLS: `tls`, else the environment's CA
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)

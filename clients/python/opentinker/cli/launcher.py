@@ -25,7 +25,9 @@ from opentinker.cli.ports import port_is_free
 from opentinker.cli.state import ProcessRecord, StackRecord
 from opentinker.cli.topology import (AUTO_PORT, DASHBOARD, GATEWAY, REDIS, SERVICES, connect_host, gateway_env,
                                      service_env)
+from opentinker.cli.local_ca import ensure_local_ca
 from opentinker.client.credentials import ensure_admin_key
+from opentinker.client.tls import ClientTls
 
 log = structlog.get_logger("opentinker.cli")
 
@@ -57,6 +59,9 @@ class UpConfig:
     """The web dashboard's HTTP port (0: a free one); None: no dashboard."""
     gateway_port: int | None = None
     """The Tinker gateway's HTTP port (0: a free one); None: no gateway."""
+    tls: str = "off"
+    """OPENTINKER_TLS of every process: off, on or mutual, with the state directory's local CA
+    (`local_ca`)."""
 
 
 class Launcher:
@@ -73,6 +78,9 @@ class Launcher:
         self.popens: dict[str, subprocess.Popen] = {}
         self.log_offsets: dict[str, int] = {}
         self.api_key = ensure_admin_key(config.state_dir)
+        self.tls_env = (ensure_local_ca(config.state_dir, config.host).env(config.tls)
+                        if config.tls != "off" else {})
+        """The TLS variables of every process of this `up` (a restart's come from its record)."""
 
     def launch_all(self, progress: Progress) -> None:
         metrics_ports = assign_metrics_ports(self.config)
@@ -132,8 +140,9 @@ class Launcher:
     # ------------------------------------------------------------ starting
 
     def _base_env(self) -> dict[str, str]:
-        """Our environment, unbuffered, plus a marker naming the stack each process belongs to."""
-        return {**os.environ, "PYTHONUNBUFFERED": "1", STACK_DIR_ENV: str(self.config.state_dir)}
+        """Our environment, unbuffered, plus a marker naming the stack each process belongs to
+        (and, with --tls, the TLS variables)."""
+        return {**os.environ, "PYTHONUNBUFFERED": "1", STACK_DIR_ENV: str(self.config.state_dir), **self.tls_env}
 
     def _start(self, name: str, command: list[str], env: dict[str, str], address: str, *,
                metrics_address: str = "") -> None:
@@ -229,7 +238,7 @@ class Launcher:
             for name in list(pending):
                 self._fail_if_exited(name)
                 budget = max(0.2, min(1.0, self.deadline - time.monotonic()))
-                if check_health(self._address(name), timeout=budget) == SERVING:
+                if check_health(self._address(name), timeout=budget, tls=self.record_tls()) == SERVING:
                     pending.remove(name)
                     elapsed = time.monotonic() - self.started_at
                     progress(name, self._address(name), SERVING, elapsed)
@@ -249,6 +258,10 @@ class Launcher:
                               {name: self._log_tail(name) for name in pending})
 
     # ------------------------------------------------------------ helpers
+
+    def record_tls(self) -> ClientTls | None:
+        """How this launcher dials the services it waits for: as the stack's processes do."""
+        return self.record.client_tls()
 
     def _address(self, name: str) -> str:
         return next(p.address for p in self.record.processes if p.name == name)

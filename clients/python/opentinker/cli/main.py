@@ -10,6 +10,7 @@ from pathlib import Path
 
 import structlog
 
+from opentinker.client.tls import ClientTls
 from opentinker.cli import admin, completion, dashboard, envhost, jobs, logs, results, stack, state, workers
 from opentinker.cli.api import run_api_command
 from opentinker.cli.errors import StackError, StartFailed
@@ -82,6 +83,11 @@ def _add_up(up: argparse.ArgumentParser) -> None:
     up.add_argument("--no-gateway", action="store_true", help="do not start the Tinker-compatible gateway")
     up.add_argument("--host", default="127.0.0.1",
                     help="address the services bind (default 127.0.0.1)")
+    up.add_argument("--tls", nargs="?", const="mutual", default="off", choices=("off", "on", "mutual"),
+                    help="TLS between the services and for clients, with a local CA made in "
+                         "<state-dir>/tls (needs the openssl command): --tls alone is mutual TLS (every "
+                         "caller presents the stack's certificate; the CLI in this directory does); "
+                         "--tls on: server certificates only (default: off, plaintext)")
     up.add_argument("--timeout", type=float, default=30.0,
                     help="seconds to wait for everything to be SERVING (default 30)")
     up.add_argument("--json", action="store_true",
@@ -160,7 +166,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         redis_port=args.redis_port, dashboard_port=None if args.no_dashboard else args.dashboard_port,
         gateway_port=None if args.no_gateway else args.gateway_port,
         redis_url=args.redis_url, timeout=args.timeout,
-        metrics_ports=resolve_metrics_ports(metrics_overrides, args.metrics_base_port),
+        metrics_ports=resolve_metrics_ports(metrics_overrides, args.metrics_base_port), tls=args.tls,
     )
     out = sys.stderr if args.json else sys.stdout
 
@@ -222,13 +228,33 @@ def _print_statuses(args: argparse.Namespace, record: state.StackRecord,
     if args.json:
         processes = [asdict(s) | ({"metrics_url": metrics[s.name]} if s.name in metrics else {})
                      for s in statuses]
+        tls = record.client_tls()
         print(json.dumps({"state_dir": str(args.state_dir), "running": True, "healthy": healthy,
-                          "redis_url": record.redis_url, "processes": processes}, indent=2))
+                          "redis_url": record.redis_url, "processes": processes,
+                          "tls": _tls_env(tls)}, indent=2))
     else:
         rows = [(s.name, s.address, metrics.get(s.name, "-"), "-" if s.pid is None else s.pid,
                  _alive_word(s.alive), s.health) for s in statuses]
         print(format_table(("SERVICE", "ADDRESS", "METRICS", "PID", "ALIVE", "HEALTH"), rows))
+        _print_tls(record)
     return 0 if healthy else 1
+
+
+def _tls_env(tls: ClientTls | None) -> dict[str, str]:
+    """What a client elsewhere sets to dial the stack ({} when it runs without TLS)."""
+    if tls is None:
+        return {}
+    env = {"OPENTINKER_TLS_CA_FILE": tls.ca_file}
+    if tls.cert_file:
+        env |= {"OPENTINKER_TLS_CERT_FILE": tls.cert_file, "OPENTINKER_TLS_KEY_FILE": tls.key_file}
+    return env
+
+
+def _print_tls(record: state.StackRecord) -> None:
+    env = _tls_env(record.client_tls())
+    if env:
+        print("\nTLS is on: the CLI in this directory uses the stack's certificate; clients elsewhere set")
+        print("  " + " ".join(f"{name}={value}" for name, value in env.items()))
 
 
 def _alive_word(alive: bool | None) -> str:

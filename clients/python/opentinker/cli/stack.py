@@ -169,7 +169,7 @@ def probe(record: StackRecord, proc: ProcessRecord, timeout: float) -> str:
         return _redis_health(record.redis_url, timeout)
     if proc.name in HTTP_PROCESSES:
         return check_http_health(proc.address, timeout=timeout)
-    return check_health(proc.address, timeout=timeout)
+    return check_health(proc.address, timeout=timeout, tls=record.client_tls())
 
 
 def _redis_health(url: str, timeout: float) -> str:

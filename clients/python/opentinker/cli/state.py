@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from opentinker.cli.procs import ProcessRef
+from opentinker.client.tls import ClientTls, tls_from_env
 
 STACK_FILE = "stack.json"
 LOCK_FILE = "stack.lock"
@@ -45,6 +46,14 @@ class StackRecord:
     redis_external: bool
     processes: list[ProcessRecord] = field(default_factory=list)
     version: int = FORMAT_VERSION
+
+    def client_tls(self) -> ClientTls | None:
+        """How a client dials this stack: its CA and certificate when it runs with TLS (from the
+        Scheduler's recorded OPENTINKER_TLS_* variables), else None."""
+        scheduler = next((p for p in self.processes if p.name == "scheduler"), None)
+        if scheduler is None or scheduler.env.get("OPENTINKER_TLS", "off") == "off":
+            return None
+        return tls_from_env(scheduler.env)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"

@@ -33,15 +33,17 @@ from opentinker.client.scheduler_requests import normalize_address
 from opentinker.client.service_client import (
     EventCallback, FitCollector, FitResult, MetricsCallback, fit_job_spec,
 )
+from opentinker.client.tls import ClientTls, open_aio_channel
 
 CHANNEL_OPTIONS = (("grpc.enable_http_proxy", 0),)
 
 
 class AsyncSchedulerClient:
     def __init__(self, url: str = "127.0.0.1:50051", *, api_key: str | None = None, timeout: float = 30.0,
-                 retry: RetryPolicy | None = None) -> None:
+                 retry: RetryPolicy | None = None, tls: ClientTls | None = None) -> None:
+        """`tls`: as SchedulerClient's."""
         self.address = normalize_address(url)
-        self.channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+        self.channel = open_aio_channel(self.address, CHANNEL_OPTIONS, tls)
         self.stub = pb_grpc.SchedulerServiceStub(self.channel)
         self.timeout = timeout
         self.retry = retry or RetryPolicy()

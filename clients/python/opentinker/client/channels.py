@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import grpc
+from opentinker.client.tls import open_channel
 
 
 class _CallDetails(collections.namedtuple("_CallDetails", ("method", "timeout", "metadata", "credentials",
@@ -44,5 +45,5 @@ class _Bearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientIntercepto
 
 @contextmanager
 def keyed_channel(address: str, api_key: str) -> Iterator[grpc.Channel]:
-    with grpc.insecure_channel(address) as channel:
+    with open_channel(address) as channel:  # over TLS when the environment names the stack's CA
         yield grpc.intercept_channel(channel, _Bearer(api_key))

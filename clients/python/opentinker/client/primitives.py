@@ -35,6 +35,7 @@ from opentinker.client.credentials import resolve_api_key
 from opentinker.client.retry import RetryPolicy, call_with_retry
 from opentinker.client.scheduler_requests import bearer_metadata, normalize_address
 from opentinker.client.spec import message_from_dict
+from opentinker.client.tls import open_channel
 
 CHANNEL_OPTIONS = (("grpc.enable_http_proxy", 0), ("grpc.max_receive_message_length", 256 << 20),
                    ("grpc.max_send_message_length", 256 << 20))
@@ -71,7 +72,7 @@ class _Client:
 
     def __init__(self, address: str, api_key: str | None, timeout: float, retry: RetryPolicy | None) -> None:
         self.address = normalize_address(address)
-        self.channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+        self.channel = open_channel(self.address, CHANNEL_OPTIONS)
         self.api_key = resolve_api_key(api_key)
         self.metadata = bearer_metadata(self.api_key)
         self.timeout, self.retry = timeout, retry or RetryPolicy()

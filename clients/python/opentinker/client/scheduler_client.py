@@ -30,6 +30,7 @@ from opentinker.client.credentials import resolve_api_key
 from opentinker.client.errors import from_rpc_error
 from opentinker.client.retry import RetryPolicy, call_with_retry
 from opentinker.client.scheduler_requests import TERMINAL_STATES, normalize_address, state_name
+from opentinker.client.tls import ClientTls, open_channel
 
 __all__ = ["InferenceSchedulerClient", "SchedulerClient", "TERMINAL_STATES", "normalize_address", "state_name"]
 
@@ -38,9 +39,11 @@ CHANNEL_OPTIONS = (("grpc.enable_http_proxy", 0),)
 
 class SchedulerClient:
     def __init__(self, url: str = "127.0.0.1:50051", *, api_key: str | None = None, timeout: float = 30.0,
-                 retry: RetryPolicy | None = None) -> None:
+                 retry: RetryPolicy | None = None, tls: ClientTls | None = None) -> None:
+        """`tls`: the stack's CA (and a client certificate for mutual TLS); None = the
+        environment's (OPENTINKER_TLS_CA_FILE ...), else plaintext (`opentinker.client.tls`)."""
         self.address = normalize_address(url)
-        self.channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+        self.channel = open_channel(self.address, CHANNEL_OPTIONS, tls)
         self.stub = pb_grpc.SchedulerServiceStub(self.channel)
         self.timeout = timeout
         self.retry = retry or RetryPolicy()

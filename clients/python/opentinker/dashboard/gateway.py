@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import grpc
 
+from opentinker.client.tls import open_channel
 from opentinker_api.scheduler.v1 import job_pb2, tenant_pb2, worker_pb2
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
 from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as pb_grpc
@@ -50,7 +51,7 @@ class EventStream:
 class SchedulerGateway:
     def __init__(self, address: str, *, timeout: float = 10.0) -> None:
         self.address = normalize_address(address)
-        self.channel = grpc.insecure_channel(self.address, options=[("grpc.enable_http_proxy", 0)])
+        self.channel = open_channel(self.address, [("grpc.enable_http_proxy", 0)])  # TLS: the environment's CA
         self.stub = pb_grpc.SchedulerServiceStub(self.channel)
         self.timeout = timeout
 

@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 
 from opentinker_runtime.auth.job_tokens import JOB_TOKEN_METADATA_KEY
+from opentinker_runtime.auth.tls import channel_credentials, channels_tls
 
 JobToken = str | Callable[[], str]
 """A job token, or a function giving the current one ("" = none yet)."""
@@ -73,8 +74,13 @@ def authenticated_channel(address: str, api_key: str = "", *, options: Sequence[
     """An aio channel to `address` that sends `api_key` with every call (none when empty) and,
     for a channel serving one attempt of a job, its `job_token` (a text, or a function called
     on each call, for a channel opened before the token is known). It reconnects promptly
-    (RECONNECT_OPTIONS; `options` may override them)."""
+    (RECONNECT_OPTIONS; `options` may override them). Over TLS when this process's settings say
+    so (`auth.tls.use_for_channels`)."""
     interceptors = bearer_interceptors(api_key, job_token) if api_key or job_token else None
+    tls = channels_tls()
+    if tls.enabled:  # OPENTINKER_TLS: every peer over TLS, checked against the stack's CA
+        return grpc.aio.secure_channel(address, channel_credentials(tls), options=[*RECONNECT_OPTIONS, *options],
+                                       interceptors=interceptors)
     return grpc.aio.insecure_channel(address, options=[*RECONNECT_OPTIONS, *options], interceptors=interceptors)
 
 

@@ -13,6 +13,7 @@ from typing import TypeVar
 
 import structlog
 
+from opentinker_runtime.auth.tls import use_for_channels
 from opentinker_runtime.core.errors import PortInUseError, SettingsError
 from opentinker_runtime.core.logging import configure_logging
 from opentinker_runtime.core.server import ServerPlan, format_address, port_env_var, port_is_taken, serve
@@ -35,6 +36,7 @@ def run_service(settings_cls: type[S], build_plan: PlanBuilder[S], *, service: s
         print(f"opentinker-{service}: {error}", file=sys.stderr)
         return EXIT_CONFIG
     configure_logging(settings.log_level, settings.log_format, service=service)
+    use_for_channels(settings.tls_files)  # before the plan opens any channel to a peer
     return _serve_logging_failures(settings, build_plan)
 
 

@@ -23,6 +23,7 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from opentinker_runtime.auth.tls import server_credentials, use_for_channels
 from opentinker_runtime.core import metrics
 from opentinker_runtime.core.cancellation import gather_cancelled
 from opentinker_runtime.core.errors import PortInUseError
@@ -142,13 +143,16 @@ async def start_server(settings: ServiceSettings, plan: ServerPlan) -> StartedSe
                              interceptors=[MetricsInterceptor(), *interceptors, WireGuardInterceptor()])
     reporter = HealthReporter([binding.full_name for binding in plan.services])
     register_services(server, plan.services, reporter)
-    port = bind_port(server, settings.host, settings.port, port_env_var(settings))
+    tls = settings.tls_files
+    use_for_channels(tls)  # this process's calls to its peers: the same mode, the same CA
+    port = bind_port(server, settings.host, settings.port, port_env_var(settings),
+                     credentials=server_credentials(tls) if tls.enabled else None)
     endpoint = start_metrics_endpoint(settings)
     for collector in plan.collectors:
         metrics.register_collector(collector)
     await reporter.set_all(SERVING if plan.serving_at_start else NOT_SERVING)
     await server.start()
-    log.info("server_started", address=format_address(settings.host, port),
+    log.info("server_started", address=format_address(settings.host, port), tls=tls.mode,
              services=[binding.full_name for binding in plan.services],
              metrics_url=endpoint.url if endpoint else None)
     tasks = [start_background(hook(reporter)) for hook in plan.start_hooks]
@@ -208,13 +212,16 @@ def register_services(server: grpc.aio.Server, services: Sequence[ServiceBinding
     reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
 
 
-def bind_port(server: grpc.aio.Server, host: str, port: int, env_var: str) -> int:
-    """Bind host:port without SO_REUSEPORT; returns the bound port (useful when port is 0)."""
+def bind_port(server: grpc.aio.Server, host: str, port: int, env_var: str, *,
+              credentials: grpc.ServerCredentials | None = None) -> int:
+    """Bind host:port without SO_REUSEPORT (with TLS when `credentials` are given); returns the
+    bound port (useful when port is 0)."""
     address = format_address(host, port)
     if port_is_taken(host, port):  # checked first so grpc's C-core does not log its own error
         raise PortInUseError(address=address, env_var=env_var)
     try:
-        bound = server.add_insecure_port(address)
+        bound = (server.add_secure_port(address, credentials) if credentials is not None
+                 else server.add_insecure_port(address))
     except RuntimeError as error:  # grpc raises "Failed to bind to address ..."
         raise PortInUseError(address=address, env_var=env_var) from error
     if bound == 0:  # older grpc versions report failure by returning 0

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from opentinker_runtime.core.errors import SettingsError
 from opentinker_runtime.core.redaction import mask_url_credentials
+from opentinker_runtime.core.tls_files import TLS_MODES, TlsFiles
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("json", "console")
@@ -30,6 +31,7 @@ SHARED_REDIS_URL_ENV = "OPENTINKER_REDIS_URL"
 SHARED_AUTH_ENV = "OPENTINKER_AUTH"
 SHARED_API_KEY_ENV = "OPENTINKER_API_KEY"
 SHARED_REDIS_PASSWORD_FILE_ENV = "OPENTINKER_REDIS_PASSWORD_FILE"
+SHARED_TLS_ENV = "OPENTINKER_TLS"
 AUTH_MODES = ("api_keys", "disabled")
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6390/0"
 BOOL_WORDS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
@@ -121,6 +123,21 @@ def read_password_file(path: str) -> str:
     return Path(path).read_text().rstrip("\r\n")
 
 
+def check_readable_file(value: str) -> str | None:
+    """Accept nothing, or a file this process can read."""
+    if not value:
+        return None
+    try:
+        with open(value, "rb"):
+            return None
+    except OSError as error:
+        return f"cannot read the file: {error.strerror or error}"
+
+
+def tls_file_setting(what: str, env: str) -> Any:
+    return setting("", what, env=env, check=check_readable_file, type_name="path", optional=True)
+
+
 def port_setting(default: int) -> Any:
     """The `port` field with a service-specific default."""
     return setting(default, "TCP port the gRPC server listens on (0 picks a free port).",
@@ -180,6 +197,24 @@ class ServiceSettings:
     metrics_port: int = setting(
         0, "TCP port of the Prometheus endpoint (GET /metrics, plain HTTP) on the same host as "
         "gRPC; 0 = no endpoint. docs/metrics.md lists the metrics.", min=0, max=65535)
+    tls: str = setting(
+        "off", "TLS on this service's gRPC port and on its calls to the others: off (plaintext), "
+        "on (the server presents OPENTINKER_TLS_CERT_FILE, callers check it against "
+        "OPENTINKER_TLS_CA_FILE) or mutual (callers must present a certificate the CA signed "
+        "too). Every service of a stack needs the same mode.", choices=TLS_MODES, env=SHARED_TLS_ENV)
+    tls_cert_file: str = tls_file_setting(
+        "PEM certificate chain this service presents (as a server; as a client too when "
+        "OPENTINKER_TLS=mutual); its subjectAltName names the addresses others dial it at.",
+        "OPENTINKER_TLS_CERT_FILE")
+    tls_key_file: str = tls_file_setting("PEM private key of OPENTINKER_TLS_CERT_FILE.", "OPENTINKER_TLS_KEY_FILE")
+    tls_ca_file: str = tls_file_setting(
+        "PEM certificate(s) of the CA that signs the stack's certificates: what servers (and, "
+        "when mutual, clients) are checked against.", "OPENTINKER_TLS_CA_FILE")
+
+    @property
+    def tls_files(self) -> TlsFiles:
+        return TlsFiles(mode=self.tls, cert_file=self.tls_cert_file, key_file=self.tls_key_file,
+                        ca_file=self.tls_ca_file)
 
     @property
     def reachable_address(self) -> str:
@@ -217,6 +252,11 @@ class ServiceSettings:
             problems.append(f"{SHARED_API_KEY_ENV} is required while {SHARED_AUTH_ENV}=api_keys: set it "
                             "to the cluster's admin key (create one with `opentinker admin new-key`), "
                             f"or set {SHARED_AUTH_ENV}=disabled on a machine only you can reach")
+        missing = self.tls_files.missing()
+        if missing:
+            names = ", ".join(f"OPENTINKER_TLS_{name.removesuffix('_file').upper()}_FILE" for name in missing)
+            problems.append(f"{SHARED_TLS_ENV}={self.tls} needs {names}: the PEM files of this service's "
+                            "certificate, its key and the stack's CA (`opentinker up --tls` makes a local CA)")
         _raise_if_any(type(self), [p for p in problems if p])
 
 

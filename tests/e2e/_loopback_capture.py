@@ -1,0 +1,79 @@
+"""A packet capture of the loopback interface without tcpdump: an AF_PACKET raw socket (root,
+or CAP_NET_RAW) on `lo`, keeping the TCP payloads to or from the given ports."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import threading
+
+ETH_P_ALL = 0x0003
+ETH_HEADER = 14
+
+
+def can_capture() -> bool:
+    if os.geteuid() != 0:
+        return False
+    try:
+        socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(ETH_P_ALL)).close()
+    except (PermissionError, OSError, AttributeError):
+        return False
+    return True
+
+
+class LoopbackCapture:
+    """`with LoopbackCapture(ports) as capture: ...`; then `capture.payload` holds every TCP
+    payload byte seen to or from `ports` on lo, in order of capture."""
+
+    def __init__(self, ports: set[int]) -> None:
+        self.ports = ports
+        self.chunks: list[bytes] = []
+        self.packets = 0
+        self._stop = threading.Event()
+        self._socket = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(ETH_P_ALL))
+        self._socket.bind(("lo", 0))
+        self._socket.settimeout(0.2)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> LoopbackCapture:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._socket.close()
+
+    @property
+    def payload(self) -> bytes:
+        return b"".join(self.chunks)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                frame, address = self._socket.recvfrom(65535)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if address[2] == socket.PACKET_OUTGOING:  # lo shows each packet twice: keep the incoming copy
+                continue
+            self._keep(frame)
+
+    def _keep(self, frame: bytes) -> None:
+        if len(frame) < ETH_HEADER + 20 or frame[12:14] != b"\x08\x00":  # IPv4 only (the stack's 127.0.0.1)
+            return
+        ip = frame[ETH_HEADER:]
+        header = (ip[0] & 0x0F) * 4
+        if ip[9] != socket.IPPROTO_TCP:
+            return
+        total = struct.unpack("!H", ip[2:4])[0]
+        tcp = ip[header:total]
+        source, destination = struct.unpack("!HH", tcp[:4])
+        if source not in self.ports and destination not in self.ports:
+            return
+        offset = (tcp[12] >> 4) * 4
+        if len(tcp) > offset:
+            self.chunks.append(bytes(tcp[offset:]))
+            self.packets += 1
