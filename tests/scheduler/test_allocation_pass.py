@@ -87,6 +87,8 @@ def test_the_one_step_read_sees_what_plain_reads_see(redis_url: str) -> None:
             await h.stub.RegisterWorker(register_request("drain-1", "trainer", 2))
             await h.stub.DeregisterWorker(pb.DeregisterWorkerRequest(worker_id="drain-1", drain=True))
             clock.advance(FAST.worker_ttl_ms // 2 + 1)  # dead-1 missed its TTL
+            for worker_id in ("trainer-1", "rollout-1", "coord-1"):  # the live ones heartbeat on
+                await h.stub.Heartbeat(pb.HeartbeatRequest(worker_id=worker_id))
             running = await submit(h, "running")
             await s.allocator.tick(housekeeping=False)
             queued = [await submit(h, f"queued-{i}") for i in range(2)]
@@ -313,3 +315,23 @@ async def _is_running(h: Harness, job_id: str) -> bool:
     return await state(h, job_id) == S.STATE_RUNNING
 
 
+def test_a_worker_unheard_for_half_its_ttl_gets_no_new_lease_until_it_heartbeats_again(redis_url: str) -> None:
+    """Several missed heartbeats (a host cut off): placing a job there would only wait for the
+    worker's TTL and cost the job an attempt, so the worker keeps its registration and leases
+    but offers no free slot until it is heard again."""
+    async def scenario() -> None:
+        clock = ManualClock()
+        async with scheduler_server(redis_url, clock=clock) as h:
+            s = h.scheduler
+            await register_pool(h)
+            read = lambda: s.allocator.reader.read(owner=s.allocator.owner, lock_ttl_ms=s.allocator.lock_ttl_ms,  # noqa: E731
+                                                   scan_limit=10, workers_wanted=True)
+            clock.advance(FAST.worker_ttl_ms // 2)
+            assert (await read()).free["trainer-1"] == ["cpu:0"]  # half the TTL: still placeable
+            clock.advance(1)
+            view = await read()
+            assert "trainer-1" in {w.worker_id for w in view.alive} and view.free["trainer-1"] == []
+            await h.stub.Heartbeat(pb.HeartbeatRequest(worker_id="trainer-1"))
+            assert (await read()).free["trainer-1"] == ["cpu:0"]
+
+    asyncio.run(scenario())

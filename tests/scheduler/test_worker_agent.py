@@ -208,3 +208,34 @@ def test_a_newer_lease_of_the_same_job_replaces_the_old_one_without_a_stop() -> 
         assert recorder.stopped == ["job-x"]
 
     asyncio.run(scenario())
+
+
+def test_a_worker_cut_off_from_the_scheduler_stops_its_jobs_once_their_leases_must_have_expired(redis_url: str) -> None:
+    """A network partition as a worker sees it: heartbeats fail. Past the worker TTL (3 s here)
+    the Scheduler has expired its leases and re-queued the job, so the worker stops serving it
+    (never training on beside the next attempt); not a moment before the TTL."""
+    async def scenario() -> None:
+        recorders = {role: Recorder() for role in ("trainer", "rollout", "coordinator")}
+        agents: list[WorkerAgent] = []
+        loop = asyncio.get_running_loop()
+        try:
+            async with scheduler_server(redis_url, run_allocator=True) as h:
+                agents = [agent_for(h.address, role, rec, discover_devices(cpu_slots=0 if role == "coordinator" else 1))
+                          for role, rec in recorders.items()]
+                for agent in agents:
+                    await agent.start()
+                    await agent.wait_registered(timeout=5)
+                job_id = await submit(h, "partitioned", max_retries=2)
+                await eventually(lambda: _all_assigned(recorders, 1))
+                assert all(agent.lease_ttl == FAST.worker_ttl_ms / 1000 for agent in agents)
+                cut_at = loop.time()
+            # the Scheduler is gone: no heartbeat gets through from here on
+            await asyncio.sleep(FAST.worker_ttl_ms / 1000 - 1.0)
+            assert all(r.stopped == [] for r in recorders.values())  # the leases may still hold
+            await eventually(lambda: _all_stopped(recorders, [job_id]), timeout=5)
+            assert loop.time() - cut_at >= FAST.worker_ttl_ms / 1000
+        finally:
+            for agent in agents:
+                await agent.stop(deregister=False)
+
+    asyncio.run(scenario())

@@ -28,6 +28,10 @@ from opentinker_scheduler.tenants import TenantStore
 from opentinker_scheduler.watch_streams import LiveStreams
 from opentinker_scheduler.workers import WorkerRegistry
 
+SUSPECT_TTL_SHARE = 0.5
+"""The share of the worker TTL a worker may go unheard before it gets no new lease (QueueReader):
+half the TTL is several missed heartbeats (5 s, 2.5 of them, by default)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Scheduler:
@@ -62,7 +66,8 @@ def build_scheduler(client: redis.asyncio.Redis, blocking_client: redis.asyncio.
     pool = WorkerPool(config=config, registry=registry, store=store, leases=leases, lifecycle=lifecycle,
                       tokens=tokens, envhosts=directory)
     reader = QueueReader(client=client, keys=keys, scripts=scripts, clock=clock,
-                         coordinator_capacity=config.coordinator_capacity, gateway_capacity=config.gateway_capacity)
+                         coordinator_capacity=config.coordinator_capacity, gateway_capacity=config.gateway_capacity,
+                         suspect_after_ms=int(SUSPECT_TTL_SHARE * config.worker_ttl_ms))
     allocator = Allocator(config=config, store=store, leases=leases, workers=registry,
                           lifecycle=lifecycle, reader=reader, tokens=tokens, on_workers=directory.snapshot.saw)
     jobs = JobService(config=config, store=store, events=events, leases=leases, lifecycle=lifecycle,

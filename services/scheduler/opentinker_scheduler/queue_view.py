@@ -51,6 +51,10 @@ class QueueReader:
     clock: Clock
     coordinator_capacity: int
     gateway_capacity: int | None = None
+    suspect_after_ms: int | None = None
+    """A worker unheard for longer (yet within its TTL) gets no new lease: it has missed several
+    heartbeats and is likely gone (a host cut off), and a job placed on it would only wait for
+    its TTL and cost an attempt. None: every unexpired worker may be placed on."""
 
     async def read(self, *, owner: str, lock_ttl_ms: int, scan_limit: int, workers_wanted: bool = False) -> PassView:
         """Nothing but `holds_lock` when another replica allocates; no workers or slots read
@@ -80,8 +84,13 @@ class QueueReader:
             if worker is not None and worker.state is WorkerState.ALIVE:
                 held = {slot.decode() for slot in held_slots}
                 alive.append(worker)
-                free[worker.worker_id] = [s for s in worker_slots(worker, self.coordinator_capacity, self.gateway_capacity) if s not in held]
+                free[worker.worker_id] = [] if self._suspect(worker, now) else [
+                    s for s in worker_slots(worker, self.coordinator_capacity, self.gateway_capacity) if s not in held]
         return sorted(alive, key=lambda w: w.worker_id), free
+
+
+    def _suspect(self, worker: Worker, now: int) -> bool:
+        return self.suspect_after_ms is not None and now - worker.last_heartbeat_time_ms > self.suspect_after_ms
 
 
 def queued_job(values: Sequence[bytes | None]) -> QueuedJob | None:

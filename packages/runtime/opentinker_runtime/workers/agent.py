@@ -85,6 +85,9 @@ class WorkerAgent:
         self.rpc_timeout = rpc_timeout_seconds
         self._api_key = api_key
         self.heartbeat_interval = 1.0
+        self.lease_ttl: float | None = None
+        """The Scheduler's worker TTL (from registration): leases unrenewed for longer are gone."""
+        self._renewed_at = 0.0
         self.registered = asyncio.Event()
         self._assignments: dict[str, job_pb2.Assignment] = {}
         self._stopped_jobs: set[str] = set()
@@ -147,6 +150,8 @@ class WorkerAgent:
                 await asyncio.sleep(delay)
                 continue
             self._set_interval(response.heartbeat_interval.ToMilliseconds())
+            self.lease_ttl = response.worker.heartbeat_ttl.ToMilliseconds() / 1000 or None
+            self._renewed_at = asyncio.get_running_loop().time()
             log.info("worker_registered", worker_id=self.worker_id, scheduler=self.scheduler_address,
                      attempts=attempt, heartbeat_interval_seconds=self.heartbeat_interval)
             self.registered.set()
@@ -154,6 +159,7 @@ class WorkerAgent:
 
     async def _heartbeat_until_forgotten(self) -> None:
         """Heartbeat every interval; returns when the scheduler answers NOT_FOUND."""
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.heartbeat_interval)
             request = pb.HeartbeatRequest(worker_id=self.worker_id, lease_ids=sorted(self._assignments),
@@ -165,9 +171,24 @@ class WorkerAgent:
                     log.warning("worker_forgotten_registering_again", worker_id=self.worker_id)
                     return
                 self._log_rpc_failure("heartbeat_failed", error)
+                self._stop_jobs_past_the_ttl(loop.time())
                 continue
+            self._renewed_at = loop.time()
             self._set_interval(response.heartbeat_interval.ToMilliseconds())
             self._apply(response.assignments, response.stop_job_ids)
+
+    def _stop_jobs_past_the_ttl(self, now: float) -> None:
+        """Unheard by the Scheduler for longer than the worker TTL, this worker's leases have
+        expired there (each renewal ran before its answer arrived) and its jobs go elsewhere:
+        stop serving them now, so a worker cut off from the Scheduler (a network partition)
+        never trains on beside the job's next attempt. A heartbeat that gets through again
+        brings back whatever is still assigned here."""
+        if self.lease_ttl is None or not self._assignments or now - self._renewed_at <= self.lease_ttl:
+            return
+        log.warning("leases_presumed_expired", worker_id=self.worker_id,
+                    unheard_seconds=round(now - self._renewed_at, 1), ttl_seconds=self.lease_ttl,
+                    jobs=sorted({a.lease.job_id for a in self._assignments.values()}))
+        self._apply_lost_everything()
 
     def _resident(self) -> list[worker_pb2.ResidentModel]:
         if self.resident_models is None:
