@@ -45,9 +45,14 @@ class Process:
 
 class MultiHostStack:
     def __init__(self, state_dir: Path, *, settings: dict[str, str] | None = None,
-                 subnet_index: int | None = None) -> None:
+                 subnet_index: int | None = None, tls: str = "off") -> None:
+        """`tls`: off, on or mutual, with a CA made in the state dir and one certificate naming
+        every host's address (the same `opentinker up --tls` makes for one host)."""
         self.state_dir = state_dir
         self.settings = settings or {}
+        self.tls = tls
+        self.tls_env: dict[str, str] = {}
+        self.client_tls = None
         self.net = HostNetwork(HOSTS, subnet_index=subnet_index)
         self.api_key = ""
         self.tenant_key = ""
@@ -64,6 +69,8 @@ class MultiHostStack:
         from opentinker.client.credentials import ensure_admin_key
 
         self.api_key = ensure_admin_key(self.state_dir)
+        if self.tls != "off":
+            self._make_certificates()
         self.net.__enter__()
         try:
             self._start_control()
@@ -79,6 +86,24 @@ class MultiHostStack:
 
     def __exit__(self, *exc: object) -> None:
         self.net.tear_down()
+
+    def _make_certificates(self) -> None:
+        from opentinker.cli.local_ca import ensure_local_ca
+        from opentinker.client.tls import tls_from_env
+
+        files = ensure_local_ca(self.state_dir, *(self.net.address(host) for host in HOSTS))
+        self.tls_env = files.env(self.tls)
+        client_env = dict(self.tls_env)
+        if self.tls != "mutual":
+            client_env = {k: v for k, v in client_env.items() if k not in ("OPENTINKER_TLS_CERT_FILE",
+                                                                            "OPENTINKER_TLS_KEY_FILE")}
+        self.client_tls = tls_from_env(client_env)
+
+    def client(self, api_key: str):  # noqa: ANN201 - a SchedulerClient (imported late: the SDK)
+        """A SchedulerClient of the control host's Scheduler, over this stack's TLS."""
+        from opentinker.client import SchedulerClient
+
+        return SchedulerClient(self.address("scheduler"), api_key=api_key, timeout=30, tls=self.client_tls)
 
     def logs(self, lines: int = 40) -> str:
         parts = []
@@ -101,7 +126,7 @@ class MultiHostStack:
         if "scheduler" in definition.peers:
             env[f"{definition.env_prefix}SCHEDULER_ADDRESS"] = self.address("scheduler")
         base = {k: v for k, v in os.environ.items() if not k.startswith("OPENTINKER_")}
-        return base | {"PYTHONUNBUFFERED": "1"} | env | self.settings
+        return base | {"PYTHONUNBUFFERED": "1"} | env | self.tls_env | self.settings
 
     def _start(self, host: str, name: str, command: list[str], env: dict[str, str]) -> None:
         process = Process(host, name)
@@ -127,13 +152,12 @@ class MultiHostStack:
 
     def _start_laptop(self) -> None:
         """A tenant with a key of its own, and its EnvHost on the laptop (registered with that key)."""
-        from opentinker.client import SchedulerClient
-
-        with SchedulerClient(self.address("scheduler"), api_key=self.api_key, timeout=30) as admin:
+        with self.client(self.api_key) as admin:
             self.tenant_key = admin.create_tenant(TENANT, display_name="the laptop's owner").api_key_secret
         laptop = self.net.address("laptop")
         env = {k: v for k, v in self._env("envhost", "laptop").items() if not k.startswith("OPENTINKER_")}
-        env |= {"OPENTINKER_API_KEY": self.tenant_key, "OPENTINKER_SCHEDULER": self.address("scheduler")}
+        env |= {"OPENTINKER_API_KEY": self.tenant_key, "OPENTINKER_SCHEDULER": self.address("scheduler"),
+                **self.tls_env}  # the tenant's EnvHost: a certificate from the stack's CA
         command = [sys.executable, "-m", "opentinker.cli.main", "envhost", "--name", LAPTOP_ENVHOST,
                    "--host", laptop, "--port", str(PORTS["envhost"]), "--advertise", f"{laptop}:{PORTS['envhost']}"]
         self._start("laptop", "envhost", command, env)
@@ -169,7 +193,7 @@ class MultiHostStack:
                 process = self.processes[Process(host, name)]
                 if process.poll() is not None:
                     raise RuntimeError(f"{name} on {host} exited with {process.returncode}\n{self.logs()}")
-                if check_health(f"{self.net.address(host)}:{PORTS[name]}", timeout=1.0) == SERVING:
+                if check_health(f"{self.net.address(host)}:{PORTS[name]}", timeout=1.0, tls=self.client_tls) == SERVING:
                     pending.remove((host, name))
             if pending and time.monotonic() > deadline:
                 raise RuntimeError(f"not SERVING after {timeout} s: {pending}\n{self.logs()}")

@@ -62,6 +62,12 @@ class HostNetwork:
         """The root namespace's address on the hosts' network (where the test process is)."""
         return f"10.77.{self.index}.{BRIDGE_HOST}"
 
+    @property
+    def link_prefix(self) -> str:
+        """The start of every host's link name in the root namespace (a capture there sees all
+        traffic between hosts)."""
+        return f"otv{self.index}h"
+
     def _peer(self, host: str) -> str:
         return f"otv{self.index}h{self.hosts.index(host) + 1}"
 

@@ -27,7 +27,7 @@ from harness.job_specs import TINY_LLAMA, builtin_model, lora, rl_spec
 from harness.stack import SERVICES, LocalStack
 from harness.stack_pool import StackPool
 from harness.stack_spec import DEFAULT, StackSpec
-from tests.e2e._loopback_capture import LoopbackCapture, can_capture
+from harness.packet_capture import LoopbackCapture, can_capture
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 STEPS = 2

@@ -44,9 +44,9 @@ def stack_tls_files(state_dir: Path) -> StackTls:
     return StackTls(ca_file=directory / "ca.pem", cert_file=directory / "stack.pem", key_file=directory / "stack.key")
 
 
-def ensure_local_ca(state_dir: Path, host: str) -> StackTls:
+def ensure_local_ca(state_dir: Path, host: str, *more_hosts: str) -> StackTls:
     """The state directory's CA and stack certificate, made on first use (for 127.0.0.1,
-    localhost and `host`)."""
+    localhost, `host` and `more_hosts`: a stack spread over several addresses)."""
     files = stack_tls_files(state_dir)
     if files.ca_file.is_file() and files.cert_file.is_file() and files.key_file.is_file():
         return files
@@ -60,7 +60,7 @@ def ensure_local_ca(state_dir: Path, host: str) -> StackTls:
         _openssl(work, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
                  "-days", str(DAYS), "-subj", "/CN=OpenTinker local stack CA", "-keyout", "ca.key", "-out", "ca.pem",
                  "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
-        (work / "stack.ext").write_text(f"subjectAltName={subject_alt_names(host)}\n"
+        (work / "stack.ext").write_text(f"subjectAltName={subject_alt_names(host, *more_hosts)}\n"
                                         "extendedKeyUsage=serverAuth,clientAuth\nbasicConstraints=CA:FALSE\n")
         _openssl(work, "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
                  "-subj", "/CN=OpenTinker local stack", "-keyout", "stack.key", "-out", "stack.csr")
@@ -73,16 +73,18 @@ def ensure_local_ca(state_dir: Path, host: str) -> StackTls:
     return files
 
 
-def subject_alt_names(host: str) -> str:
-    """127.0.0.1 and localhost, and the bound host when it is another (0.0.0.0 binds all: only
-    the loopback names then)."""
+def subject_alt_names(*hosts: str) -> str:
+    """127.0.0.1 and localhost, and each bound host that is another (0.0.0.0 binds all: only the
+    loopback names then)."""
     names = ["IP:127.0.0.1", "DNS:localhost"]
-    if host and host not in ("127.0.0.1", "localhost", "0.0.0.0", "::", "[::]"):
+    for host in hosts:
+        if not host or host in ("127.0.0.1", "localhost", "0.0.0.0", "::", "[::]"):
+            continue
         try:
             names.append(f"IP:{ipaddress.ip_address(host.strip('[]'))}")
         except ValueError:
             names.append(f"DNS:{host}")
-    return ",".join(names)
+    return ",".join(dict.fromkeys(names))
 
 
 def _openssl(cwd: Path, *args: str) -> None:

@@ -1,5 +1,5 @@
-"""A packet capture of the loopback interface without tcpdump: an AF_PACKET raw socket (root,
-or CAP_NET_RAW) on `lo`, keeping the TCP payloads to or from the given ports."""
+"""A packet capture without tcpdump: an AF_PACKET raw socket (root, or CAP_NET_RAW) on `lo`, or
+on the links of several hosts (`harness.netns`), keeping the TCP payloads to or from given ports."""
 
 from __future__ import annotations
 
@@ -24,15 +24,20 @@ def can_capture() -> bool:
 
 class LoopbackCapture:
     """`with LoopbackCapture(ports) as capture: ...`; then `capture.payload` holds every TCP
-    payload byte seen to or from `ports` on lo, in order of capture."""
+    payload byte seen to or from `ports` on lo, in order of capture. `interfaces`: instead of lo,
+    every interface of this namespace whose name starts with one of them (the hosts' links)."""
 
-    def __init__(self, ports: set[int]) -> None:
+    def __init__(self, ports: set[int], interfaces: tuple[str, ...] = ()) -> None:
         self.ports = ports
+        self.interfaces = interfaces
         self.chunks: list[bytes] = []
         self.packets = 0
+        self.pairs: set[tuple[str, str]] = set()
+        """(source, destination) IPv4 addresses of the TCP segments kept."""
         self._stop = threading.Event()
         self._socket = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(ETH_P_ALL))
-        self._socket.bind(("lo", 0))
+        if not interfaces:
+            self._socket.bind(("lo", 0))
         self._socket.settimeout(0.2)
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -57,6 +62,10 @@ class LoopbackCapture:
                 continue
             except OSError:
                 return
+            if self.interfaces:
+                if address[0].startswith(self.interfaces):
+                    self._keep(frame)  # both directions: a frame between two hosts is seen twice
+                continue
             if address[2] == socket.PACKET_OUTGOING:  # lo shows each packet twice: keep the incoming copy
                 continue
             self._keep(frame)
@@ -74,6 +83,7 @@ class LoopbackCapture:
         if source not in self.ports and destination not in self.ports:
             return
         offset = (tcp[12] >> 4) * 4
+        self.pairs.add((socket.inet_ntoa(ip[12:16]), socket.inet_ntoa(ip[16:20])))
         if len(tcp) > offset:
             self.chunks.append(bytes(tcp[offset:]))
             self.packets += 1
