@@ -12,7 +12,7 @@
 const crypto = require('node:crypto');
 const grpc = require('@grpc/grpc-js');
 const { loadSchedulerApi } = require('./protos');
-const { resolveApiKey } = require('./credentials');
+const { resolveApiKey, resolveChannelCredentials } = require('./credentials');
 const { OpenTinkerError, fromServiceError } = require('./errors');
 const { jobSpecFromObject } = require('./spec');
 const { messageToJson } = require('./json');
@@ -42,16 +42,18 @@ class OpenTinkerClient {
    * @param {number} [options.timeoutMs]  deadline of each unary call (default 30 s)
    * @param {number[]} [options.retryDelaysMs]  waits between retries on UNAVAILABLE ([] = no retry)
    * @param {string} [options.protoDir]  the repository's protos/ (default: found next to this package)
+   * @param {object} [options.tls]  { caFile, certFile, keyFile } of a TLS stack; else OPENTINKER_TLS_CA_FILE
+   *   (and _CERT_FILE, _KEY_FILE for mutual TLS) when set; else plaintext
    */
   constructor(address = '127.0.0.1:50051', options = {}) {
-    const { apiKey, timeoutMs = 30000, retryDelaysMs = RETRY_DELAYS_MS, protoDir } = options;
+    const { apiKey, timeoutMs = 30000, retryDelaysMs = RETRY_DELAYS_MS, protoDir, tls } = options;
     const { SchedulerService, root } = loadSchedulerApi(protoDir);
     this.address = normalizeAddress(address);
     this.root = root;
     this.timeoutMs = timeoutMs;
     this.retryDelaysMs = retryDelaysMs;
     this.apiKey = resolveApiKey(apiKey);
-    this.stub = new SchedulerService(this.address, grpc.credentials.createInsecure(), { 'grpc.enable_http_proxy': 0 });
+    this.stub = new SchedulerService(this.address, resolveChannelCredentials(grpc, tls), { 'grpc.enable_http_proxy': 0 });
   }
 
   close() {

@@ -98,3 +98,45 @@ test('specs expand enum short names and name the path of a bad field', () => {
                 /spec\.training\.batch_size: expected an integer/);
   assert.throws(() => jobSpecFromObject({ type: 'RLX' }, root), /spec\.type: "RLX" is not one of RL, SFT, INFERENCE, SESSION$/);
 });
+
+test('over mutual TLS the client presents its certificate; without TLS or a certificate it gets nowhere', async (t) => {
+  const { execFileSync } = require('node:child_process');
+  const fs = require('node:fs');
+  const os = require('node:os');
+  const path = require('node:path');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ot-node-tls-'));
+  const openssl = (...args) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
+  try {
+    openssl('version');
+  } catch {
+    t.skip('needs the openssl command');
+    return;
+  }
+  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes'];
+  openssl('req', '-x509', ...ec, '-days', '1', '-subj', '/CN=test CA', '-keyout', 'ca.key', '-out', 'ca.pem');
+  fs.writeFileSync(path.join(dir, 'ext'), 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n');
+  for (const name of ['server', 'client']) {
+    openssl('req', ...ec, '-subj', `/CN=${name}`, '-keyout', `${name}.key`, '-out', `${name}.csr`);
+    openssl('x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '1',
+      '-extfile', 'ext', '-out', `${name}.pem`);
+  }
+  const file = (name) => fs.readFileSync(path.join(dir, name));
+  const server = new grpc.Server();
+  server.addService(SchedulerService.service, { GetJob: (_call, callback) => callback(null, { job: job('STATE_RUNNING') }) });
+  const credentials = grpc.ServerCredentials.createSsl(file('ca.pem'), [{ private_key: file('server.key'), cert_chain: file('server.pem') }], true);
+  const port = await new Promise((resolve, reject) => server.bindAsync('127.0.0.1:0', credentials, (e, p) => (e ? reject(e) : resolve(p))));
+  const address = `127.0.0.1:${port}`;
+  const tls = { caFile: path.join(dir, 'ca.pem'), certFile: path.join(dir, 'client.pem'), keyFile: path.join(dir, 'client.key') };
+  const clients = [];
+  const client = (options) => { const c = new OpenTinkerClient(address, { retryDelaysMs: [], timeoutMs: 3000, ...options }); clients.push(c); return c; };
+  try {
+    assert.equal((await client({ tls }).getJob('job-1')).state, 'STATE_RUNNING');
+    await assert.rejects(client({}).getJob('job-1'), (error) => error.code === 'UNAVAILABLE');
+    await assert.rejects(client({ tls: { caFile: tls.caFile } }).getJob('job-1'), (error) => error.code === 'UNAVAILABLE');
+    assert.throws(() => client({ tls: { caFile: tls.caFile, certFile: tls.certFile } }), /needs its key/);
+  } finally {
+    for (const c of clients) c.close();
+    server.forceShutdown();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
