@@ -2,10 +2,12 @@
 valid for Kubernetes 1.29 (kubernetes-validate's strict schemas: no unknown field), and the
 manifests keep their promises: probes on every container, every Secret they name exists and
 holds placeholders only, GPUs only in the GPU overlay, a disruption budget for the Scheduler,
-workers that advertise their own pod's address, and settings every service accepts at start."""
+workers that advertise their own pod's address, settings every service accepts at start, and
+mutual TLS on every OpenTinker pod of the TLS overlay (and on none of the others)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
@@ -15,12 +17,14 @@ import shutil
 import stat
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
 
+from opentinker.client.tls import ClientTls, tls_from_env
 from opentinker_api.conventions import new_api_key
 from opentinker_coordinator.settings import CoordinatorSettings
 from opentinker_envhost.settings import EnvHostSettings
@@ -42,6 +46,17 @@ OVERLAYS = sorted(path.parent.name for path in OVERLAYS_DIR.glob("*/kustomizatio
 GPU_OVERLAYS = {"gpu"}
 SINGLE_NODE_OVERLAYS = {"cpu-dev"}
 """Overlays for one node, whose shared volumes may be ReadWriteOnce."""
+TLS_OVERLAYS = {"tls"}
+"""Overlays that run every OpenTinker pod over mutual TLS (Redis stays plaintext)."""
+TLS_SECRET = "opentinker-tls"
+TLS_FILES = {"OPENTINKER_TLS_CA_FILE": "ca.crt", "OPENTINKER_TLS_CERT_FILE": "tls.crt",
+             "OPENTINKER_TLS_KEY_FILE": "tls.key"}
+"""Each TLS file variable -> the key of the TLS Secret it must name a file of."""
+SECRET_FILE_VARIABLES = ("OPENTINKER_REDIS_PASSWORD_FILE", *TLS_FILES)
+"""Settings that name a file the service reads at start (and checks is readable)."""
+HEALTH_PROBE = ["python", "-m", "opentinker.cli.health_probe"]
+"""The in-container gRPC health check (exit 0 iff SERVING; TLS from the pod's environment)."""
+PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
 SETTINGS: dict[str, type[ServiceSettings]] = {
     "opentinker_scheduler": SchedulerSettings, "opentinker_trainer": TrainerSettings,
     "opentinker_rollout": RolloutSettings, "opentinker_envhost": EnvHostSettings,
@@ -128,7 +143,8 @@ def secret_values(secret: dict[str, Any]) -> dict[str, str]:
 
 
 def stand_in(key: str) -> str:
-    """What an operator puts in place of a placeholder: a real key or password."""
+    """What an operator puts in place of a placeholder: a real key or password (for a PEM file,
+    any readable text: settings check that the file reads, not what it holds)."""
     return REAL_KEY if key == "api-key" else REAL_PASSWORD
 
 
@@ -199,11 +215,33 @@ def mounted_secret_file(workload: dict[str, Any], container: dict[str, Any], pat
     return None
 
 
+def is_opentinker(container: dict[str, Any]) -> bool:
+    """An OpenTinker process (a service, the gateway, the dashboard), not Redis."""
+    return (service_module(container) or "").startswith("opentinker")
+
+
+def with_local_secret_files(docs: list[dict[str, Any]], workload: dict[str, Any], container: dict[str, Any],
+                            environ: dict[str, str], directory: Path) -> dict[str, str]:
+    """`environ` with each file setting that names a file of a mounted Secret pointed at a local
+    stand-in for it, so that settings which check their files are readable load here."""
+    local = dict(environ)
+    for name in SECRET_FILE_VARIABLES:
+        if not environ.get(name):
+            continue
+        secret = mounted_secret_file(workload, container, environ[name])
+        assert secret, f"{workload['metadata']['name']}: {name}={environ[name]} is no file of a mounted Secret"
+        assert secret[1] in secret_values(named(docs, "Secret", secret[0])), f"{name}: {secret}"
+        path = directory / f"{secret[0]}-{secret[1]}"
+        path.write_text(stand_in(secret[1]) + "\n")
+        local[name] = str(path)
+    return local
+
+
 # --- the render as a whole -------------------------------------------------------------------
 
 
 def test_every_overlay_renders_to_objects_valid_for_kubernetes(renders) -> None:
-    assert {"cpu-dev", "gpu"} <= set(renders), f"overlays found: {OVERLAYS}"
+    assert {"cpu-dev", "gpu", "external-redis"} | TLS_OVERLAYS <= set(renders), f"overlays found: {OVERLAYS}"
     validated: set[str] = set()
     for overlay, docs in renders.items():
         assert docs, f"{overlay} renders nothing"
@@ -254,13 +292,21 @@ def test_every_container_has_readiness_and_liveness_probes_on_its_health_endpoin
             environ = container_environ(docs, workload, container)
             prefix = SETTINGS[module].ENV_PREFIX
             port = int(environ[f"{prefix}PORT"])
-            probes = [container[name] for name in ("startupProbe", "readinessProbe", "livenessProbe")]
-            if module == "opentinker_gateway":  # HTTP: GET /healthz
+            probes = [container[name] for name in PROBES]
+            if module == "opentinker_gateway":  # HTTP: GET /healthz (plain HTTP with TLS on too)
                 assert all(probe["httpGet"] == {"path": "/healthz", "port": "http"} for probe in probes), where
                 assert port_named(container, "http") == port, where
-            else:  # grpc.health.v1 on the service's own gRPC port
+                continue
+            # grpc.health.v1 on the service's own gRPC port
+            assert port_named(container, "grpc") == port, where
+            if overlay in TLS_OVERLAYS:  # the kubelet's grpc: probe speaks plaintext only: ask from inside
+                for probe in probes:
+                    assert "grpc" not in probe, f"{where}: a grpc: probe cannot reach a TLS-only port"
+                    assert probe["exec"]["command"] == [*HEALTH_PROBE, f"127.0.0.1:{port}"], where
+                    # Python starts and imports grpc, then waits up to 2 s for the answer
+                    assert probe.get("timeoutSeconds", 1) >= 3, where
+            else:
                 assert all(probe["grpc"] == {"port": port} for probe in probes), where
-                assert port_named(container, "grpc") == port, where
 
 
 def port_named(container: dict[str, Any], name: str) -> int:
@@ -329,11 +375,13 @@ def test_every_secret_config_map_and_claim_a_workload_names_is_in_the_render(ren
                 if "configMapRef" in source:
                     named(docs, "ConfigMap", source["configMapRef"]["name"])
             templates = {t["metadata"]["name"] for t in workload["spec"].get("volumeClaimTemplates", [])}
-            mounted = {mount["name"] for mount in container.get("volumeMounts", [])}
+            mounts = {mount["name"]: mount for mount in container.get("volumeMounts", [])}
+            mounted = set(mounts)
             for volume in pod_spec(workload).get("volumes", []):
                 assert volume["name"] in mounted, f"{where}: volume {volume['name']} is never mounted"
                 if "secret" in volume:
                     named(docs, "Secret", volume["secret"]["secretName"])
+                    assert mounts[volume["name"]].get("readOnly") is True, f"{where}: {volume['name']} is writable"
                 if "persistentVolumeClaim" in volume:
                     named(docs, "PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])
             volume_names = {volume["name"] for volume in pod_spec(workload).get("volumes", [])} | templates
@@ -345,7 +393,7 @@ def looks_secret(value: str) -> bool:
 
 
 def test_the_secret_check_would_catch_real_keys_passwords_and_certificates() -> None:
-    for real in (new_api_key(), secrets.token_hex(32), secrets.token_urlsafe(32),
+    for real in (new_api_key(), secrets.token_hex(32), base64.b64encode(secrets.token_bytes(32)).decode(),
                  "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----"):
         assert looks_secret(real), real
 
@@ -403,19 +451,16 @@ def test_the_redis_container_refuses_the_placeholder_and_keeps_the_password_out_
 
 
 def test_every_service_starts_with_the_settings_it_is_given(renders, tmp_path) -> None:
-    password_file = tmp_path / "redis-password"
-    password_file.write_text(REAL_PASSWORD + "\n")
     for overlay, docs in renders.items():
         for workload, container, settings_class in opentinker_services(docs):
             where = f"{overlay}: {workload['metadata']['name']}"
             environ = container_environ(docs, workload, container)
-            path = environ["OPENTINKER_REDIS_PASSWORD_FILE"]
-            secret = mounted_secret_file(workload, container, path)
-            assert secret, f"{where}: {path} is no file of a mounted Secret"
-            assert secret[1] in secret_values(named(docs, "Secret", secret[0])), where
-            environ["OPENTINKER_REDIS_PASSWORD_FILE"] = str(password_file)
+            assert environ["OPENTINKER_REDIS_PASSWORD_FILE"], where
+            # every file setting names a file of a mounted Secret; here, a readable stand-in
+            environ = with_local_secret_files(docs, workload, container, environ, tmp_path)
             settings = load_settings(settings_class, environ)  # raises on a typo or a bad value
             assert settings.host == "0.0.0.0" and settings.api_key == REAL_KEY, where
+            assert settings.tls == ("mutual" if overlay in TLS_OVERLAYS else "off"), where
 
 
 def test_every_service_sets_at_least_what_docker_compose_sets(renders, compose) -> None:
@@ -440,7 +485,7 @@ def test_the_dashboard_reads_its_key_from_a_mounted_secret_and_listens_on_loopba
 
 
 @pytest.mark.parametrize("ordinal", [0, 3])
-def test_workers_advertise_their_own_pods_stable_address(renders, ordinal) -> None:
+def test_workers_advertise_their_own_pods_stable_address(renders, ordinal, tmp_path) -> None:
     for overlay, docs in renders.items():
         for name in WORKERS:
             workload = named(docs, "StatefulSet", name)
@@ -448,7 +493,7 @@ def test_workers_advertise_their_own_pods_stable_address(renders, ordinal) -> No
             module = service_module(container)
             settings_class = SETTINGS[module]
             environ = container_environ(docs, workload, container, ordinal)
-            environ["OPENTINKER_REDIS_PASSWORD_FILE"] = ""
+            environ = with_local_secret_files(docs, workload, container, environ, tmp_path)
             address = load_settings(settings_class, environ).reachable_address  # what it registers
             host, _, port = address.rpartition(":")
             service = named(docs, "Service", workload["spec"]["serviceName"])
@@ -528,3 +573,47 @@ def test_the_external_redis_overlay_runs_no_redis_and_points_the_services_elsewh
     url = named(docs, "ConfigMap", "opentinker-config")["data"]["OPENTINKER_REDIS_URL"]
     assert "opentinker-redis" not in url and "@" not in url
     named(docs, "Secret", "opentinker-redis")  # its password still comes from the Secret
+
+
+# --- TLS -------------------------------------------------------------------------------------
+
+
+def test_the_tls_overlay_runs_every_opentinker_container_on_mutual_tls_from_the_mounted_secret(renders) -> None:
+    for overlay in TLS_OVERLAYS:
+        docs = renders[overlay]
+        assert set(secret_values(named(docs, "Secret", TLS_SECRET))) == set(TLS_FILES.values()), overlay
+        containers = [(w, only_container(w)) for w in workloads(docs) if is_opentinker(only_container(w))]
+        assert {w["metadata"]["name"] for w, _ in containers} == {
+            w["metadata"]["name"] for w in workloads(docs)} - {"opentinker-redis"}, overlay
+        for workload, container in containers:
+            where = f"{overlay}: {workload['metadata']['name']}"
+            environ = container_environ(docs, workload, container)
+            assert environ["OPENTINKER_TLS"] == "mutual", where
+            for variable, key in TLS_FILES.items():
+                assert mounted_secret_file(workload, container, environ[variable]) == (TLS_SECRET, key), \
+                    f"{where}: {variable}={environ[variable]}"
+            # what the dashboard's client and the in-container health probe dial with: the CA and
+            # the pod's own certificate (mutual), read from the same variables
+            assert tls_from_env(environ) == ClientTls(
+                ca_file=environ["OPENTINKER_TLS_CA_FILE"], cert_file=environ["OPENTINKER_TLS_CERT_FILE"],
+                key_file=environ["OPENTINKER_TLS_KEY_FILE"]), where
+
+
+def test_redis_and_every_other_overlay_stay_plaintext(renders) -> None:
+    for overlay, docs in renders.items():
+        for workload in workloads(docs):
+            container = only_container(workload)
+            where = f"{overlay}: {workload['metadata']['name']}"
+            if overlay in TLS_OVERLAYS and is_opentinker(container):
+                continue
+            environ = container_environ(docs, workload, container)
+            assert not [name for name in environ if name.startswith("OPENTINKER_TLS")], where
+            assert tls_from_env(environ) is None, where
+            assert not [volume for volume in pod_spec(workload).get("volumes", [])
+                        if volume.get("secret", {}).get("secretName") == TLS_SECRET], where
+            if service_module(container) in set(SETTINGS) - {"opentinker_gateway"}:  # the gRPC services
+                assert all("grpc" in container[name] for name in PROBES), where
+        if overlay not in TLS_OVERLAYS:
+            assert not [secret for secret in of_kind(docs, "Secret") if secret["metadata"]["name"] == TLS_SECRET]
+            assert not [key for key in named(docs, "ConfigMap", "opentinker-config")["data"]
+                        if key.startswith("OPENTINKER_TLS")], overlay
