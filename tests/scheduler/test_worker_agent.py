@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from opentinker_api.common.v1 import resources_pb2
 from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as pb
-from opentinker_runtime.workers.devices import Device, discover_devices
+from opentinker_runtime.workers.devices import Device, ResidentModel, discover_devices
 from opentinker_runtime.core.embedded_redis import free_port
 from opentinker_runtime.core.redis_store import Backoff
 from opentinker_runtime.workers.agent import WorkerAgent
@@ -239,3 +239,43 @@ def test_a_worker_cut_off_from_the_scheduler_stops_its_jobs_once_their_leases_mu
                 await agent.stop(deregister=False)
 
     asyncio.run(scenario())
+
+
+def test_a_changed_resident_report_reaches_the_scheduler_long_before_the_next_heartbeat(redis_url: str) -> None:
+    """Heartbeats every 10 s here; a base loaded (or freed) between them is reported within a
+    fraction of a second, so placement by base and the workers view never lag a heartbeat. An
+    unchanged report waits for the interval."""
+    async def scenario() -> None:
+        slow = dataclasses.replace(FAST, heartbeat_interval_ms=10_000, worker_ttl_ms=30_000)
+        resident: list[ResidentModel] = []
+        async with scheduler_server(redis_url, config=slow) as h:
+            recorder = Recorder()
+            agent = WorkerAgent(scheduler_address=h.address, role="trainer", worker_id="trainer-r",
+                                address=f"127.0.0.1:{free_port()}", devices=discover_devices(cpu_slots=1),
+                                on_assignment=recorder.on_assignment, on_stop=recorder.on_stop,
+                                resident_models=lambda: list(resident))
+            await agent.start()
+            try:
+                await agent.wait_registered(timeout=5)
+
+                async def reported() -> set[tuple[str, tuple[str, ...]]]:
+                    workers = (await h.stub.ListWorkers(pb.ListWorkersRequest())).workers
+                    return {(m.model_key, tuple(m.job_ids)) for w in workers for m in w.resident_models}
+
+                resident.append(ResidentModel(device_id="cpu:0", model_key="builtin:tiny-llama@1/default", job_ids=("job-a",)))
+                assert await eventually(lambda: _has(reported, {("builtin:tiny-llama@1/default", ("job-a",))}),
+                                        timeout=2.0)
+                resident[0] = ResidentModel(device_id="cpu:0", model_key="builtin:tiny-llama@1/default", job_ids=("job-a", "job-b"))
+                assert await eventually(lambda: _has(reported, {("builtin:tiny-llama@1/default", ("job-a", "job-b"))}),
+                                        timeout=2.0)
+                resident.clear()
+                assert await eventually(lambda: _has(reported, set()), timeout=2.0)
+            finally:
+                await agent.stop()
+
+    asyncio.run(scenario())
+
+
+async def _has(reported: Callable[[], Awaitable[set[tuple[str, tuple[str, ...]]]]],
+               expected: set[tuple[str, tuple[str, ...]]]) -> bool:
+    return await reported() == expected

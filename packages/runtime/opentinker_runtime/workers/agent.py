@@ -41,6 +41,8 @@ from opentinker_runtime.core.redis_store import Backoff
 
 log = structlog.get_logger(__name__)
 
+REPORT_CHECK_SECONDS = 0.25
+"""How often a worker with a resident-model report checks it for a change between heartbeats."""
 AssignmentCallback = Callable[[job_pb2.Assignment], Awaitable[None]]
 StopCallback = Callable[[str], Awaitable[None]]
 ResidentModels = Callable[[], Sequence[ResidentModel]]
@@ -72,7 +74,9 @@ class WorkerAgent:
                  on_stop: StopCallback, labels: Mapping[str, str] | None = None, version: str = "",
                  backoff: Backoff = DEFAULT_BACKOFF, rpc_timeout_seconds: float = 5.0,
                  api_key: str = "", name: str = "", resident_models: ResidentModels | None = None) -> None:
-        """`resident_models`: what base models the worker holds now, sent with each heartbeat."""
+        """`resident_models`: what base models the worker holds now, sent with each heartbeat, and
+        at once (within `REPORT_CHECK_SECONDS`) when it changes, so placement by base and the
+        workers view see a base from the moment it is loaded, not a heartbeat later."""
         self.scheduler_address = scheduler_address
         self.resident_models = resident_models
         self.worker_id = worker_id
@@ -160,10 +164,12 @@ class WorkerAgent:
     async def _heartbeat_until_forgotten(self) -> None:
         """Heartbeat every interval; returns when the scheduler answers NOT_FOUND."""
         loop = asyncio.get_running_loop()
+        sent: list[worker_pb2.ResidentModel] = []  # a registration holds no resident models
         while True:
-            await asyncio.sleep(self.heartbeat_interval)
+            resident = await self._next_heartbeat(sent)
             request = pb.HeartbeatRequest(worker_id=self.worker_id, lease_ids=sorted(self._assignments),
-                                          resident_models=self._resident())
+                                          resident_models=resident)
+            sent = resident  # a failed heartbeat is retried at the interval, not at every check
             try:
                 response = await self._scheduler().Heartbeat(request, timeout=self.rpc_timeout)
             except grpc.aio.AioRpcError as error:
@@ -176,6 +182,19 @@ class WorkerAgent:
             self._renewed_at = loop.time()
             self._set_interval(response.heartbeat_interval.ToMilliseconds())
             self._apply(response.assignments, response.stop_job_ids)
+
+    async def _next_heartbeat(self, sent: list[worker_pb2.ResidentModel]) -> list[worker_pb2.ResidentModel]:
+        """Waits a heartbeat interval, or less when the resident report differs from the one the
+        Scheduler last heard (`sent`); returns the report to send."""
+        loop = asyncio.get_running_loop()
+        due = loop.time() + self.heartbeat_interval
+        while self.resident_models is not None and loop.time() < due:
+            await asyncio.sleep(min(REPORT_CHECK_SECONDS, max(0.0, due - loop.time())))
+            resident = self._resident()
+            if resident != sent:
+                return resident
+        await asyncio.sleep(max(0.0, due - loop.time()))
+        return self._resident()
 
     def _stop_jobs_past_the_ttl(self, now: float) -> None:
         """Unheard by the Scheduler for longer than the worker TTL, this worker's leases have
