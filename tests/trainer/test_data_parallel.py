@@ -68,7 +68,7 @@ def test_training_state_holds_every_ranks_dropout_stream_and_resumes_exactly(tmp
     lora = LoraSpec(rank=4, alpha=8, dropout=0.2)
     parallel = create_session("two", spec(lora=lora, job_id="dp"), checkpoint_root=tmp_path,
                               device_ids=TWO_CPUS)
-    processes = list(parallel.replicas._processes)
+    processes = parallel.replicas.local_processes
     try:
         train(parallel, 1)
         record = save_checkpoint(parallel, tmp_path, format=CheckpointFormat.TRAINING_STATE,

@@ -74,10 +74,24 @@ def broadcast_parameters(group: Any, parameters: Sequence[torch.nn.Parameter]) -
             offset += size
 
 
-def join_group(port: int, rank: int, world_size: int) -> Any:
-    """A worker's member of the session's gloo group, over rank 0's TCPStore on `port`."""
-    store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False,
+LOOPBACK = "127.0.0.1"
+
+
+def join_group(store_address: str, rank: int, world_size: int, host: str = LOOPBACK) -> Any:
+    """A worker's member of the session's gloo group, over rank 0's TCPStore at `store_address`
+    (host:port); its gloo traffic goes over the interface of `host` (this host's address)."""
+    store_host, _, port = store_address.rpartition(":")
+    store = dist.TCPStore(store_host, int(port), world_size, is_master=False,
                           timeout=COLLECTIVE_TIMEOUT)
-    return dist.ProcessGroupGloo(store, rank, world_size, COLLECTIVE_TIMEOUT)
+    return gloo_group(store, rank, world_size, host)
+
+
+def gloo_group(store: Any, rank: int, world_size: int, host: str = LOOPBACK) -> Any:
+    """This rank's gloo process group over `store`, its transport bound to `host`'s interface
+    (loopback for a group on one host; the advertised address for a group across hosts)."""
+    options = dist.ProcessGroupGloo._Options()
+    options._devices = [dist.ProcessGroupGloo.create_device(hostname=host)]
+    options._timeout = COLLECTIVE_TIMEOUT
+    return dist.ProcessGroupGloo(store, rank, world_size, options)
 
 

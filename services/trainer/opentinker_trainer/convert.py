@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 from google.protobuf.message import Message
@@ -24,6 +25,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from opentinker_api.common.v1 import algorithm_pb2 as algo_pb
 from opentinker_api.common.v1 import datum_pb2, model_pb2, weights_pb2
 from opentinker_api.trainer.v1 import trainer_service_pb2 as pb
+from opentinker_runtime.edge.convert import lease_from_proto
 from opentinker_runtime.jobplan import defaults, models
 from opentinker_runtime.jobplan.bounds import MAX_LORA_RANK
 from opentinker_runtime.jobplan.errors import ResolveError
@@ -37,6 +39,8 @@ from opentinker_trainer.config import (AdamStep, ImportanceMask, KlEstimator, Kl
                                        OptimizerConfig, SessionSpec)
 from opentinker_trainer.errors import ValidationError
 from opentinker_trainer.export import WeightsExport, WeightsFormat
+from opentinker_trainer.remote_replicas import ReplicaPeer
+from opentinker_trainer.replicas import ReplicaInvite
 from opentinker_trainer.session import SessionView
 from opentinker_trainer.sessions import RequestKey
 
@@ -292,3 +296,25 @@ def chunk_response(chunk: Chunk) -> pb.ExportWeightsResponse:
     response.chunk.offset = chunk.offset
     response.chunk.data = chunk.data
     return response
+
+
+MAX_PEERS = 64
+
+
+def replica_peers(messages: Sequence[pb.ReplicaPeer]) -> tuple[ReplicaPeer, ...]:
+    if len(messages) > MAX_PEERS:
+        raise ValidationError("peers", f"{len(messages)} peers; at most {MAX_PEERS}")
+    return tuple(ReplicaPeer(address=m.address, device_ids=tuple(m.device_ids), lease=lease_from_proto(m.lease))
+                 for m in messages)
+
+
+def replica_invite(request: pb.StartReplicasRequest) -> ReplicaInvite:
+    for field in ("store_address", "command_address"):
+        host, _, port = getattr(request, field).rpartition(":")
+        if not host or not port.isdigit():
+            raise ValidationError(field, f"{getattr(request, field)!r} is not host:port")
+    if len(request.authkey) < 16:
+        raise ValidationError("authkey", "needs at least 16 bytes")
+    return ReplicaInvite(first_rank=request.first_rank, world_size=request.world_size,
+                         store_address=request.store_address, command_address=request.command_address,
+                         authkey=request.authkey)

@@ -58,3 +58,15 @@ class RequestIdReusedError(TrainerError):
 
     code = Code.INVALID_ARGUMENT
     reason = "REQUEST_ID_REUSED"
+
+
+class PeerRefusedError(TrainerError):
+    """Another Trainer of a data-parallel session's lease did not start its ranks (its
+    StartReplicas answer): UNAVAILABLE when it could not be reached (a retry may work), else
+    FAILED_PRECONDITION with its message."""
+
+    code = Code.FAILED_PRECONDITION
+
+    def __init__(self, address: str, code: str, details: str) -> None:
+        super().__init__(f"trainer {address} did not start its data-parallel ranks: {code}: {details}",
+                         field="peers", code=Code.UNAVAILABLE if code == "UNAVAILABLE" else None)

@@ -24,6 +24,7 @@ async def build_plan(settings: TrainerSettings) -> ServerPlan:
     from opentinker_trainer.servicer import trainer_service_binding
     from opentinker_trainer.trainer import build_registry
     from opentinker_trainer.errors import SessionNotFoundError
+    from opentinker_trainer.peer_client import PeerClient
     from opentinker_trainer.shared_exports import SharedExports
 
     quiet_transformers()
@@ -34,7 +35,9 @@ async def build_plan(settings: TrainerSettings) -> ServerPlan:
                               [device.device_id for device in devices],
                               idle_ttl_s=settings.session_idle_ttl_seconds,
                               share_lora_base=settings.share_lora_base,
-                              cycle_gather_s=settings.cycle_gather_ms / 1000)
+                              cycle_gather_s=settings.cycle_gather_ms / 1000,
+                              host=advertised_host(settings.reachable_address),
+                              start_peer=PeerClient(settings.api_key).start)
     registration = WorkerRegistration.for_settings(settings, role="trainer", devices=devices,
                                                    resident_models=registry.resident_models,
                                                    **attempt_callbacks(registry))
@@ -56,6 +59,13 @@ async def build_plan(settings: TrainerSettings) -> ServerPlan:
                       start_hooks=[idle_reaper(registry.reap_idle, registry.idle_ttl_s),
                                    idle_reaper(reap_shared, SHARED_REAP_INTERVAL_S * 4), registration.start],
                       close_hooks=[registration.stop, registry.close_all, _sync(shared.close)])
+
+
+def advertised_host(address: str) -> str:
+    """The host part of host:port (brackets of an IPv6 literal removed): where this Trainer's
+    data-parallel groups across hosts meet."""
+    host = address.rpartition(":")[0] or address
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
 
 
 def _sync(function: Callable[[], None]) -> Callable[[], Awaitable[None]]:

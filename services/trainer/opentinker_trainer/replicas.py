@@ -1,69 +1,140 @@
-"""Data-parallel training: a session replicated on several devices of this worker.
+"""Data-parallel training: a session replicated on several devices, of this worker or of others.
 
-Rank 0 is the session in the Trainer process; ranks 1..N-1 are `replica_worker` processes,
-each with a TrainingSession built from the same spec. All ranks join one gloo process group
-of their own (a TCPStore on a free port), so several data-parallel sessions can live in one
-Trainer. At start rank 0 broadcasts its parameters, so every replica begins identical.
+Rank 0 is the session in the Trainer process. Ranks on this worker's further devices are
+`replica_worker` processes it spawns, fed over pipes. Ranks on other Trainer workers (other
+hosts: the job's lease spans workers) are spawned there by that Trainer (StartReplicas, asked
+through `RemoteRanks.start`); each connects back to rank 0's command listener over TCP, both
+ends proving they know the session's random authkey, and is fed over that connection. All ranks
+join one gloo process group of their own (a TCPStore on a free port of rank 0's host), so several
+data-parallel sessions can live in one Trainer. At start rank 0 broadcasts its parameters, so
+every replica begins identical.
 
 ForwardBackward splits the datums over the ranks (balanced by tokens); every rank divides by
 the whole batch's denominators, so the sum of the ranks' gradients is the gradient of the
 batch. OptimStep sums the gradients over the group (`all_reduce_gradients`), then every rank
-clips and steps alike: the replicas stay identical. Commands go to the workers over pipes,
-results come back the same way; a worker that fails or dies raises ReplicaError.
+clips and steps alike: the replicas stay identical. A replica that fails, dies or loses its
+connection raises ReplicaError.
 """
 
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Sequence
-from multiprocessing.connection import Connection
+import secrets
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, Listener
 from pathlib import Path
 from typing import Any
 
+import structlog
 import torch.distributed as dist
 
 from opentinker_trainer import shared_prefix
 from opentinker_trainer.config import SessionSpec
-from opentinker_trainer.collectives import COLLECTIVE_TIMEOUT, ReplicaError
-from opentinker_trainer.replica_worker import serve_replica
+from opentinker_trainer.collectives import COLLECTIVE_TIMEOUT, LOOPBACK, ReplicaError, gloo_group
+from opentinker_trainer.replica_worker import HELLO, RankPlace, serve_replica
+
+log = structlog.get_logger(__name__)
 
 START_TIMEOUT_S = 300.0
+CONNECT_TIMEOUT_S = 120.0
+"""How long rank 0 waits for every rank on other hosts to connect once their Trainers said yes."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplicaInvite:
+    """What a Trainer on another host needs to start ranks of a session (StartReplicas)."""
+
+    first_rank: int
+    world_size: int
+    store_address: str
+    command_address: str
+    authkey: bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class RemoteRanks:
+    """The session's devices on other Trainer workers, and how to ask each to start its ranks."""
+
+    host: str
+    """This host's reachable address: rank 0's rendezvous, command listener and gloo interface."""
+    peers: Sequence[Any]
+    """`ReplicaPeer`s (address, device_ids, lease), their ranks following this worker's in order."""
+    start: Callable[[Any, ReplicaInvite], None]
+    """Asks one peer to start its ranks; raises (a DomainError) when it refuses."""
 
 
 class ReplicaGroup:
-    """Rank 0's handle on ranks 1..N-1: their processes, pipes and the shared gloo group."""
+    """Rank 0's handle on ranks 1..N-1: their connections, local processes and the gloo group."""
 
-    def __init__(self, spec: SessionSpec, *, devices: Sequence[str], checkpoint_root: Path) -> None:
-        self.world_size = len(devices)
-        store = dist.TCPStore("127.0.0.1", 0, self.world_size, is_master=True,
+    def __init__(self, spec: SessionSpec, *, devices: Sequence[str], checkpoint_root: Path,
+                 remote: RemoteRanks | None = None) -> None:
+        peers = list(remote.peers) if remote else []
+        self.world_size = len(devices) + sum(len(peer.device_ids) for peer in peers)
+        host = remote.host if peers and remote else LOOPBACK
+        store = dist.TCPStore(host, 0, self.world_size, is_master=True,
                               timeout=COLLECTIVE_TIMEOUT, wait_for_workers=False)
         self._store = store  # the group's rendezvous lives as long as the group
-        context = multiprocessing.get_context("spawn")
-        self._pipes: list[Connection] = []
-        self._processes = []
-        for rank in range(1, self.world_size):
-            ours, theirs = context.Pipe()
-            process = context.Process(
-                target=serve_replica, name=f"opentinker-replica-{rank}", daemon=True,
-                args=(theirs, spec, str(checkpoint_root), devices[rank], rank, self.world_size,
-                      store.port, shared_prefix.enabled()))
-            process.start()
-            theirs.close()
-            self._pipes.append(ours)
-            self._processes.append(process)
+        self._connections: dict[int, Connection] = {}
+        self._processes: dict[int, Any] = {}
+        self._where: dict[int, str] = {}
         try:
-            self.group = dist.ProcessGroupGloo(store, 0, self.world_size, COLLECTIVE_TIMEOUT)
+            self._spawn_local(spec, devices, checkpoint_root, f"{host}:{store.port}", host)
+            if peers and remote:
+                self._start_remote(spec, remote, peers, len(devices), f"{host}:{store.port}")
+            self.group = gloo_group(store, 0, self.world_size, host)
             for rank in range(1, self.world_size):
                 self._receive(rank, timeout=START_TIMEOUT_S)  # "ready": the replica is built
         except Exception:
             self.close()
             raise
 
+    def _spawn_local(self, spec: SessionSpec, devices: Sequence[str], checkpoint_root: Path,
+                     store_address: str, host: str) -> None:
+        context = multiprocessing.get_context("spawn")
+        for rank in range(1, len(devices)):
+            ours, theirs = context.Pipe()
+            place = RankPlace(rank=rank, world_size=self.world_size, device=devices[rank],
+                              store_address=store_address, host=host)
+            process = context.Process(target=serve_replica, name=f"opentinker-replica-{rank}", daemon=True,
+                                      args=(theirs, spec, str(checkpoint_root), place, shared_prefix.enabled()))
+            process.start()
+            theirs.close()
+            self._connections[rank] = ours
+            self._processes[rank] = process
+            self._where[rank] = "this host"
+
+    def _start_remote(self, spec: SessionSpec, remote: RemoteRanks, peers: Sequence[Any], first: int,
+                      store_address: str) -> None:
+        """Ask each peer Trainer to start its ranks, then take their connections (each sent the
+        spec to build) before the group forms."""
+        authkey = secrets.token_bytes(32)
+        with Listener((remote.host, 0), authkey=authkey) as listener:
+            command_address = f"{remote.host}:{listener.address[1]}"
+            expected: dict[int, str] = {}
+            for peer in peers:
+                invite = ReplicaInvite(first_rank=first, world_size=self.world_size, store_address=store_address,
+                                       command_address=command_address, authkey=authkey)
+                remote.start(peer, invite)
+                for rank in range(first, first + len(peer.device_ids)):
+                    expected[rank] = peer.address
+                first += len(peer.device_ids)
+            self._where.update(expected)
+            self._connections.update(_accept_ranks(listener, expected, CONNECT_TIMEOUT_S))
+        for connection in (self._connections[rank] for rank in expected):
+            connection.send((spec, shared_prefix.enabled()))
+
+    @property
+    def local_processes(self) -> list[Any]:
+        """The processes of the ranks on this host (those on other hosts are their Trainers')."""
+        return list(self._processes.values())
+
     def send(self, rank: int, command: str, *args: Any) -> None:
         try:
-            self._pipes[rank - 1].send((command, args))
+            self._connections[rank].send((command, args))
         except (BrokenPipeError, OSError) as error:
-            raise ReplicaError(f"replica {rank} is gone: {error}") from error
+            raise ReplicaError(f"replica {rank} ({self._where.get(rank, '?')}) is gone: {error}") from error
 
     def send_all(self, command: str, *args: Any) -> None:
         for rank in range(1, self.world_size):
@@ -78,29 +149,79 @@ class ReplicaGroup:
         return self.receive_all()
 
     def _receive(self, rank: int, timeout: float | None = None) -> Any:
-        pipe = self._pipes[rank - 1]
+        connection = self._connections[rank]
+        where = self._where.get(rank, "?")
         try:
-            if timeout is not None and not pipe.poll(timeout):
-                raise ReplicaError(f"replica {rank} did not answer within {timeout:.0f} s")
-            status, value = pipe.recv()
+            if timeout is not None and not connection.poll(timeout):
+                raise ReplicaError(f"replica {rank} ({where}) did not answer within {timeout:.0f} s")
+            status, value = connection.recv()
         except (EOFError, OSError) as error:
-            code = self._processes[rank - 1].exitcode
-            raise ReplicaError(f"replica {rank} died (exit code {code})") from error
+            process = self._processes.get(rank)
+            how = f"exit code {process.exitcode}" if process is not None else "its connection closed"
+            raise ReplicaError(f"replica {rank} ({where}) died ({how})") from error
         if status == "error":
-            raise ReplicaError(f"replica {rank} failed: {value}")
+            raise ReplicaError(f"replica {rank} ({where}) failed: {value}")
         return value
 
     def close(self) -> None:
-        """Ask every worker to exit; kill any that does not within a few seconds."""
-        for rank in range(1, self.world_size):
+        """Ask every replica to exit; kill any local one that does not within a few seconds
+        (one on another host exits when its connection closes)."""
+        for rank in list(self._connections):
             try:
                 self.send(rank, "close")
             except ReplicaError:
                 pass
-        for process in self._processes:
+        for process in self._processes.values():
             process.join(timeout=5)
             if process.is_alive():
                 process.kill()
                 process.join()
-        for pipe in self._pipes:
-            pipe.close()
+        for connection in self._connections.values():
+            connection.close()
+
+
+def _accept_ranks(listener: Listener, expected: dict[int, str], timeout: float) -> dict[int, Connection]:
+    """The connections of the `expected` ranks (rank -> peer address), each having said which
+    rank it is; ReplicaError when they are not all there within `timeout`. A caller without the
+    authkey, or one naming a rank not expected (or twice), is turned away."""
+    connected: dict[int, Connection] = {}
+    done = threading.Event()
+
+    def accept() -> None:
+        while len(connected) < len(expected):
+            try:
+                connection = listener.accept()
+            except multiprocessing.AuthenticationError as error:
+                log.warning("replica_connection_refused", why=str(error))
+                continue
+            except OSError:
+                return  # the listener closed: timed out
+            rank = _hello(connection)
+            if rank in expected and rank not in connected:
+                connected[rank] = connection
+            else:
+                log.warning("replica_connection_refused", why=f"unexpected rank {rank!r}")
+                connection.close()
+        done.set()
+
+    thread = threading.Thread(target=accept, name="opentinker-replica-accept", daemon=True)
+    thread.start()
+    if not done.wait(timeout):
+        listener.close()
+        thread.join(timeout=5)
+        for connection in connected.values():
+            connection.close()
+        missing = {rank: address for rank, address in expected.items() if rank not in connected}
+        raise ReplicaError(f"ranks {sorted(missing)} on {sorted(set(missing.values()))} did not connect "
+                           f"within {timeout:.0f} s")
+    return connected
+
+
+def _hello(connection: Connection) -> int | None:
+    try:
+        if not connection.poll(10):
+            return None
+        kind, rank = connection.recv()
+    except (EOFError, OSError, ValueError, TypeError):
+        return None
+    return rank if kind == HELLO and isinstance(rank, int) else None

@@ -17,7 +17,9 @@ from opentinker_api.trainer.v1 import trainer_service_pb2_grpc as pb_grpc
 from opentinker_runtime.core.server import ServiceBinding
 from opentinker_runtime.edge.convert import lease_from_proto
 from opentinker_runtime.edge.handlers import servicer_base
-from opentinker_runtime.edge.job_token import job_token
+from opentinker_runtime.auth.interceptor import current_principal
+from opentinker_runtime.edge.errors import AdminKeyRequired
+from opentinker_runtime.edge.job_token import job_token, presented_token
 from opentinker_trainer import convert
 from opentinker_trainer.sessions import SessionRegistry
 from opentinker_trainer.shared_exports import SharedExports
@@ -38,10 +40,19 @@ class TrainerServicer(servicer_base(pb_grpc.TrainerServiceServicer, SERVICE)):  
 
     @job_token(lease="lease")
     async def CreateSession(self, request: pb.CreateSessionRequest, context: Any) -> pb.CreateSessionResponse:
+        if request.peers and not current_principal().admin:  # this Trainer calls them with its own key
+            raise AdminKeyRequired("CreateSession with peers (a job driver's call)", current_principal().tenant_id)
         view = await self.trainer.create_session(
             convert.session_spec(request), lease=lease_from_proto(request.lease), device_ids=list(request.device_ids),
-            request=convert.request_key("CreateSession", request))
+            request=convert.request_key("CreateSession", request), peers=convert.replica_peers(request.peers),
+            job_token=presented_token(context))
         return pb.CreateSessionResponse(session=convert.session_message(view))
+
+    @job_token(lease="lease", admin_only="StartReplicas (a Trainer's call)")
+    async def StartReplicas(self, request: pb.StartReplicasRequest, context: Any) -> pb.StartReplicasResponse:
+        ranks = await self.trainer.start_replicas(lease_from_proto(request.lease), convert.replica_invite(request),
+                                                  list(request.device_ids), request.session_id)
+        return pb.StartReplicasResponse(ranks=ranks)
 
     @job_token(owner="session_id")
     async def GetSession(self, request: pb.GetSessionRequest, context: Any) -> pb.GetSessionResponse:

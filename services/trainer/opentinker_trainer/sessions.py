@@ -21,7 +21,7 @@ import asyncio
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +37,8 @@ from opentinker_trainer.config import LossConfig, SessionSpec
 from opentinker_trainer.cycle_queue import DEFAULT_GATHER_S, CycleQueue
 from opentinker_trainer.errors import RequestIdReusedError, SessionNotFoundError, ValidationError
 from opentinker_trainer.session import SessionView, TrainingSession
+from opentinker_trainer.remote_replicas import ReplicaHost, ReplicaPeer
+from opentinker_trainer.replicas import RemoteRanks, ReplicaInvite
 from opentinker_trainer.session_factory import create_session
 from opentinker_trainer.shared_base import SharedBases
 from opentinker_trainer.training import ForwardBackwardResult
@@ -100,16 +102,26 @@ class _Entry:
         return self.session.spec.job_id
 
 
+StartPeer = Callable[[ReplicaPeer, ReplicaInvite, str, str], Awaitable[None]]
+"""Asks a peer Trainer to start its ranks (peer, invite, job token, session id): `PeerClient.start`."""
+START_PEER_TIMEOUT_S = 90.0
+
+
 class SessionRegistry:
-    """Sessions keyed by session_id; fencing tokens keyed by job_id (`fencing`)."""
+    """Sessions keyed by session_id; fencing tokens keyed by job_id (`fencing`); the ranks this
+    worker runs for data-parallel sessions whose rank 0 is on another Trainer (`replica_host`)."""
 
     def __init__(self, *, checkpoint_root: Path, device: str = "cpu",
                  device_ids: tuple[str, ...] = ("cpu:0",), idle_ttl_s: float = DEFAULT_IDLE_TTL_S,
                  clock: Callable[[], float] = time.monotonic, share_lora_base: bool = True,
-                 cycle_gather_s: float = DEFAULT_GATHER_S) -> None:
+                 cycle_gather_s: float = DEFAULT_GATHER_S, host: str = "127.0.0.1",
+                 start_peer: StartPeer | None = None) -> None:
         """`share_lora_base`: LoRA sessions of one base model stand on one frozen copy of it
         (`shared_base`) and their ForwardBackward calls run in cycles (`cycle_queue`), which wait
-        up to `cycle_gather_s` for the base's other sessions; False: every session loads its own."""
+        up to `cycle_gather_s` for the base's other sessions; False: every session loads its own.
+        `host`: this worker's reachable address (a data-parallel group across hosts meets
+        there); `start_peer`: how to ask another Trainer for its ranks (None: sessions with
+        peers are refused)."""
         self.checkpoint_root = Path(checkpoint_root)
         self.bases = SharedBases() if share_lora_base else None
         self.cycles = CycleQueue(_in_thread, self.bases.holders, gather_s=cycle_gather_s) if self.bases else None
@@ -122,28 +134,70 @@ class SessionRegistry:
         self._create_lock = asyncio.Lock()
         self._created = RequestMemory()
         self._closed: OrderedDict[str, str] = OrderedDict()
+        self.host = host
+        self.start_peer = start_peer
+        self.replica_host = ReplicaHost(checkpoint_root=self.checkpoint_root, device=device, host=host)
 
     async def create(self, spec: SessionSpec, *, lease: LeaseContext, device_ids: Sequence[str] = (),
-                     request: RequestKey | None = None) -> SessionView:
-        """Open a session on `device_ids` (default: the first device; several = data-parallel).
+                     request: RequestKey | None = None, peers: Sequence[ReplicaPeer] = (),
+                     job_token: str = "") -> SessionView:
+        """Open a session on `device_ids` (default: the first device; several = data-parallel),
+        and on `peers`' devices (other Trainers of the job's lease, which start those ranks when
+        asked with the job's token).
 
         A retried request_id returns the session it created.
         """
         self.fencing.check(lease)
         devices = self.session_devices(device_ids)
+        new_id = f"sess-{uuid.uuid4().hex[:12]}"
+        remote = self._remote_ranks(peers, lease, job_token, new_id) if peers else None
         await self.close_older_attempts(lease.job_id, lease.fencing_token)  # free memory first
         async with self._create_lock:
             seen, session_id = self._created.lookup(request)
             if seen and session_id in self._entries:
                 return self._entries[session_id].session.view()
             session = await _in_thread(lambda: create_session(
-                f"sess-{uuid.uuid4().hex[:12]}", spec, checkpoint_root=self.checkpoint_root,
-                device=self.device, device_ids=devices, bases=self.bases))
+                new_id, spec, checkpoint_root=self.checkpoint_root,
+                device=self.device, device_ids=devices, bases=self.bases, remote=remote))
             self._entries[session.session_id] = _Entry(session, fencing_token=lease.fencing_token,
                                                        now=self.clock())
             ACTIVE_SESSIONS.inc()
             self._created.remember(request, session.session_id)
             return session.view()
+
+    def _remote_ranks(self, peers: Sequence[ReplicaPeer], lease: LeaseContext, job_token: str,
+                      session_id: str) -> RemoteRanks:
+        if self.start_peer is None:
+            raise ValidationError("peers", "this trainer cannot start data-parallel ranks on other workers")
+        for index, peer in enumerate(peers):
+            if not peer.address or not peer.device_ids:
+                raise ValidationError(f"peers[{index}]", "needs an address and device_ids")
+            if peer.lease.job_id != lease.job_id:
+                raise ValidationError(f"peers[{index}].lease.job_id", f"{peer.lease.job_id!r} is not the "
+                                      f"session's job ({lease.job_id!r})")
+        start_peer, loop = self.start_peer, asyncio.get_running_loop()
+
+        def start(peer: ReplicaPeer, invite: ReplicaInvite) -> None:  # from the creating thread
+            future = asyncio.run_coroutine_threadsafe(start_peer(peer, invite, job_token, session_id), loop)
+            future.result(timeout=START_PEER_TIMEOUT_S)
+
+        return RemoteRanks(host=self.host, peers=tuple(peers), start=start)
+
+    async def start_replicas(self, lease: LeaseContext, invite: ReplicaInvite, device_ids: Sequence[str]) -> int:
+        """Start ranks of another Trainer's data-parallel session of the job on `device_ids`
+        (devices of this worker, held by the job's `lease` here); how many."""
+        self.fencing.check(lease)
+        if not lease.job_id:
+            raise ValidationError("lease.job_id", "is required: replicas serve a job's lease")
+        if not device_ids:
+            raise ValidationError("device_ids", "is required")
+        devices = self.session_devices(device_ids)
+        if not 0 < invite.first_rank < invite.world_size or invite.first_rank + len(devices) > invite.world_size:
+            raise ValidationError("first_rank", f"ranks {invite.first_rank}..{invite.first_rank + len(devices) - 1} "
+                                  f"do not fit a group of {invite.world_size}")
+        # not on the torch thread: this Trainer's own data-parallel session may be waiting there
+        # for a peer's ranks (and in a test both Trainers share a process)
+        return await asyncio.to_thread(self.replica_host.start, lease.job_id, invite, devices)
 
     def resident_models(self) -> list[ResidentModel]:
         """The shared bases held now: per device and model, the jobs whose sessions stand on it."""
@@ -212,6 +266,7 @@ class SessionRegistry:
         """Close every session (server shutdown)."""
         for session_id in list(self._entries):
             await self._close_entry(self._entries[session_id], "the trainer shut down")
+        await asyncio.to_thread(self.replica_host.close_all)
 
     async def close_older_attempts(self, job_id: str, fencing_token: int) -> list[str]:
         """Close the sessions of `job_id` opened by an attempt older than `fencing_token`."""
@@ -235,6 +290,8 @@ class SessionRegistry:
         """The Scheduler no longer runs `job_id` here (cancelled, ended, or its lease moved to
         another worker; a WorkerAgent callback): close its sessions."""
         self.fencing.job_stopped(job_id)
+        if job_id:
+            await asyncio.to_thread(self.replica_host.stop_job, job_id)
         ended = [entry for entry in self._entries.values() if job_id and entry.job_id == job_id]
         for entry in ended:
             await self._close_entry(entry, f"the scheduler no longer runs job {job_id!r} on this trainer")

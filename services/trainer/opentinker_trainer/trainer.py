@@ -21,7 +21,9 @@ from opentinker_trainer.config import AdamStep, LossConfig, SessionSpec
 from opentinker_trainer.cycle_queue import DEFAULT_GATHER_S
 from opentinker_trainer.export import WeightsExport, WeightsFormat, export_for_transport
 from opentinker_trainer.session import OptimStepResult, SessionView, TrainingSession
-from opentinker_trainer.sessions import DEFAULT_IDLE_TTL_S, RequestKey, SessionRegistry
+from opentinker_trainer.remote_replicas import ReplicaPeer
+from opentinker_trainer.replicas import ReplicaInvite
+from opentinker_trainer.sessions import DEFAULT_IDLE_TTL_S, RequestKey, SessionRegistry, StartPeer
 from opentinker_trainer.shared_exports import SharedExports
 from opentinker_trainer.training import ForwardBackwardResult
 
@@ -41,10 +43,20 @@ class Trainer:
         return self.registry.view(session_id).job_id
 
     async def create_session(self, spec: SessionSpec, *, lease: LeaseContext, device_ids: Sequence[str],
-                             request: RequestKey | None) -> SessionView:
-        view = await self.registry.create(spec, lease=lease, device_ids=device_ids, request=request)
-        log.info("session_created", session_id=view.session_id, job_id=view.job_id, device_ids=list(view.device_ids))
+                             request: RequestKey | None, peers: Sequence[ReplicaPeer] = (),
+                             job_token: str = "") -> SessionView:
+        view = await self.registry.create(spec, lease=lease, device_ids=device_ids, request=request,
+                                          peers=peers, job_token=job_token)
+        log.info("session_created", session_id=view.session_id, job_id=view.job_id, device_ids=list(view.device_ids),
+                 peers=[f"{peer.address}/{','.join(peer.device_ids)}" for peer in peers])
         return view
+
+    async def start_replicas(self, lease: LeaseContext, invite: ReplicaInvite, device_ids: Sequence[str],
+                             session_id: str) -> int:
+        ranks = await self.registry.start_replicas(lease, invite, device_ids)
+        log.info("replicas_accepted", session_id=session_id[:64], job_id=lease.job_id[:128],
+                 first_rank=invite.first_rank, world_size=invite.world_size, device_ids=list(device_ids))
+        return ranks
 
     def session(self, session_id: str) -> SessionView:
         return self.registry.view(session_id)
@@ -101,12 +113,15 @@ def resolve_device(device: str) -> str:
 
 def build_registry(checkpoint_dir: Path, device: str = "auto", device_ids: Sequence[str] = (), *,
                    idle_ttl_s: float = DEFAULT_IDLE_TTL_S, share_lora_base: bool = True,
-                   cycle_gather_s: float = DEFAULT_GATHER_S) -> SessionRegistry:
+                   cycle_gather_s: float = DEFAULT_GATHER_S, host: str = "127.0.0.1",
+                   start_peer: StartPeer | None = None) -> SessionRegistry:
     """A registry writing checkpoints under `checkpoint_dir` (created on the first save),
     offering sessions `device_ids` (default: one, "<device>:0"), closing sessions idle for
     `idle_ttl_s` when its `reap_idle` runs; LoRA sessions of one base share it and train in
-    cycles (waiting up to `cycle_gather_s` for each other) unless `share_lora_base` is False."""
+    cycles (waiting up to `cycle_gather_s` for each other) unless `share_lora_base` is False.
+    `host` and `start_peer`: data-parallel sessions across Trainers (SessionRegistry)."""
     device = resolve_device(device)
     return SessionRegistry(checkpoint_root=Path(checkpoint_dir).resolve(), device=device,
                            device_ids=tuple(device_ids) or (f"{device}:0",), idle_ttl_s=idle_ttl_s,
-                           share_lora_base=share_lora_base, cycle_gather_s=cycle_gather_s)
+                           share_lora_base=share_lora_base, cycle_gather_s=cycle_gather_s, host=host,
+                           start_peer=start_peer)

@@ -49,7 +49,7 @@ class Session(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., job_id: _Optional[str] = ..., model_info: _Optional[_Union[_model_pb2.ModelInfo, _Mapping]] = ..., adaptation: _Optional[_Union[_model_pb2.Adaptation, _Mapping]] = ..., step: _Optional[int] = ..., policy_version: _Optional[int] = ..., pending_datums: _Optional[int] = ..., device_ids: _Optional[_Iterable[str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("request_id", "lease", "base_model", "adaptation", "optimizer", "seed", "max_tokens_per_micro_batch", "device_ids")
+    __slots__ = ("request_id", "lease", "base_model", "adaptation", "optimizer", "seed", "max_tokens_per_micro_batch", "device_ids", "peers")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +58,7 @@ class CreateSessionRequest(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_PER_MICRO_BATCH_FIELD_NUMBER: _ClassVar[int]
     DEVICE_IDS_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     lease: _resources_pb2.LeaseContext
     base_model: _model_pb2.ModelReference
@@ -66,7 +67,44 @@ class CreateSessionRequest(_message.Message):
     seed: int
     max_tokens_per_micro_batch: int
     device_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, request_id: _Optional[str] = ..., lease: _Optional[_Union[_resources_pb2.LeaseContext, _Mapping]] = ..., base_model: _Optional[_Union[_model_pb2.ModelReference, _Mapping]] = ..., adaptation: _Optional[_Union[_model_pb2.Adaptation, _Mapping]] = ..., optimizer: _Optional[_Union[_algorithm_pb2.OptimizerConfig, _Mapping]] = ..., seed: _Optional[int] = ..., max_tokens_per_micro_batch: _Optional[int] = ..., device_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    peers: _containers.RepeatedCompositeFieldContainer[ReplicaPeer]
+    def __init__(self, request_id: _Optional[str] = ..., lease: _Optional[_Union[_resources_pb2.LeaseContext, _Mapping]] = ..., base_model: _Optional[_Union[_model_pb2.ModelReference, _Mapping]] = ..., adaptation: _Optional[_Union[_model_pb2.Adaptation, _Mapping]] = ..., optimizer: _Optional[_Union[_algorithm_pb2.OptimizerConfig, _Mapping]] = ..., seed: _Optional[int] = ..., max_tokens_per_micro_batch: _Optional[int] = ..., device_ids: _Optional[_Iterable[str]] = ..., peers: _Optional[_Iterable[_Union[ReplicaPeer, _Mapping]]] = ...) -> None: ...
+
+class ReplicaPeer(_message.Message):
+    __slots__ = ("address", "device_ids", "lease")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_IDS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    device_ids: _containers.RepeatedScalarFieldContainer[str]
+    lease: _resources_pb2.LeaseContext
+    def __init__(self, address: _Optional[str] = ..., device_ids: _Optional[_Iterable[str]] = ..., lease: _Optional[_Union[_resources_pb2.LeaseContext, _Mapping]] = ...) -> None: ...
+
+class StartReplicasRequest(_message.Message):
+    __slots__ = ("lease", "device_ids", "first_rank", "world_size", "store_address", "command_address", "authkey", "session_id")
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_IDS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    STORE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    AUTHKEY_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    lease: _resources_pb2.LeaseContext
+    device_ids: _containers.RepeatedScalarFieldContainer[str]
+    first_rank: int
+    world_size: int
+    store_address: str
+    command_address: str
+    authkey: bytes
+    session_id: str
+    def __init__(self, lease: _Optional[_Union[_resources_pb2.LeaseContext, _Mapping]] = ..., device_ids: _Optional[_Iterable[str]] = ..., first_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., store_address: _Optional[str] = ..., command_address: _Optional[str] = ..., authkey: _Optional[bytes] = ..., session_id: _Optional[str] = ...) -> None: ...
+
+class StartReplicasResponse(_message.Message):
+    __slots__ = ("ranks",)
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    ranks: int
+    def __init__(self, ranks: _Optional[int] = ...) -> None: ...
 
 class CreateSessionResponse(_message.Message):
     __slots__ = ("session",)

@@ -82,6 +82,11 @@ class TrainerServiceStub:
                 request_serializer=opentinker_dot_trainer_dot_v1_dot_trainer__service__pb2.CloseSessionRequest.SerializeToString,
                 response_deserializer=opentinker_dot_trainer_dot_v1_dot_trainer__service__pb2.CloseSessionResponse.FromString,
                 _registered_method=True)
+        self.StartReplicas = channel.unary_unary(
+                '/opentinker.trainer.v1.TrainerService/StartReplicas',
+                request_serializer=opentinker_dot_trainer_dot_v1_dot_trainer__service__pb2.StartReplicasRequest.SerializeToString,
+                response_deserializer=opentinker_dot_trainer_dot_v1_dot_trainer__service__pb2.StartReplicasResponse.FromString,
+                _registered_method=True)
 
 
 class TrainerServiceServicer:
@@ -149,6 +154,15 @@ class TrainerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StartReplicas(self, request, context):
+        """Starts data-parallel ranks of another Trainer's session on this worker's devices of the
+        same job (a Trainer's call, admin keys only, with the job's token): the Trainer that
+        holds rank 0 sends it to each of the session's `peers`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TrainerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -196,6 +210,11 @@ def add_TrainerServiceServicer_to_server(servicer, server):
                     servicer.CloseSession,
                     request_deserializer=opentinker_dot_trainer_dot_v1_dot_trainer__service__pb2.CloseSessionRequest.FromString,
                     response_serializer=opentinker_dot_trainer_dot_v1_dot_trainer__service__pb2.CloseSessionResponse.SerializeToString,
+            ),
+            'StartReplicas': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartReplicas,
+                    request_deserializer=opentinker_dot_trainer_dot_v1_dot_trainer__service__pb2.StartReplicasRequest.FromString,
+                    response_serializer=opentinker_dot_trainer_dot_v1_dot_trainer__service__pb2.StartReplicasResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -444,6 +463,33 @@ class TrainerService:
             '/opentinker.trainer.v1.TrainerService/CloseSession',
             opentinker_dot_trainer_dot_v1_dot_trainer__service__pb2.CloseSessionRequest.SerializeToString,
             opentinker_dot_trainer_dot_v1_dot_trainer__service__pb2.CloseSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartReplicas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opentinker.trainer.v1.TrainerService/StartReplicas',
+            opentinker_dot_trainer_dot_v1_dot_trainer__service__pb2.StartReplicasRequest.SerializeToString,
+            opentinker_dot_trainer_dot_v1_dot_trainer__service__pb2.StartReplicasResponse.FromString,
             options,
             channel_credentials,
             insecure,
