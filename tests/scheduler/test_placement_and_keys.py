@@ -46,6 +46,26 @@ def test_two_requests_of_one_role_never_share_a_slot() -> None:
     assert isinstance(place([one, one, one], [trainer], {"t": ["cpu:0", "cpu:1"]}), str)
 
 
+def test_a_trainer_request_no_one_worker_can_serve_spreads_across_the_fewest_workers() -> None:
+    """Data-parallel ranks on any host: one worker when one has them all, else as few workers as
+    will do (most free first, ties by id), one placement (lease) each; never a rollout request."""
+    cpus = lambda n: [Device(device_id=f"cpu:{i}") for i in range(n)]  # noqa: E731
+    a, b, c = (worker(name, Role.TRAINER, *cpus(n)) for name, n in (("a", 1), ("b", 2), ("c", 1)))
+    free = {"a": ["cpu:0"], "b": ["cpu:0", "cpu:1"], "c": ["cpu:0"]}
+    two, three, four = (ResourceRequest(role=Role.TRAINER, device_count=n) for n in (2, 3, 4))
+    assert [(p.worker.worker_id, p.device_ids) for p in place([two], [a, b, c], free)] == [("b", ("cpu:0", "cpu:1"))]
+    assert [(p.worker.worker_id, p.device_ids) for p in place([three], [a, b, c], free)] == [
+        ("b", ("cpu:0", "cpu:1")), ("a", ("cpu:0",))]
+    assert [p.worker.worker_id for p in place([four], [a, b, c], free)] == ["b", "a", "c"]
+    assert place([ResourceRequest(role=Role.TRAINER, device_count=5)], [a, b, c], free) == (
+        "waiting for 5 trainer slots (any device) across trainer workers: 3 alive trainer workers, 4 free in all")
+    # a second request of the job sees what the first took
+    assert isinstance(place([three, two], [a, b, c], free), str)
+    rollouts = [worker(name, Role.ROLLOUT, *cpus(1)) for name in ("r1", "r2")]
+    assert isinstance(place([ResourceRequest(role=Role.ROLLOUT, device_count=2)], rollouts,
+                            {"r1": ["cpu:0"], "r2": ["cpu:0"]}), str)
+
+
 def test_new_keys_keep_the_prefix_and_do_not_collide() -> None:
     keys = Keys()
     built = [keys.job("j1"), keys.job_events("j1"), keys.job_metrics("j1"), keys.job_request("j1", "r1"),

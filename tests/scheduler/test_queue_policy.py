@@ -67,8 +67,8 @@ def test_backfilling_and_the_starvation_guard(redis_url: str) -> None:
             assert await running(h, [first, big, small]) == {first, small}  # small backfilled
             waiting = await get(h, big)
             assert waiting.queue_position == 1
-            assert waiting.status_message == ("waiting for 2 trainer slots (any device) on one worker: "
-                                              "1 alive trainer worker, at most 1 free on one")  # as the pass saw it
+            assert waiting.status_message == ("waiting for 2 trainer slots (any device) across trainer workers: "
+                                              "1 alive trainer worker, 1 free in all")  # as the pass saw it
 
             for _ in range(11):  # big waits past the starvation limit; the workers stay alive
                 clock.advance(1_000)

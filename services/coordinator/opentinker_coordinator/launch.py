@@ -15,6 +15,8 @@ from opentinker_api.common.v1 import resources_pb2
 from opentinker_api.scheduler.v1 import job_pb2
 from opentinker_api.scheduler.v1 import scheduler_service_pb2 as scheduler_pb
 from opentinker_api.scheduler.v1 import scheduler_service_pb2_grpc as scheduler_grpc
+from opentinker_api.trainer.v1 import trainer_service_pb2
+from opentinker_runtime.workers.assignments import replica_peers, role_assignments
 from opentinker_runtime.auth.channels import JobTokenSlot, authenticated_channel
 from opentinker_runtime.auth.job_tokens import job_token_of
 from opentinker_runtime.auth.tenant_paths import DEFAULT_TENANT_DATA_DIR, TenantAreas
@@ -68,7 +70,9 @@ class LaunchConfig:
 
 
 def assignment_for(job: job_pb2.Job, role: int) -> job_pb2.Assignment | None:
-    return next((a for a in job.assignments if a.role == role), None)
+    """The job's assignment of `role`; of several (Trainer devices leased across workers), the
+    first of `role_assignments`: rank 0's."""
+    return next(iter(role_assignments(job, role)), None)
 
 
 def lease_for(job: job_pb2.Job, role: int, fallback: resources_pb2.LeaseContext) -> resources_pb2.LeaseContext:
@@ -87,11 +91,16 @@ def trainer_device_ids(job: job_pb2.Job) -> tuple[str, ...]:
     return tuple(assignment.device_ids) if assignment else ()
 
 
+def trainer_peers(job: job_pb2.Job) -> tuple[trainer_service_pb2.ReplicaPeer, ...]:
+    """The job's Trainer devices on workers other than rank 0's (a lease across workers)."""
+    return tuple(replica_peers(role_assignments(job, resources_pb2.ROLE_TRAINER)))
+
+
 def trainer_session(job: job_pb2.Job, plan: JobPlan, policy: PolicyPlan) -> TrainerSession:
     """The Trainer session of `policy` (the job's, or one agent's) on the devices the job was leased."""
     return TrainerSession(request_prefix=request_prefix(job.job_id, policy.agent_id), policy=policy,
                           seed=plan.training.seed, max_tokens_per_micro_batch=plan.training.max_tokens_per_micro_batch,
-                          device_ids=trainer_device_ids(job))
+                          device_ids=trainer_device_ids(job), peers=trainer_peers(job))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -36,6 +36,8 @@ class Placement:
     trainer_lease: resources_pb2.LeaseContext
     trainer_devices: tuple[str, ...]
     rollout_address: str
+    trainer_peers: tuple[trainer_pb.ReplicaPeer, ...] = ()
+    """The job's Trainer devices on other workers (data-parallel ranks rank 0's Trainer starts)."""
     rollout_lease: resources_pb2.LeaseContext
 
 
@@ -83,7 +85,7 @@ class JobBackend:
             request_id=_request_id(), lease=self.placement.trainer_lease, base_model=message(model, model_pb2.ModelReference),
             adaptation=message(adaptation, model_pb2.Adaptation), seed=seed,
             optimizer=algorithm_pb2.OptimizerConfig(learning_rate=1e-4, beta2=0.95, epsilon=1e-12),
-            device_ids=list(self.placement.trainer_devices))
+            device_ids=list(self.placement.trainer_devices), peers=list(self.placement.trainer_peers))
         return (await self._call(self.trainer.CreateSession, request, "create_model")).session
 
     async def forward_backward(self, session_id: str, datums: Sequence[datum_pb2.Datum], loss: dict,

@@ -26,6 +26,7 @@ from opentinker_runtime.auth.channels import authenticated_channel
 from opentinker_runtime.auth.job_tokens import JOB_TOKEN_METADATA_KEY, job_token_of
 from opentinker_runtime.jobplan import resolve_job_plan
 from opentinker_runtime.workers.agent import WorkerAgent
+from opentinker_runtime.workers.assignments import replica_peers, role_assignments
 from opentinker_gateway.backend import Placement, gateway_error
 from opentinker_gateway.errors import GatewayError, Unavailable
 
@@ -153,10 +154,12 @@ def _roles_of(spec: dict) -> set[int]:
 
 
 def _placement_of(job: job_pb2.Job, roles: dict[int, job_pb2.Assignment]) -> Placement:
-    trainer, rollout = roles.get(resources_pb2.ROLE_TRAINER), roles[resources_pb2.ROLE_ROLLOUT]
+    trainers, rollout = role_assignments(job, resources_pb2.ROLE_TRAINER), roles[resources_pb2.ROLE_ROLLOUT]
+    trainer = trainers[0] if trainers else None  # rank 0's, when the Trainer devices span workers
     return Placement(job_id=job.job_id, job_token=job_token_of(job), trainer_address=trainer.address if trainer else "",
                      trainer_lease=trainer.lease if trainer else resources_pb2.LeaseContext(),
                      trainer_devices=tuple(trainer.device_ids) if trainer else (),
+                     trainer_peers=tuple(replica_peers(trainers)),
                      rollout_address=rollout.address, rollout_lease=rollout.lease)
 
 

@@ -5,6 +5,9 @@ drives it), a Coordinator's for every other type (`driver_request`).
 
 Every request is served by ONE worker of its role with enough free matching devices; among
 those, the worker with the most free ones wins (spreading load), ties broken by worker id. A
+Trainer request of several devices that no one worker has free is spread across Trainer workers
+(`spans_workers`: a data-parallel job, one rank per device on any host): on as few workers as
+will do, those with the most free devices first, one placement (one lease) per worker. A
 worker without devices (a Coordinator) offers `capacity` slots `slot:0..N-1`, usable by requests
 that ask for no particular device kind or memory.
 
@@ -109,32 +112,63 @@ def resident_devices(worker: Worker, request: ResourceRequest) -> set[str]:
 
 def place(requests: Sequence[ResourceRequest], workers: Sequence[Worker],
           free: Mapping[str, Sequence[str]]) -> list[Placement] | str:
-    """A placement for every request, or why the job has to wait (for `status_message`)."""
+    """A placement for every request (several for a request spread across workers), or why the
+    job has to wait (for `status_message`)."""
     remaining = {worker_id: list(slots) for worker_id, slots in free.items()}
     placements: list[Placement] = []
     for request in requests:
-        placement = _place_one(request, workers, remaining)
-        if isinstance(placement, str):
-            return placement
-        remaining[placement.worker.worker_id] = [
-            s for s in remaining[placement.worker.worker_id] if s not in placement.slots]
-        placements.append(placement)
+        placed = _place_one(request, workers, remaining)
+        if isinstance(placed, str):
+            return placed
+        for placement in placed:
+            remaining[placement.worker.worker_id] = [
+                s for s in remaining[placement.worker.worker_id] if s not in placement.slots]
+        placements.extend(placed)
     return placements
 
 
+def spans_workers(request: ResourceRequest) -> bool:
+    """Whether `request` may be spread across workers: whole Trainer devices, several of them
+    (each a data-parallel rank; the Trainer holding the first starts the others' ranks)."""
+    return request.role is Role.TRAINER and request.device_count > 1 and not request.shared
+
+
 def _place_one(request: ResourceRequest, workers: Sequence[Worker],
-               remaining: Mapping[str, Sequence[str]]) -> Placement | str:
+               remaining: Mapping[str, Sequence[str]]) -> list[Placement] | str:
     candidates = [(w, matching_units(w, request, remaining.get(w.worker_id, ())))
                   for w in workers if w.role is request.role]
     fitting = [(w, units) for w, units in candidates if len(units) >= request.device_count]
     if not fitting:
-        return waiting_reason(request, [len(units) for _, units in candidates])
+        spread = _place_across(request, candidates) if spans_workers(request) else None
+        return spread or waiting_reason(request, [len(units) for _, units in candidates])
     if request.shared:  # where the base is resident, then pack: the fewest free units that fit
         worker, units = min(fitting, key=lambda pair: (not _on_resident(pair[0], request, pair[1][0]),
                                                        len(pair[1]), pair[0].worker_id))
     else:  # spread: the worker with the most free units
         worker, units = min(fitting, key=lambda pair: (-len(pair[1]), pair[0].worker_id))
-    chosen = units[:request.device_count]
+    return [_placement(request, worker, units[:request.device_count])]
+
+
+def _place_across(request: ResourceRequest,
+                  candidates: Sequence[tuple[Worker, list[tuple[str, ...]]]]) -> list[Placement] | None:
+    """`request` on several workers, those with the most free units first (the fewest workers,
+    so the fewest ranks on the network), ties broken by worker id; None when all of them
+    together have too few."""
+    ordered = sorted(((w, units) for w, units in candidates if units and w.devices),
+                     key=lambda pair: (-len(pair[1]), pair[0].worker_id))
+    if sum(len(units) for _, units in ordered) < request.device_count:
+        return None
+    placements, left = [], request.device_count
+    for worker, units in ordered:
+        taken = units[:left]
+        placements.append(_placement(request, worker, taken))
+        left -= len(taken)
+        if not left:
+            break
+    return placements
+
+
+def _placement(request: ResourceRequest, worker: Worker, chosen: Sequence[tuple[str, ...]]) -> Placement:
     slots = tuple(slot for unit in chosen for slot in unit)
     device_ids = tuple(dict.fromkeys(slot_device(slot) for slot in slots)) if worker.devices else ()
     return Placement(request=request, worker=worker, slots=slots, device_ids=device_ids)
@@ -151,11 +185,14 @@ def waiting_reason(request: ResourceRequest, free_counts: Sequence[int]) -> str:
     kind = "any device" if request.device_kind is DeviceKind.UNSPECIFIED else request.device_kind.lower()
     if request.min_memory_bytes:
         kind += f", >= {request.min_memory_bytes} bytes"
-    wanted = f"waiting for {request.device_count} {role} slot{'s' * (request.device_count > 1)} ({kind}) on one worker"
+    where = f"across {role} workers" if spans_workers(request) else "on one worker"
+    wanted = f"waiting for {request.device_count} {role} slot{'s' * (request.device_count > 1)} ({kind}) {where}"
     if not free_counts:
         return f"{wanted}: no alive {role} worker is registered{NO_WORKER_HINTS.get(request.role, '')}"
-    return (f"{wanted}: {len(free_counts)} alive {role} worker{'s' * (len(free_counts) > 1)}, "
-            f"at most {max(free_counts)} free on one")
+    alive = f"{len(free_counts)} alive {role} worker{'s' * (len(free_counts) > 1)}"
+    if spans_workers(request):
+        return f"{wanted}: {alive}, {sum(free_counts)} free in all"
+    return f"{wanted}: {alive}, at most {max(free_counts)} free on one"
 
 
 NO_WORKER_HINTS = {Role.GATEWAY: " (a SESSION job is driven by the Tinker gateway: start one)"}

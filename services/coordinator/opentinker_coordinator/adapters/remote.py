@@ -55,7 +55,9 @@ class TrainerSession:
     seed: int
     max_tokens_per_micro_batch: int
     device_ids: tuple[str, ...] = ()
-    """The Trainer devices the Scheduler leased the job (several = data-parallel)."""
+    """The Trainer devices the Scheduler leased the job on rank 0's worker (several = data-parallel)."""
+    peers: tuple[trainer_pb.ReplicaPeer, ...] = ()
+    """The job's Trainer devices on other workers: further data-parallel ranks, started by rank 0's."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,7 +112,7 @@ class RemoteTrainer:
             base_model=model_message(policy.model), adaptation=adaptation_message(policy.adaptation),
             optimizer=optimizer_message(policy.optimizer), seed=self.session.seed,
             max_tokens_per_micro_batch=self.session.max_tokens_per_micro_batch,
-            device_ids=list(self.session.device_ids))
+            device_ids=list(self.session.device_ids), peers=list(self.session.peers))
 
     async def open(self) -> None:
         request = self.create_request()
