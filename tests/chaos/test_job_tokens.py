@@ -105,6 +105,9 @@ def lease_calls(trainer: trainer_grpc.TrainerServiceStub, rollout: rollout_grpc.
         "Trainer.LoadCheckpoint": lambda md: trainer.LoadCheckpoint(trainer_pb.LoadCheckpointRequest(
             checkpoint_id="none", **session), metadata=md),
         "Trainer.CloseSession": lambda md: trainer.CloseSession(trainer_pb.CloseSessionRequest(**session), metadata=md),
+        "Trainer.StartReplicas": lambda md: trainer.StartReplicas(trainer_pb.StartReplicasRequest(
+            lease=trainer_lease, device_ids=["cpu:0"], first_rank=1, world_size=2, store_address="127.0.0.1:9",
+            command_address="127.0.0.1:9", authkey=b"k" * 32), metadata=md),
         "Rollout.LoadModel": lambda md: rollout.LoadModel(rollout_pb.LoadModelRequest(lease=rollout_lease, model=MODEL),
                                                           metadata=md),
         "Rollout.UnloadModel": lambda md: rollout.UnloadModel(rollout_pb.UnloadModelRequest(

@@ -44,7 +44,7 @@ WORKER_SERVICES = {"opentinker.trainer.v1.TrainerService": "trainer", "opentinke
 WORKER_ROWS: dict[str, tuple[str, ...]] = {
     "opentinker.trainer.v1.TrainerService": ("CreateSession", "GetSession", "ForwardBackward", "OptimStep",
                                              "ComputeLogprobs", "SaveCheckpoint", "LoadCheckpoint",
-                                             "ExportWeights", "CloseSession"),
+                                             "ExportWeights", "CloseSession", "StartReplicas"),
     "opentinker.rollout.v1.RolloutService": ("LoadModel", "UnloadModel", "UpdateWeights", "Sample", "RunEpisodes"),
     "opentinker.envhost.v1.EnvHostService": ("ListEnvironments", "OpenSession", "Reset", "Step", "CloseSession",
                                              "Interact"),
