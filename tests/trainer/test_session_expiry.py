@@ -187,3 +187,40 @@ def test_an_idle_session_of_an_attempt_assigned_here_lives_as_long_as_its_lease(
             await agent.on_stop("job-1")
             assert "no longer runs job 'job-1'" in await not_found(stub, leased)
     asyncio.run(scenario())
+
+
+def test_a_stopped_jobs_data_parallel_call_waiting_on_a_silent_replica_ends_at_once(tmp_path) -> None:
+    """A replica that never answers (stopped here with SIGSTOP: what a rank on a host cut off
+    from this one looks like) would hold ForwardBackward, and the Trainer's torch thread, for
+    good. The Scheduler's word that the job stopped breaks the replicas' links: the call fails
+    with ReplicaError and the session closes within seconds."""
+    import os
+    import signal
+
+    from opentinker_runtime.edge.lease import LeaseContext
+    from opentinker_trainer.collectives import ReplicaError
+    from opentinker_trainer.config import LossConfig, LossFunction
+    from tests.trainer.helpers import rl_datums, spec
+
+    ppo = LossConfig(function=LossFunction.PPO_CLIP, clip_low=0.2, clip_high=0.2)
+
+    async def scenario() -> None:
+        registry = build_registry(tmp_path, "cpu", device_ids=["cpu:0", "cpu:1"])
+        held = LeaseContext(job_id="job-dp", lease_id="l-1", fencing_token=1)
+        view = await registry.create(spec(job_id="job-dp"), lease=held, device_ids=("cpu:0", "cpu:1"))
+        replica = registry._entries[view.session_id].session.replicas.local_processes[0]
+        os.kill(replica.pid, signal.SIGSTOP)
+        try:
+            call = asyncio.create_task(registry.forward_backward(view.session_id, held, rl_datums(count=4), ppo))
+            await asyncio.sleep(2.0)
+            assert not call.done()  # waiting for the silent replica
+            started = time.monotonic()
+            assert await asyncio.wait_for(registry.job_stopped("job-dp"), timeout=15) == [view.session_id]
+            with pytest.raises(ReplicaError):
+                await call
+            assert time.monotonic() - started < 15
+        finally:
+            if replica.is_alive():  # closing the session kills it
+                os.kill(replica.pid, signal.SIGCONT)
+            await registry.close_all()
+    asyncio.run(scenario())

@@ -19,7 +19,9 @@ connection raises ReplicaError.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import secrets
+import socket
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -162,6 +164,17 @@ class ReplicaGroup:
         if status == "error":
             raise ReplicaError(f"replica {rank} ({where}) failed: {value}")
         return value
+
+    def abort(self) -> None:
+        """Break every replica's command link, from any thread: a call waiting for a replica's
+        answer (one on a host cut off from this one would never come) fails at once with
+        ReplicaError. A wait inside a gloo collective still lasts until its timeout."""
+        for connection in self._connections.values():
+            try:
+                with socket.socket(fileno=os.dup(connection.fileno())) as link:
+                    link.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # closed already
 
     def close(self) -> None:
         """Ask every replica to exit; kill any local one that does not within a few seconds

@@ -335,7 +335,10 @@ class SessionRegistry:
             raise SessionNotFoundError(session_id, closed_because=self._closed.get(session_id, "another call closed it"))
 
     async def _close_entry(self, entry: _Entry, why: str) -> None:
-        """Close `entry` for `why` once the call it runs (if any) ends."""
+        """Close `entry` for `why` once the call it runs (if any) ends; a data-parallel call
+        waiting on its replicas is cut short (a replica host may be unreachable for good)."""
+        if entry.lock.locked() and entry.session.replicas is not None:
+            entry.session.replicas.abort()
         async with entry.lock:
             if not entry.closed:
                 await self._release(entry, why)
