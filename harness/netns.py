@@ -11,16 +11,40 @@ so the test process (root namespace) reaches every host and the hosts reach each
 the bridge. Cutting a host sets its peer down: its processes keep running and see no network. Needs
 root (or CAP_NET_ADMIN); `available()` says whether this machine can. The filesystem is shared:
 the hosts see the same checkpoint directory (as shared storage would).
+
+The subnet index <n> is claimed with a lock file (`/tmp/opentinker-netns-<n>.lock`, flock, held
+until `tear_down`): runs in parallel processes take different indices, and a bridge or namespace
+left with a free index is a dead run's, removed before use.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 BRIDGE_HOST = 254
+FIRST_INDEX, INDICES = 100, 100
+LOCK_PATH = "/tmp/opentinker-netns-{index}.lock"
+
+
+def claim_index(preferred: int | None = None) -> tuple[int, int]:
+    """(a subnet index no other live run holds, the fd of its lock): `preferred` only when it is
+    given (RuntimeError when it is taken), else the first free one from this pid's."""
+    start = preferred if preferred is not None else FIRST_INDEX + os.getpid() % INDICES
+    candidates = [start] if preferred is not None else \
+        [FIRST_INDEX + (start - FIRST_INDEX + offset) % INDICES for offset in range(INDICES)]
+    for index in candidates:
+        fd = os.open(LOCK_PATH.format(index=index), os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return index, fd
+    raise RuntimeError(f"every subnet index in {candidates[0]}..{candidates[-1]} is held by another run")
 
 
 def available() -> bool:
@@ -46,7 +70,7 @@ class HostNetwork:
     def __init__(self, hosts: Sequence[str], *, subnet_index: int | None = None) -> None:
         if len(hosts) >= BRIDGE_HOST:
             raise ValueError(f"at most {BRIDGE_HOST - 1} hosts")
-        self.index = subnet_index if subnet_index is not None else 100 + os.getpid() % 100
+        self.index, self._lock = claim_index(subnet_index)
         self.hosts = list(hosts)
         self.bridge = f"otbr{self.index}"
         self.processes: list[subprocess.Popen] = []
@@ -72,7 +96,7 @@ class HostNetwork:
         return f"otv{self.index}h{self.hosts.index(host) + 1}"
 
     def __enter__(self) -> HostNetwork:
-        self.tear_down()  # leftovers of a killed run with the same index
+        self._remove_links()  # leftovers of a dead run with the same index (its lock is free)
         try:
             _ip("link", "add", self.bridge, "type", "bridge")
             _ip("addr", "add", f"{self.gateway_address}/24", "dev", self.bridge)
@@ -129,6 +153,12 @@ class HostNetwork:
                 os.killpg(process.pid, 9)
                 process.wait(timeout=5)
         self.processes.clear()
+        self._remove_links()
+        if self._lock >= 0:
+            os.close(self._lock)  # the index is free for the next run
+            self._lock = -1
+
+    def _remove_links(self) -> None:
         for index in range(1, len(self.hosts) + 1):
             subprocess.run(["ip", "netns", "del", f"ot{self.index}-{index}"], capture_output=True, check=False)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)

@@ -87,3 +87,27 @@ class LoopbackCapture:
         if len(tcp) > offset:
             self.chunks.append(bytes(tcp[offset:]))
             self.packets += 1
+
+
+def send_marker_in_clear(address: str, marker: str, *, retry_seconds: float = 30.0) -> None:
+    """A plaintext gRPC call to `address` carrying `marker` in its body (a capture's control: it
+    must be seen in clear). Returns once the request went out (any gRPC server answers OK or
+    NOT_FOUND for a health check of an unknown service); retries other failures (the server
+    still starting) for `retry_seconds`."""
+    import time
+
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    deadline = time.monotonic() + retry_seconds
+    while True:
+        with grpc.insecure_channel(address) as channel:
+            try:
+                health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=marker), timeout=5)
+                return
+            except grpc.RpcError as error:
+                if error.code() == grpc.StatusCode.NOT_FOUND:
+                    return
+                if time.monotonic() > deadline:
+                    raise
+        time.sleep(0.5)

@@ -171,3 +171,24 @@ def test_no_module_imports_a_test_module_or_a_bench() -> None:
     found = [f"{path.relative_to(ROOT)}: {name}" for path in python_files("tests") for name in imports_of(path)
              if name.split(".")[0] == "bench" or (name.startswith("tests.") and ".test_" in name)]
     assert found == []
+
+
+def test_multi_host_runs_in_parallel_processes_claim_different_subnets() -> None:
+    """harness/netns.py: a subnet index is held by a lock until the run tears down; a second run
+    takes the next free one, and asking for a held index fails rather than sharing it."""
+    import os
+
+    from harness.netns import claim_index
+
+    first, first_lock = claim_index()
+    second, second_lock = claim_index()
+    try:
+        assert first != second
+        with pytest.raises(RuntimeError, match="held by another run"):
+            claim_index(first)
+        os.close(first_lock)
+        again, again_lock = claim_index(first)  # free once its run let go
+        assert again == first
+        os.close(again_lock)
+    finally:
+        os.close(second_lock)

@@ -7,13 +7,10 @@ spec. The capture's control: a plaintext call across the same links is seen in c
 from __future__ import annotations
 
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 
-import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from opentinker.cli.health_probe import SERVING, check_health
 from opentinker_api.scheduler.v1 import job_pb2
@@ -21,7 +18,7 @@ from opentinker_runtime.auth.api_keys import parse_api_key
 from harness.job_specs import TINY_LLAMA, builtin_model, lora, rl_spec
 from harness.multihost import LAPTOP_ENVHOST, PORTS, MultiHostStack
 from harness.netns import available
-from harness.packet_capture import LoopbackCapture
+from harness.packet_capture import LoopbackCapture, send_marker_in_clear
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600),
               pytest.mark.skipif(not available(), reason="needs root: network namespaces and a bridge")]
@@ -67,7 +64,7 @@ def test_nothing_secret_crosses_the_links_between_hosts_with_mutual_tls(stack: M
                 if not token and event.WhichOneof("payload") == "metrics":
                     token = next((a.job_token for a in admin.get_job(job.job_id).assignments if a.job_token), "")
             final = tenant.get_job(job.job_id)
-        _plaintext_call(f"{laptop}:{CONTROL_PORT}", control)
+        send_marker_in_clear(f"{laptop}:{CONTROL_PORT}", control)
     assert final.state == job_pb2.Job.STATE_SUCCEEDED, (final.status_message, stack.logs())
     assert token
     wire = capture.payload
@@ -82,18 +79,3 @@ def test_nothing_secret_crosses_the_links_between_hosts_with_mutual_tls(stack: M
         address = f"{stack.net.address(host)}:{PORTS[name]}"
         assert check_health(address, timeout=2, tls=stack.client_tls) == SERVING
         assert check_health(address, timeout=2) != SERVING
-
-
-def _plaintext_call(address: str, marker: str) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        with grpc.insecure_channel(address) as channel:
-            try:
-                health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=marker), timeout=5)
-                return
-            except grpc.RpcError as error:
-                if error.code() == grpc.StatusCode.NOT_FOUND:  # the request (and the marker) went out
-                    return
-                if time.monotonic() > deadline:
-                    raise
-        time.sleep(0.5)
