@@ -1,4 +1,4 @@
-"""Secrets never leak: the live stack (auth on) runs a tenant's job with a job token in play, then
+"""Secrets never leak: the live stack (auth on, every link mutual TLS) runs a tenant's job with a job token in play, then
 every place a secret could end up is searched for every secret.
 
 Secrets: the stack's admin (service) key, the tenant's key, the job's token (captured from an
@@ -27,7 +27,7 @@ from opentinker_runtime.auth.job_tokens import HASH_FIELD, JOB_TOKEN_PATTERN, ha
 from opentinker_runtime.core.redis_store import Keys
 from harness.job_specs import rl_spec
 from harness.stack import LocalStack
-from tests.chaos._security_stack import admin, stack  # noqa: F401 - the shared fixtures
+from tests.chaos._tls_security_stack import assert_tls_only, tls_admin, tls_stack  # noqa: F401 - fixtures `stack`, `admin` over mutual TLS
 
 pytestmark = pytest.mark.timeout(180)
 TENANT = "secrets-tenant"
@@ -110,6 +110,7 @@ def metrics_pages(stack: LocalStack) -> dict[str, str]:
 
 def test_no_secret_reaches_logs_events_files_argv_metrics_or_the_dashboard(stack: LocalStack,
                                                                            admin: SchedulerClient) -> None:
+    assert_tls_only(stack)
     tenant_key = admin.create_tenant(TENANT).api_key_secret
     with SchedulerClient(stack.address("scheduler"), api_key=tenant_key) as tenant:
         submitted = tenant.submit_job(rl_spec(total_steps=3))

@@ -1,4 +1,4 @@
-"""Tenant isolation on every read path of the live stack (auth on).
+"""Tenant isolation on every read path of the live stack (auth on, every link mutual TLS).
 
 An admin creates tenants A and B, each with its own key; A runs a job. With B's key, every RPC
 of every service (the table below, checked against the service descriptors, so a new RPC
@@ -27,11 +27,12 @@ from google.protobuf import message_factory
 import opentinker_api
 from opentinker_api.scheduler.v1 import job_pb2
 from opentinker.client import SchedulerClient
+from opentinker.client.tls import open_channel
 from opentinker.dashboard.routes import ROUTES
 from harness.stack import LocalStack
 from tests.chaos._isolation import (A_DISPLAY_NAME, A_TENANT, B_TENANT, SCHEDULER_ROWS, Expect, World, bearer, call,
                                     method_descriptor, named_spec)
-from tests.chaos._security_stack import admin, stack  # noqa: F401 - the shared fixtures
+from tests.chaos._tls_security_stack import assert_tls_only, tls_admin, tls_stack  # noqa: F401 - fixtures `stack`, `admin` over mutual TLS
 
 pytestmark = pytest.mark.timeout(180)
 SCHEDULER = "opentinker.scheduler.v1.SchedulerService"
@@ -111,6 +112,7 @@ def test_the_table_names_every_rpc_of_every_service_and_every_dashboard_route() 
 
 
 def test_tenant_b_reaches_nothing_of_tenant_a(stack: LocalStack, admin: SchedulerClient, world: World) -> None:
+    assert_tls_only(stack)  # every call below went over the stack's TLS
     readable = [*scheduler_calls_as_b(stack, world), *worker_calls_as_b(stack, world),
                 *dashboard_calls_as_b(stack, world)]
     readable += own_objects_of_b(stack, world)
@@ -127,7 +129,7 @@ def test_tenant_b_reaches_nothing_of_tenant_a(stack: LocalStack, admin: Schedule
 def scheduler_calls_as_b(stack: LocalStack, world: World) -> list[tuple[str, str]]:
     """Every Scheduler row with B's key; the text of what B could read."""
     readable = []
-    with grpc.insecure_channel(stack.address("scheduler")) as channel:
+    with open_channel(stack.address("scheduler")) as channel:  # the stack's TLS
         for name, (expect, make) in SCHEDULER_ROWS.items():
             path = f"{SCHEDULER}/{name}"
             readable += outcome(path, expect, lambda: call(channel, path, make(world), bearer(world.b_key)))
@@ -137,7 +139,7 @@ def scheduler_calls_as_b(stack: LocalStack, world: World) -> list[tuple[str, str
 def worker_calls_as_b(stack: LocalStack, world: World) -> list[tuple[str, str]]:
     readable = []
     for service, names in WORKER_ROWS.items():
-        with grpc.insecure_channel(stack.address(WORKER_SERVICES[service])) as channel:
+        with open_channel(stack.address(WORKER_SERVICES[service])) as channel:
             for name in names:
                 path = f"{service}/{name}"
                 request = aimed_at_a(method_descriptor(path), world)
