@@ -130,7 +130,7 @@ def test_every_rpc_answers_fuzzed_requests_with_canonical_codes_and_stays_health
     failures = [f"{f.rpc} [{f.case_kind}] {f.problem}: {f.details!r}\n    {f.reproducer}"
                 for tally in tallies for f in tally.failures]
     assert not failures, f"{len(failures)} oracle failures in {cases} cases:\n" + "\n".join(failures)
-    assert {tally.rpc for tally in tallies} == set(RPCS) and len(RPCS) == 54
+    assert {tally.rpc for tally in tallies} == set(RPCS) and len(RPCS) == 55
     assert all(tally.total >= EXAMPLES_PER_RPC for tally in tallies), summary_table(tallies)
     assert target.cancel_unfinished_jobs() == 0  # SubmitJob's batch cleaned up after itself
     assert target.all_health_problems() == []
