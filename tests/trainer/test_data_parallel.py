@@ -84,3 +84,27 @@ def test_training_state_holds_every_ranks_dropout_stream_and_resumes_exactly(tmp
     finally:
         parallel.close()
     assert not any(process.is_alive() for process in processes)
+
+
+def test_a_collective_waiting_on_a_silent_rank_fails_after_the_collective_timeout(tmp_path) -> None:
+    """A rank that never reaches the gradient sum (stopped with SIGSTOP: a rank host cut off
+    mid-step) holds OptimStep for OPENTINKER_TRAINER_COLLECTIVE_TIMEOUT_SECONDS (3 s here), then
+    the step fails instead of waiting for good."""
+    import os
+    import signal
+    import time
+
+    parallel = create_session("two", spec(lora=LoraSpec(rank=4, alpha=8)), checkpoint_root=tmp_path,
+                              device_ids=TWO_CPUS, collective_timeout_s=3.0)
+    replica = parallel.replicas.local_processes[0]
+    try:
+        parallel.forward_backward(rl_datums(count=4, length=12), PPO)
+        os.kill(replica.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        with pytest.raises(RuntimeError, match="[Tt]imed out"):
+            parallel.optim_step()
+        assert 2.5 < time.monotonic() - started < 30
+    finally:
+        if replica.is_alive():
+            os.kill(replica.pid, signal.SIGCONT)
+        parallel.close()

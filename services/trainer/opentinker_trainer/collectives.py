@@ -13,7 +13,9 @@ import torch.distributed as dist
 
 from opentinker_trainer.errors import TrainerError
 
-COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=10)
+DEFAULT_COLLECTIVE_TIMEOUT_S = 600.0
+"""How long a rank waits in a collective (or for the group to form) before it fails: the Trainer's
+OPENTINKER_TRAINER_COLLECTIVE_TIMEOUT_SECONDS."""
 RNG_SEED_STRIDE = 1_000_003  # rank r's dropout stream is seeded with seed + r * stride
 
 
@@ -77,21 +79,33 @@ def broadcast_parameters(group: Any, parameters: Sequence[torch.nn.Parameter]) -
 LOOPBACK = "127.0.0.1"
 
 
-def join_group(store_address: str, rank: int, world_size: int, host: str = LOOPBACK) -> Any:
+def join_group(store_address: str, rank: int, world_size: int, host: str = LOOPBACK,
+               timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S) -> Any:
     """A worker's member of the session's gloo group, over rank 0's TCPStore at `store_address`
     (host:port); its gloo traffic goes over the interface of `host` (this host's address)."""
     store_host, _, port = store_address.rpartition(":")
     store = dist.TCPStore(store_host, int(port), world_size, is_master=False,
-                          timeout=COLLECTIVE_TIMEOUT)
-    return gloo_group(store, rank, world_size, host)
+                          timeout=timedelta(max(timeout_s, FORM_TIMEOUT_S)))
+    return gloo_group(store, rank, world_size, host, timeout_s)
 
 
-def gloo_group(store: Any, rank: int, world_size: int, host: str = LOOPBACK) -> Any:
+def gloo_group(store: Any, rank: int, world_size: int, host: str = LOOPBACK,
+               timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S) -> Any:
     """This rank's gloo process group over `store`, its transport bound to `host`'s interface
     (loopback for a group on one host; the advertised address for a group across hosts)."""
     options = dist.ProcessGroupGloo._Options()
     options._devices = [dist.ProcessGroupGloo.create_device(hostname=host)]
-    options._timeout = COLLECTIVE_TIMEOUT
-    return dist.ProcessGroupGloo(store, rank, world_size, options)
+    options._timeout = timedelta(max(timeout_s, FORM_TIMEOUT_S))  # the ranks start (torch imports) first
+    group = dist.ProcessGroupGloo(store, rank, world_size, options)
+    group.set_timeout(timedelta(timeout_s))
+    return group
+
+
+FORM_TIMEOUT_S = 300.0
+"""How long the ranks of a new group wait for each other to join (a replica process starts first)."""
+
+
+def timedelta(seconds: float) -> datetime.timedelta:
+    return datetime.timedelta(seconds=seconds)
 
 

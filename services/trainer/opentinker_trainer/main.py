@@ -37,7 +37,8 @@ async def build_plan(settings: TrainerSettings) -> ServerPlan:
                               share_lora_base=settings.share_lora_base,
                               cycle_gather_s=settings.cycle_gather_ms / 1000,
                               host=advertised_host(settings.reachable_address),
-                              start_peer=PeerClient(settings.api_key).start)
+                              start_peer=PeerClient(settings.api_key).start,
+                              collective_timeout_s=settings.collective_timeout_seconds)
     registration = WorkerRegistration.for_settings(settings, role="trainer", devices=devices,
                                                    resident_models=registry.resident_models,
                                                    **attempt_callbacks(registry))

@@ -19,6 +19,7 @@ from typing import Any
 
 import structlog
 
+from opentinker_trainer.collectives import DEFAULT_COLLECTIVE_TIMEOUT_S
 from opentinker_trainer.replica_worker import RankPlace, serve_remote_replica
 from opentinker_trainer.replicas import ReplicaInvite
 from opentinker_trainer.session_loading import replica_device
@@ -41,8 +42,10 @@ class ReplicaPeer:
 class ReplicaHost:
     """Processes of remote-rank-0 sessions, by job."""
 
-    def __init__(self, *, checkpoint_root: Path, device: str, host: str) -> None:
+    def __init__(self, *, checkpoint_root: Path, device: str, host: str,
+                 timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S) -> None:
         self.checkpoint_root = checkpoint_root
+        self.timeout_s = timeout_s
         self.device = device
         self.host = host
         self._processes: dict[str, list[Any]] = {}
@@ -54,7 +57,7 @@ class ReplicaHost:
         for index, device_id in enumerate(device_ids):
             place = RankPlace(rank=invite.first_rank + index, world_size=invite.world_size,
                               device=replica_device(self.device, device_id), store_address=invite.store_address,
-                              host=self.host)
+                              host=self.host, timeout_s=self.timeout_s)
             process = context.Process(target=serve_remote_replica, name=f"opentinker-replica-{place.rank}",
                                       daemon=True, args=(invite.command_address, invite.authkey,
                                                          str(self.checkpoint_root), place))

@@ -31,6 +31,8 @@ class RankPlace:
     """host:port of rank 0's TCPStore."""
     host: str = "127.0.0.1"
     """This host's address: the interface its gloo traffic uses."""
+    timeout_s: float = 600.0
+    """Its collectives' timeout (`collectives.DEFAULT_COLLECTIVE_TIMEOUT_S`, or the Trainer's setting)."""
 
 
 def serve_replica(pipe: Connection, spec: SessionSpec, checkpoint_root: str, place: RankPlace,
@@ -44,7 +46,7 @@ def serve_replica(pipe: Connection, spec: SessionSpec, checkpoint_root: str, pla
     set_torch_threads(resolve_torch_threads(0).threads)  # rank 0's count: it exported OMP_NUM_THREADS
     shared_prefix.set_enabled(share_prefixes)
     quiet_transformers()
-    group = join_group(place.store_address, place.rank, place.world_size, place.host)
+    group = join_group(place.store_address, place.rank, place.world_size, place.host, place.timeout_s)
     try:
         session = load_rank_session(f"replica-{place.rank}", spec, checkpoint_root=Path(checkpoint_root),
                                     device=place.device, device_ids=(place.device,), rank=place.rank, group=group)

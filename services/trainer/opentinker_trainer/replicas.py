@@ -23,6 +23,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, Listener
@@ -34,7 +35,8 @@ import torch.distributed as dist
 
 from opentinker_trainer import shared_prefix
 from opentinker_trainer.config import SessionSpec
-from opentinker_trainer.collectives import COLLECTIVE_TIMEOUT, LOOPBACK, ReplicaError, gloo_group
+from opentinker_trainer.collectives import (DEFAULT_COLLECTIVE_TIMEOUT_S, FORM_TIMEOUT_S, LOOPBACK, ReplicaError,
+                                            gloo_group, timedelta)
 from opentinker_trainer.replica_worker import HELLO, RankPlace, serve_replica
 
 log = structlog.get_logger(__name__)
@@ -71,12 +73,14 @@ class ReplicaGroup:
     """Rank 0's handle on ranks 1..N-1: their connections, local processes and the gloo group."""
 
     def __init__(self, spec: SessionSpec, *, devices: Sequence[str], checkpoint_root: Path,
-                 remote: RemoteRanks | None = None) -> None:
+                 remote: RemoteRanks | None = None, timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S) -> None:
+        """`timeout_s`: how long any rank waits in a collective (the Trainer's collective timeout)."""
         peers = list(remote.peers) if remote else []
+        self.timeout_s = timeout_s
         self.world_size = len(devices) + sum(len(peer.device_ids) for peer in peers)
         host = remote.host if peers and remote else LOOPBACK
         store = dist.TCPStore(host, 0, self.world_size, is_master=True,
-                              timeout=COLLECTIVE_TIMEOUT, wait_for_workers=False)
+                              timeout=timedelta(max(timeout_s, FORM_TIMEOUT_S)), wait_for_workers=False)
         self._store = store  # the group's rendezvous lives as long as the group
         self._connections: dict[int, Connection] = {}
         self._processes: dict[int, Any] = {}
@@ -85,7 +89,7 @@ class ReplicaGroup:
             self._spawn_local(spec, devices, checkpoint_root, f"{host}:{store.port}", host)
             if peers and remote:
                 self._start_remote(spec, remote, peers, len(devices), f"{host}:{store.port}")
-            self.group = gloo_group(store, 0, self.world_size, host)
+            self.group = gloo_group(store, 0, self.world_size, host, timeout_s)
             for rank in range(1, self.world_size):
                 self._receive(rank, timeout=START_TIMEOUT_S)  # "ready": the replica is built
         except Exception:
@@ -98,7 +102,7 @@ class ReplicaGroup:
         for rank in range(1, len(devices)):
             ours, theirs = context.Pipe()
             place = RankPlace(rank=rank, world_size=self.world_size, device=devices[rank],
-                              store_address=store_address, host=host)
+                              store_address=store_address, host=host, timeout_s=self.timeout_s)
             process = context.Process(target=serve_replica, name=f"opentinker-replica-{rank}", daemon=True,
                                       args=(theirs, spec, str(checkpoint_root), place, shared_prefix.enabled()))
             process.start()
@@ -164,6 +168,19 @@ class ReplicaGroup:
         if status == "error":
             raise ReplicaError(f"replica {rank} ({where}) failed: {value}")
         return value
+
+    def drain(self, timeout_s: float) -> None:
+        """After rank 0 failed a command: take each replica's answer to it (whatever it is),
+        giving them `timeout_s` in all; a replica silent that long has its link broken
+        (`abort`), so no later call waits on it."""
+        deadline = time.monotonic() + timeout_s
+        for rank in range(1, self.world_size):
+            try:
+                self._receive(rank, timeout=max(0.0, deadline - time.monotonic()))
+            except ReplicaError:
+                if time.monotonic() >= deadline:
+                    self.abort()
+                    return
 
     def abort(self) -> None:
         """Break every replica's command link, from any thread: a call waiting for a replica's

@@ -236,8 +236,11 @@ class TrainingSession:
             self.replicas.send_all("optim_step", hyperparameters)
         try:
             outcome = self.apply_update(hyperparameters)
-        finally:
-            remote = self.replicas.receive_all() if self.replicas else []
+        except BaseException:
+            if self.replicas:  # the sum failed (a rank timed out): the others answer in time or are cut off
+                self.replicas.drain(self.replicas.timeout_s)
+            raise
+        remote = self.replicas.receive_all() if self.replicas else []
         if any(other != outcome for other in remote):
             raise ReplicaError(f"replicas diverged: rank 0 (grad norm, applied) = {outcome}, "
                                f"the others {remote}")

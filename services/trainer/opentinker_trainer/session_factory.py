@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from opentinker_trainer.collectives import broadcast_parameters
+from opentinker_trainer.collectives import DEFAULT_COLLECTIVE_TIMEOUT_S, broadcast_parameters
 from opentinker_trainer.config import SessionSpec
 from opentinker_trainer.replicas import RemoteRanks, ReplicaGroup
 from opentinker_trainer.session import TrainingSession
@@ -17,7 +17,8 @@ from opentinker_trainer.shared_base import SharedBases
 
 def create_session(session_id: str, spec: SessionSpec, *, checkpoint_root: Path,
                    device: str = "cpu", device_ids: tuple[str, ...] = ("cpu:0",),
-                   bases: SharedBases | None = None, remote: RemoteRanks | None = None) -> TrainingSession:
+                   bases: SharedBases | None = None, remote: RemoteRanks | None = None,
+                   collective_timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S) -> TrainingSession:
     """A session on `device_ids`: data-parallel (one replica process per further device, and
     the ranks `remote` peers start) when there are several. A LoRA session on one device stands
     on a base shared through `bases` (when given); a data-parallel one loads a base of its own."""
@@ -25,15 +26,17 @@ def create_session(session_id: str, spec: SessionSpec, *, checkpoint_root: Path,
     session = load_rank_session(session_id, spec, checkpoint_root=checkpoint_root, device=device,
                                 device_ids=device_ids, bases=None if data_parallel else bases)
     if data_parallel:
-        _start_replicas(session, checkpoint_root, remote)
+        _start_replicas(session, checkpoint_root, remote, collective_timeout_s)
     return session
 
 
-def _start_replicas(session: TrainingSession, checkpoint_root: Path, remote: RemoteRanks | None) -> None:
+def _start_replicas(session: TrainingSession, checkpoint_root: Path, remote: RemoteRanks | None,
+                    timeout_s: float) -> None:
     devices = [replica_device(session.device, device_id) for device_id in session.device_ids]
     spec = dataclasses.replace(session.spec, max_tokens_per_micro_batch=session.micro_batch_tokens)
     try:
-        session.replicas = ReplicaGroup(spec, devices=devices, checkpoint_root=checkpoint_root, remote=remote)
+        session.replicas = ReplicaGroup(spec, devices=devices, checkpoint_root=checkpoint_root, remote=remote,
+                                        timeout_s=timeout_s)
     except Exception:
         session.close()
         raise

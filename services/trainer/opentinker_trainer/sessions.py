@@ -34,6 +34,7 @@ from opentinker_runtime.workers.devices import ResidentModel, group_resident
 from opentinker_trainer.metrics import ACTIVE_SESSIONS
 from opentinker_trainer.batching import Datum
 from opentinker_trainer.config import LossConfig, SessionSpec
+from opentinker_trainer.collectives import DEFAULT_COLLECTIVE_TIMEOUT_S
 from opentinker_trainer.cycle_queue import DEFAULT_GATHER_S, CycleQueue
 from opentinker_trainer.errors import RequestIdReusedError, SessionNotFoundError, ValidationError
 from opentinker_trainer.session import SessionView, TrainingSession
@@ -115,13 +116,15 @@ class SessionRegistry:
                  device_ids: tuple[str, ...] = ("cpu:0",), idle_ttl_s: float = DEFAULT_IDLE_TTL_S,
                  clock: Callable[[], float] = time.monotonic, share_lora_base: bool = True,
                  cycle_gather_s: float = DEFAULT_GATHER_S, host: str = "127.0.0.1",
-                 start_peer: StartPeer | None = None) -> None:
+                 start_peer: StartPeer | None = None,
+                 collective_timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S) -> None:
         """`share_lora_base`: LoRA sessions of one base model stand on one frozen copy of it
         (`shared_base`) and their ForwardBackward calls run in cycles (`cycle_queue`), which wait
         up to `cycle_gather_s` for the base's other sessions; False: every session loads its own.
         `host`: this worker's reachable address (a data-parallel group across hosts meets
         there); `start_peer`: how to ask another Trainer for its ranks (None: sessions with
-        peers are refused)."""
+        peers are refused); `collective_timeout_s`: how long a data-parallel rank waits in a
+        collective."""
         self.checkpoint_root = Path(checkpoint_root)
         self.bases = SharedBases() if share_lora_base else None
         self.cycles = CycleQueue(_in_thread, self.bases.holders, gather_s=cycle_gather_s) if self.bases else None
@@ -136,7 +139,9 @@ class SessionRegistry:
         self._closed: OrderedDict[str, str] = OrderedDict()
         self.host = host
         self.start_peer = start_peer
-        self.replica_host = ReplicaHost(checkpoint_root=self.checkpoint_root, device=device, host=host)
+        self.collective_timeout_s = collective_timeout_s
+        self.replica_host = ReplicaHost(checkpoint_root=self.checkpoint_root, device=device, host=host,
+                                        timeout_s=collective_timeout_s)
 
     async def create(self, spec: SessionSpec, *, lease: LeaseContext, device_ids: Sequence[str] = (),
                      request: RequestKey | None = None, peers: Sequence[ReplicaPeer] = (),
@@ -158,7 +163,8 @@ class SessionRegistry:
                 return self._entries[session_id].session.view()
             session = await _in_thread(lambda: create_session(
                 new_id, spec, checkpoint_root=self.checkpoint_root,
-                device=self.device, device_ids=devices, bases=self.bases, remote=remote))
+                device=self.device, device_ids=devices, bases=self.bases, remote=remote,
+                collective_timeout_s=self.collective_timeout_s))
             self._entries[session.session_id] = _Entry(session, fencing_token=lease.fencing_token,
                                                        now=self.clock())
             ACTIVE_SESSIONS.inc()

@@ -48,6 +48,11 @@ class TrainerSettings(ServiceSettings):
         8, "With share_lora_base: how many LoRA jobs (of one device each) the Scheduler may place on "
         "each device of this Trainer at once, each leasing a share of it (a job that asks for "
         "resources[].dedicated_device gets a whole one). 1 = one job per device.", min=1)
+    collective_timeout_seconds: float = setting(
+        600.0, "How long a data-parallel rank waits in a collective (summing gradients, the start's "
+        "broadcast) or for its group to form before the call fails. Across hosts it is also how long "
+        "a rank host cut off mid-step can hold this Trainer in that step; shorten it on a fast, "
+        "stable network, lengthen it for large models on a slow one.", positive=True)
     cycle_gather_ms: float = setting(
         50.0, "With share_lora_base: how long a ForwardBackward of a session on a shared base waits "
         "for the base's other sessions' calls, to run them all as one batched forward/backward (a "

@@ -17,6 +17,7 @@ from opentinker_runtime.edge.lease import LeaseContext
 from opentinker_runtime.ml.checkpoints import CheckpointFormat
 from opentinker_trainer.batching import Datum
 from opentinker_trainer.checkpointing import CheckpointRecord, load_checkpoint, save_checkpoint
+from opentinker_trainer.collectives import DEFAULT_COLLECTIVE_TIMEOUT_S
 from opentinker_trainer.config import AdamStep, LossConfig, SessionSpec
 from opentinker_trainer.cycle_queue import DEFAULT_GATHER_S
 from opentinker_trainer.export import WeightsExport, WeightsFormat, export_for_transport
@@ -114,7 +115,8 @@ def resolve_device(device: str) -> str:
 def build_registry(checkpoint_dir: Path, device: str = "auto", device_ids: Sequence[str] = (), *,
                    idle_ttl_s: float = DEFAULT_IDLE_TTL_S, share_lora_base: bool = True,
                    cycle_gather_s: float = DEFAULT_GATHER_S, host: str = "127.0.0.1",
-                   start_peer: StartPeer | None = None) -> SessionRegistry:
+                   start_peer: StartPeer | None = None,
+                   collective_timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S) -> SessionRegistry:
     """A registry writing checkpoints under `checkpoint_dir` (created on the first save),
     offering sessions `device_ids` (default: one, "<device>:0"), closing sessions idle for
     `idle_ttl_s` when its `reap_idle` runs; LoRA sessions of one base share it and train in
@@ -124,4 +126,4 @@ def build_registry(checkpoint_dir: Path, device: str = "auto", device_ids: Seque
     return SessionRegistry(checkpoint_root=Path(checkpoint_dir).resolve(), device=device,
                            device_ids=tuple(device_ids) or (f"{device}:0",), idle_ttl_s=idle_ttl_s,
                            share_lora_base=share_lora_base, cycle_gather_s=cycle_gather_s, host=host,
-                           start_peer=start_peer)
+                           start_peer=start_peer, collective_timeout_s=collective_timeout_s)
