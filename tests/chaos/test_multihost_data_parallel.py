@@ -3,7 +3,11 @@ service on its own address), one Trainer CPU slot on each worker host. A job ask
 Trainer devices is leased one on each host; the Trainer holding rank 0 asks the other
 (StartReplicas) for rank 1, which joins the session's gloo group over the network. The job
 SUCCEEDS with its steps, and its final weights equal, bit for bit, those of the same job trained
-data-parallel on one host (a local stack whose Trainer offers two CPU slots). Needs root."""
+data-parallel on one host (a local stack whose Trainer offers two CPU slots). Then the host of
+rank 1 is cut off mid-job, after a recorded checkpoint: rank 0's Trainer gives up on it (the
+job's stop breaks the replica links; a gradient sum in flight ends at the collective timeout,
+20 s here), the job waits for two Trainer devices, and once the host is back it resumes across
+both hosts and SUCCEEDS with exactly its steps. Needs root."""
 
 from __future__ import annotations
 
@@ -28,6 +32,9 @@ from harness.stack_spec import StackSpec
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600),
               pytest.mark.skipif(not available(), reason="needs root: network namespaces and a bridge")]
 STEPS = 3
+PARTITION_STEPS = 4
+SETTINGS = {"OPENTINKER_SCHEDULER_HEARTBEAT_INTERVAL_SECONDS": "1", "OPENTINKER_SCHEDULER_WORKER_TTL_SECONDS": "5",
+            "OPENTINKER_TRAINER_COLLECTIVE_TIMEOUT_SECONDS": "20"}
 ONE_HOST_TWO_SLOTS = StackSpec.of(dashboard=False, OPENTINKER_TRAINER_CPU_SLOTS="2")
 
 
@@ -38,8 +45,9 @@ class Trained:
     weights: dict[str, torch.Tensor]
 
 
-def spec() -> dict:
-    job = rl_spec(STEPS, name="dp-hosts", seed=6, model=builtin_model(TINY_LLAMA, 0), checkpoint_every_steps=None)
+def spec(steps: int = STEPS, **training: object) -> dict:
+    job = rl_spec(steps, name="dp-hosts", seed=6, model=builtin_model(TINY_LLAMA, 0),
+                  **({"checkpoint_every_steps": None} | training))
     return job | {"resources": [{"role": "ROLE_TRAINER", "device_count": 2}, {"role": "ROLE_ROLLOUT", "device_count": 1}]}
 
 
@@ -54,7 +62,7 @@ def train(client: SchedulerClient, checkpoint_dir: Path) -> Trained:
 
 @pytest.fixture(scope="module")
 def across_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Trained, MultiHostStack]]:
-    with MultiHostStack(tmp_path_factory.mktemp("multihost-dp")) as stack:
+    with MultiHostStack(tmp_path_factory.mktemp("multihost-dp"), settings=SETTINGS) as stack:
         with stack.client(stack.tenant_key) as tenant:
             yield train(tenant, stack.checkpoint_dir), stack
 
@@ -86,3 +94,52 @@ def test_its_weights_equal_the_same_job_trained_data_parallel_on_one_host(across
     assert run.weights and run.weights.keys() == on_one_host.weights.keys()
     different = [name for name in run.weights if not torch.equal(run.weights[name], on_one_host.weights[name])]
     assert different == [], different
+
+
+def host_of(stack: MultiHostStack, address: str) -> str:
+    return next(host for host in stack.net.hosts if address.startswith(stack.net.address(host) + ":"))
+
+
+def test_cutting_off_rank_1s_host_requeues_the_job_and_it_resumes_across_both_hosts(across_hosts) -> None:  # noqa: ANN001
+    import threading
+    import time
+
+    from harness.chaos.checks import prove_steps
+
+    _, stack = across_hosts
+    events: list[job_pb2.JobEvent] = []
+    recorded = threading.Event()
+    with stack.client(stack.tenant_key) as tenant, stack.client(stack.api_key) as admin:
+        job_id = tenant.submit_job(spec(PARTITION_STEPS, checkpoint_every_steps=1, max_retries=2)).job_id
+
+        def watch() -> None:
+            for event in tenant.watch_job(job_id):
+                events.append(event)
+                if event.WhichOneof("payload") == "checkpoint":
+                    recorded.set()
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        assert recorded.wait(timeout=300), stack.logs()
+        first = admin.get_job(job_id)
+        trainers = sorted((a for a in first.assignments if a.role == resources_pb2.ROLE_TRAINER),
+                          key=lambda a: (-len(a.device_ids), a.worker_id))
+        cut = host_of(stack, trainers[1].address)  # rank 1's host
+        stack.net.cut(cut)
+        deadline = time.monotonic() + 120
+        waiting = admin.get_job(job_id)
+        while waiting.state != job_pb2.Job.STATE_QUEUED and waiting.attempt < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            waiting = admin.get_job(job_id)
+        stack.net.restore(cut)
+        watcher.join(timeout=400)
+        final = admin.get_job(job_id)
+    assert waiting.state == job_pb2.Job.STATE_QUEUED or waiting.attempt >= 2, (waiting.status_message, stack.logs())
+    assert final.state == job_pb2.Job.STATE_SUCCEEDED, (final.status_message, stack.logs())
+    hosts = {host_of(stack, a.address) for a in final.assignments if a.role == resources_pb2.ROLE_TRAINER}
+    assert hosts == set(WORKER_HOSTS)  # the resumed attempt spans both hosts again
+    assert {e.metrics.step for e in events if is_training_metrics(e)} == set(range(1, PARTITION_STEPS + 1))
+    proof = prove_steps(final, stack.checkpoint_dir, PARTITION_STEPS)
+    assert proof.trainer_step == PARTITION_STEPS and proof.adam_steps == {PARTITION_STEPS}
+    assert proof.final_matches_last_state
+    assert any(e.WhichOneof("payload") == "log" and e.log.message.startswith("resumed from checkpoint") for e in events)

@@ -74,6 +74,14 @@ def test_two_ranks_on_two_trainers_train_bit_equal_to_two_ranks_on_one(trainers)
     actual = train_and_save(first, spread.session_id, 3, "two-trainers")
     assert actual.keys() == expected.keys()
     assert all(torch.equal(actual[name], expected[name]) for name in expected)
+    # a training state holds every rank's RNG (rank 1's comes from the other Trainer's process,
+    # by value), and loads back into both ranks
+    state = first.SaveCheckpoint(pb.SaveCheckpointRequest(session_id=spread.session_id, lease=lease(job=JOB),
+                                                          format=pb.CHECKPOINT_FORMAT_TRAINING_STATE, name="state"))
+    saved = torch.load(Path(state.checkpoint.path) / "training_state.pt", weights_only=False)
+    assert len(saved["replica_rng_states"]) == 1
+    first.LoadCheckpoint(pb.LoadCheckpointRequest(session_id=spread.session_id, lease=lease(job=JOB),
+                                                  checkpoint_id=state.checkpoint.checkpoint_id))
     first.CloseSession(pb.CloseSessionRequest(session_id=spread.session_id, lease=lease(job=JOB)))
     _, alive = psutil.wait_procs(list(started), timeout=10)
     assert alive == []  # the other Trainer's rank ended with the session

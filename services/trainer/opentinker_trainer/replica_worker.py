@@ -9,6 +9,7 @@ both ends proving they know the session's authkey, then receives the session to 
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection
@@ -18,6 +19,38 @@ from typing import Any
 from opentinker_trainer.config import SessionSpec
 
 HELLO = "hello"
+
+
+class ByValue:
+    """A Connection to a process on another host, whose messages are pickled by value.
+
+    multiprocessing's own pickler (torch registers its reductions there) hands a tensor's storage
+    over as a file descriptor, fetched back from the sending process with that process's
+    authkey: that works between a Trainer and the replicas it spawned, never across hosts."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+
+    def send(self, obj: Any) -> None:
+        self.connection.send_bytes(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def recv(self) -> Any:
+        return pickle.loads(self.connection.recv_bytes())
+
+    def poll(self, timeout: float | None = 0.0) -> bool:
+        return self.connection.poll(timeout)
+
+    def fileno(self) -> int:
+        return self.connection.fileno()
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def __enter__(self) -> ByValue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +68,7 @@ class RankPlace:
     """Its collectives' timeout (`collectives.DEFAULT_COLLECTIVE_TIMEOUT_S`, or the Trainer's setting)."""
 
 
-def serve_replica(pipe: Connection, spec: SessionSpec, checkpoint_root: str, place: RankPlace,
+def serve_replica(pipe: Connection | ByValue, spec: SessionSpec, checkpoint_root: str, place: RankPlace,
                   share_prefixes: bool = True) -> None:
     from opentinker_runtime.core.torch_threads import resolve_torch_threads, set_torch_threads
     from opentinker_runtime.ml.models import quiet_transformers
@@ -64,7 +97,7 @@ def serve_remote_replica(command_address: str, authkey: bytes, checkpoint_root: 
     local replica does. Returns when the connection fails or rank 0 closes it."""
     host, _, port = command_address.rpartition(":")
     try:
-        connection = Client((host, int(port)), authkey=authkey)
+        connection = ByValue(Client((host, int(port)), authkey=authkey))
     except (OSError, EOFError):
         return  # rank 0 is gone (or gave up waiting): nothing to serve
     with connection:
@@ -76,7 +109,7 @@ def serve_remote_replica(command_address: str, authkey: bytes, checkpoint_root: 
         serve_replica(connection, spec, checkpoint_root, place, share_prefixes)
 
 
-def _serve(pipe: Connection, session: Any, checkpoint_root: Path) -> None:
+def _serve(pipe: Connection | ByValue, session: Any, checkpoint_root: Path) -> None:
     handlers = _handlers(session, checkpoint_root)
     while True:
         try:

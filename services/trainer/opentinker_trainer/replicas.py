@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import secrets
 import socket
 import threading
@@ -37,7 +38,7 @@ from opentinker_trainer import shared_prefix
 from opentinker_trainer.config import SessionSpec
 from opentinker_trainer.collectives import (DEFAULT_COLLECTIVE_TIMEOUT_S, FORM_TIMEOUT_S, LOOPBACK, ReplicaError,
                                             gloo_group, timedelta)
-from opentinker_trainer.replica_worker import HELLO, RankPlace, serve_replica
+from opentinker_trainer.replica_worker import HELLO, ByValue, RankPlace, serve_replica
 
 log = structlog.get_logger(__name__)
 
@@ -82,7 +83,7 @@ class ReplicaGroup:
         store = dist.TCPStore(host, 0, self.world_size, is_master=True,
                               timeout=timedelta(max(timeout_s, FORM_TIMEOUT_S)), wait_for_workers=False)
         self._store = store  # the group's rendezvous lives as long as the group
-        self._connections: dict[int, Connection] = {}
+        self._connections: dict[int, Connection | ByValue] = {}
         self._processes: dict[int, Any] = {}
         self._where: dict[int, str] = {}
         try:
@@ -210,17 +211,17 @@ class ReplicaGroup:
             connection.close()
 
 
-def _accept_ranks(listener: Listener, expected: dict[int, str], timeout: float) -> dict[int, Connection]:
+def _accept_ranks(listener: Listener, expected: dict[int, str], timeout: float) -> dict[int, ByValue]:
     """The connections of the `expected` ranks (rank -> peer address), each having said which
     rank it is; ReplicaError when they are not all there within `timeout`. A caller without the
     authkey, or one naming a rank not expected (or twice), is turned away."""
-    connected: dict[int, Connection] = {}
+    connected: dict[int, ByValue] = {}
     done = threading.Event()
 
     def accept() -> None:
         while len(connected) < len(expected):
             try:
-                connection = listener.accept()
+                connection = ByValue(listener.accept())
             except multiprocessing.AuthenticationError as error:
                 log.warning("replica_connection_refused", why=str(error))
                 continue
@@ -247,11 +248,11 @@ def _accept_ranks(listener: Listener, expected: dict[int, str], timeout: float) 
     return connected
 
 
-def _hello(connection: Connection) -> int | None:
+def _hello(connection: ByValue) -> int | None:
     try:
         if not connection.poll(10):
             return None
         kind, rank = connection.recv()
-    except (EOFError, OSError, ValueError, TypeError):
+    except (EOFError, OSError, ValueError, TypeError, pickle.UnpicklingError):
         return None
     return rank if kind == HELLO and isinstance(rank, int) else None
