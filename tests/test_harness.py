@@ -192,3 +192,14 @@ def test_multi_host_runs_in_parallel_processes_claim_different_subnets() -> None
         os.close(again_lock)
     finally:
         os.close(second_lock)
+
+
+def test_the_chaos_job_has_room_for_the_steps_trained_through_a_fault() -> None:
+    """harness/chaos/faults.py: a fault the job trains through (a Scheduler or EnvHost kill, a
+    Redis restart) may be followed by a burst of late-reported steps, so it buys more steps than
+    one that stops the job (a leased service's kill, a connection drop)."""
+    from harness.chaos.faults import Fault, steps_for
+
+    stopping = [Fault("kill", "trainer"), Fault("drop", "all")]
+    assert steps_for(stopping) == 5 * 2 + 6
+    assert steps_for([*stopping, Fault("kill", "scheduler"), Fault("redis", "redis")]) == 5 * 4 + 15 * 2 + 6
