@@ -24,7 +24,7 @@ from harness.stack_spec import StackSpec
 
 pytestmark = pytest.mark.slow
 
-STEPS = 3
+STEPS = 6  # long enough that the two jobs overlap even when one starts a few steps late
 # One CPU slot each (the default); a cycle waits up to 5 s for the other job's call, so the jobs
 # fall in step.
 SIDE_BY_SIDE = StackSpec.of(dashboard=False, OPENTINKER_TRAINER_CYCLE_GATHER_MS="5000")
